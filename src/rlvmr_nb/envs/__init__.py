@@ -1,0 +1,1 @@
+"""Environments: one interface over ALFWorld and ScienceWorld, their splits, experts and a worker pool."""
