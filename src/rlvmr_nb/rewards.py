@@ -1,0 +1,131 @@
+"""RLVMR rewards: outcome R(τ), verifiable meta-reasoning step rewards r_t^MR, format penalty.
+
+Spec §2 (paper §3.4.1, official code semantics). Everything here works on `Episode`/`Step`
+records and plain floats — no tensors.
+
+Per step, in the official order (§2.2):
+
+1. an invalid step gets tag class ``none`` and no MR reward;
+2. otherwise the class is picked by substring precedence planning > explore > reflection;
+   a ``<monitor>`` step is class ``none`` (no reward, no group) unless a monitor reward is enabled;
+3. planning pays iff the episode succeeded; explore pays iff no earlier *valid* step issued the same
+   action list; reflection pays iff the previous step failed (malformed or non-admissible; at t = 0
+   it counts as failed) and the action list changed.
+
+The format penalty λ = 0.1 enters the outcome channel (official code: ``score = R − λ·invalid``) or
+the step reward (paper: ``r_t = r_MR − λ·invalid``), selected by `RewardConfig.format_penalty_channel`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+from .tags import extract_action_list, reward_tag_type
+from .trajectory import Episode
+
+PENALTY_CHANNELS = ("outcome", "step")
+
+
+@dataclass(frozen=True)
+class RewardConfig:
+    """Reward magnitudes and semantics. Defaults = the official RLVMR scripts (spec §2, §5)."""
+
+    success_reward: float = 10.0
+    """r_s, outcome reward of a successful episode (paper §3.4.1 leaves it open; code: 10·won)."""
+    planning_reward: float = 1.0
+    """Paid to a <planning> step of a successful episode (spec §2.2 step 4; code 1.0)."""
+    exploration_reward: float = 1.0
+    """Paid to an <explore> step whose action no earlier valid step issued (§2.2 step 5)."""
+    reflection_reward: float = 1.0
+    """Paid to a <reflection> step that changes action after a failed step (§2.2 step 6)."""
+    monitor_reward: float = 0.0
+    """Off in the paper's code (§2.2 step 7). When > 0, a valid <monitor> step whose action is
+    admissible earns it, and monitor steps get their own advantage group."""
+    format_penalty: float = 0.1
+    """λ_format: subtracted for each malformed step (paper §3.4.1, code invalid_action_penalty_coef)."""
+    format_penalty_channel: str = "outcome"
+    """'outcome' (official code: penalty in the per-step outcome score, §2.3) or 'step' (paper Eq.: r_t = r_MR + r_format)."""
+    official_regex_bug: bool = False
+    """Compare actions with the official non-DOTALL regex (digitalhuman#14); ablations only."""
+
+    def __post_init__(self) -> None:
+        if self.format_penalty_channel not in PENALTY_CHANNELS:
+            raise ValueError(
+                f"format_penalty_channel must be one of {PENALTY_CHANNELS}, got {self.format_penalty_channel!r}"
+            )
+        if self.format_penalty < 0:
+            raise ValueError("format_penalty is a magnitude and must be >= 0 (it is subtracted)")
+
+
+@dataclass(frozen=True)
+class StepReward:
+    """Reward-side view of one step."""
+
+    tag_type: str
+    """'planning' | 'explore' | 'reflection' | 'monitor' | 'none' — the MR advantage group key."""
+    mr_reward: float
+    """r_t^MR."""
+    score: float
+    """Outcome-channel score of this step sample: R(τ) (− λ if invalid and channel = 'outcome')."""
+    step_reward: float
+    """Paper-channel step reward: r_MR (− λ if invalid and channel = 'step')."""
+
+
+def outcome_reward(episode: Episode, config: RewardConfig = RewardConfig()) -> float:
+    """R(τ) = r_s if the episode was won, else 0 (paper §3.4.1; spec §2.1)."""
+    return config.success_reward if episode.won else 0.0
+
+
+def meta_reasoning_rewards(episode: Episode, config: RewardConfig = RewardConfig()) -> list[StepReward]:
+    """Tag class, r_t^MR, outcome score and paper step reward for every step (spec §2.2–2.3).
+
+    Uses each step's `output`, `valid` and `admissible` fields and the episode's `won`.
+    """
+    success = episode.won
+    R = outcome_reward(episode, config)
+    action_lists = [extract_action_list(s.output, config.official_regex_bug) for s in episode.steps]
+    out: list[StepReward] = []
+    for t, step in enumerate(episode.steps):
+        tag_type, reward = "none", 0.0
+        if step.valid:
+            kind = reward_tag_type(step.output)
+            if kind == "planning":
+                tag_type, reward = "planning", config.planning_reward if success else 0.0
+            elif kind == "explore":
+                repeated = any(
+                    action_lists[j] == action_lists[t] and episode.steps[j].valid for j in range(t)
+                )
+                tag_type, reward = "explore", 0.0 if repeated else config.exploration_reward
+            elif kind == "reflection":
+                if t == 0:
+                    prev_ok, prev_actions = False, None  # nothing compares equal to "no previous step"
+                else:
+                    prev = episode.steps[t - 1]
+                    prev_ok, prev_actions = prev.valid and prev.admissible, action_lists[t - 1]
+                corrective = (not prev_ok) and action_lists[t] != prev_actions
+                tag_type, reward = "reflection", config.reflection_reward if corrective else 0.0
+            elif kind == "monitor" and config.monitor_reward > 0:
+                tag_type, reward = "monitor", config.monitor_reward if step.admissible else 0.0
+        penalty = 0.0 if step.valid else config.format_penalty
+        if config.format_penalty_channel == "outcome":
+            score, step_reward = R - penalty, reward
+        else:
+            score, step_reward = R, reward - penalty
+        out.append(StepReward(tag_type=tag_type, mr_reward=reward, score=score, step_reward=step_reward))
+    return out
+
+
+def assign_rewards(episodes: Iterable[Episode], config: RewardConfig = RewardConfig()) -> list[Episode]:
+    """Fill `tag_type`, `mr_reward` and `score` on every step, in place; returns the episodes.
+
+    With the 'step' penalty channel the stored `mr_reward` is the penalised step reward r_t, since
+    that is the quantity the paper normalises within tag groups.
+    """
+    episodes = list(episodes)
+    for ep in episodes:
+        for step, r in zip(ep.steps, meta_reasoning_rewards(ep, config)):
+            step.tag_type = r.tag_type
+            step.mr_reward = r.mr_reward if config.format_penalty_channel == "outcome" else r.step_reward
+            step.score = r.score
+    return episodes

@@ -1,0 +1,190 @@
+"""Parse one model output into (tag, reasoning, action, new plan, validity) — spec §1.1–1.3.
+
+Two validity modes:
+
+* ``"strict"`` — the official ALFWorld rules (spec §1.2): no CJK character; exactly one
+  ``<action>…</action>`` block; exactly one meta-reasoning block in total, non-empty after removing
+  inner XML tags, and placed before the first ``<action>``.
+* ``"lenient"`` — paper App. A.2 and the official ScienceWorld rules: at least one meta-reasoning
+  tag pair and one action, no CJK. The action is the text between the first ``<action>`` and the
+  first ``</action>``.
+
+`parse_output` never raises: any string (or even a non-string) yields a `ParsedOutput`.
+
+The official reward code extracts actions with a non-DOTALL regex, so a multi-line
+``<action>\\n…\\n</action>`` matches nothing (digitalhuman#14). We extract with DOTALL and strip;
+the buggy extraction is available only through ``official_regex_bug=True`` for ablations.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+META_TAGS: tuple[str, ...] = ("planning", "explore", "reflection", "monitor")
+"""The four meta-reasoning tags of RLVMR (paper §3.2)."""
+
+MODES: tuple[str, ...] = ("strict", "lenient")
+
+_CJK = re.compile("[\u4e00-\u9fff]")
+_ACTION_BLOCK = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
+_ACTION_BLOCK_NO_DOTALL = re.compile(r"<action>(.*?)</action>")  # the official reward-side regex
+_ACTION_OPEN = re.compile(r"<action>", re.IGNORECASE)
+_META_BLOCK = re.compile(r"<(planning|explore|reflection|monitor)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
+_INNER_XML = re.compile(r"<[^<>]*>")
+_LENIENT_FALLBACK_CHARS = 20  # official ScienceWorld: with no action tags, the last 20 chars are sent
+
+
+@dataclass(frozen=True)
+class ParsedOutput:
+    """Everything the rollout, rewards and metrics need from one model output."""
+
+    tag: str | None
+    """The meta-reasoning tag ('planning', 'explore', 'reflection', 'monitor'), or None if none found.
+    With several tags (lenient mode) the first one in the text."""
+    reasoning: str
+    """Stripped text inside that tag (inner XML removed)."""
+    action: str
+    """The action string to send to the environment (spec §1.2 rule 2: sent even when invalid)."""
+    plan: str | None
+    """New plan from a ``<planning>`` block, or None to keep the current plan (spec §1.3)."""
+    valid: bool
+    """Format validity under the chosen mode."""
+    invalid_reasons: tuple[str, ...] = field(default_factory=tuple)
+    """Machine-readable reasons (e.g. 'no_action', 'multiple_tags', 'cjk')."""
+    actions: tuple[str, ...] = field(default_factory=tuple)
+    """All action blocks, as compared by the exploration/reflection rewards (spec §2.2 steps 5–6)."""
+    mode: str = "strict"
+
+
+def has_cjk(text: str) -> bool:
+    """True if `text` has a CJK unified ideograph (U+4E00–U+9FFF), which invalidates an output (§1.2)."""
+    return bool(_CJK.search(text))
+
+
+def extract_action_list(text: str, official_regex_bug: bool = False) -> tuple[str, ...]:
+    """Action blocks as the MR rewards compare them (spec §2.2 step 5).
+
+    Default: case-insensitive, multi-line, whitespace-stripped. With ``official_regex_bug=True``:
+    the official extraction — case-sensitive, no DOTALL, unstripped — under which every multi-line
+    action yields an empty list, so all such steps compare equal (digitalhuman#14).
+    """
+    if not isinstance(text, str):
+        return ()
+    if official_regex_bug:
+        return tuple(_ACTION_BLOCK_NO_DOTALL.findall(text))
+    return tuple(m.strip() for m in _ACTION_BLOCK.findall(text))
+
+
+def _clean_inner(text: str) -> str:
+    return _INNER_XML.sub("", text).strip()
+
+
+def _parse_strict(text: str) -> tuple[str | None, str, str, str | None, list[str]]:
+    reasons: list[str] = []
+    if has_cjk(text):
+        reasons.append("cjk")
+    blocks = _ACTION_BLOCK.findall(text)
+    if len(blocks) == 1:
+        action = blocks[0].strip()
+    else:
+        action = ""  # ALFWorld answers "Nothing happens." to the empty command
+        reasons.append("no_action" if not blocks else "multiple_actions")
+    metas = list(_META_BLOCK.finditer(text))
+    tag, reasoning = None, ""
+    if metas:
+        tag, reasoning = metas[0].group(1).lower(), _clean_inner(metas[0].group(2))
+    if not metas:
+        reasons.append("no_tag")
+    elif len(metas) > 1:
+        reasons.append("multiple_tags")
+    else:
+        if not reasoning:
+            reasons.append("empty_tag")
+        first_action = _ACTION_OPEN.search(text)
+        if first_action is not None and metas[0].start() > first_action.start():
+            reasons.append("tag_after_action")
+    plan = None
+    for m in metas:  # the plan side-output ignores validity (spec §1.2 rule 5)
+        if m.group(1).lower() == "planning" and _clean_inner(m.group(2)):
+            plan = _clean_inner(m.group(2))
+            break
+    return tag, reasoning, action, plan, reasons
+
+
+def _parse_lenient(text: str) -> tuple[str | None, str, str, str | None, list[str]]:
+    reasons: list[str] = []
+    start, end = text.find("<action>"), text.find("</action>")
+    if start == -1 or end == -1 or end < start + len("<action>"):
+        reasons.append("no_action")
+        action = text[-_LENIENT_FALLBACK_CHARS:].strip()
+    else:
+        action = text[start + len("<action>") : end].strip()
+    present = [(text.find(f"<{t}>"), t) for t in META_TAGS if f"<{t}>" in text and f"</{t}>" in text]
+    tag, reasoning = None, ""
+    if not present:
+        reasons.append("no_tag")
+    else:
+        _, tag = min(present)
+        a, b = text.find(f"<{tag}>") + len(tag) + 2, text.find(f"</{tag}>")
+        reasoning = _clean_inner(text[a:b]) if b >= a else ""
+    if has_cjk(text):
+        reasons.append("cjk")
+    plan = None
+    a, b = text.find("<planning>"), text.find("</planning>")
+    if a != -1 and b != -1 and b >= a + len("<planning>"):
+        # Unlike strict mode, an empty block sets the plan to '' (official ScienceWorld manager, §1.2).
+        plan = text[a + len("<planning>") : b].strip()
+    return tag, reasoning, action, plan, reasons
+
+
+def parse_output(text: object, mode: str = "strict", official_regex_bug: bool = False) -> ParsedOutput:
+    """Parse one model output (spec §1.2). Total: never raises, whatever `text` is.
+
+    Args:
+        text: the raw model output.
+        mode: ``"strict"`` (official ALFWorld, the default) or ``"lenient"`` (paper App. A.2 / ScienceWorld).
+        official_regex_bug: reproduce the official non-DOTALL reward-side action extraction in
+            `ParsedOutput.actions` (ablations only; digitalhuman#14).
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown parser mode {mode!r}; choose one of {MODES}")
+    if not isinstance(text, str):
+        text = "" if text is None else str(text)
+    if mode == "strict":
+        tag, reasoning, action, plan, reasons = _parse_strict(text)
+    else:
+        tag, reasoning, action, plan, reasons = _parse_lenient(text)
+    return ParsedOutput(
+        tag=tag,
+        reasoning=reasoning,
+        action=action,
+        plan=plan,
+        valid=not reasons,
+        invalid_reasons=tuple(reasons),
+        actions=extract_action_list(text, official_regex_bug),
+        mode=mode,
+    )
+
+
+def reward_tag_type(text: str) -> str:
+    """The tag class the MR reward uses (spec §2.2 step 3): substring precedence
+    planning > explore > reflection, anything else (monitor) is 'monitor'.
+
+    This mirrors the official code, which checks for the opening tag as a substring; for
+    strict-valid outputs (exactly one tag) it agrees with `ParsedOutput.tag`.
+    """
+    if not isinstance(text, str):
+        return "none"
+    for t in ("planning", "explore", "reflection", "monitor"):
+        if f"<{t}>" in text:
+            return t
+    return "none"
+
+
+def format_step(tag: str, reasoning: str, action: str) -> str:
+    """Render a well-formed step output, the cold-start target shape (spec §1.1):
+    ``<tag>reasoning</tag>\\n<action>action</action>\\n``."""
+    if tag not in META_TAGS:
+        raise ValueError(f"unknown meta-reasoning tag {tag!r}; choose one of {META_TAGS}")
+    return f"<{tag}>{reasoning}</{tag}>\n<action>{action}</action>\n"

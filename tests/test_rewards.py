@@ -1,0 +1,90 @@
+import pytest
+
+from rlvmr_nb.rewards import RewardConfig, assign_rewards, meta_reasoning_rewards, outcome_reward
+
+from episode_builders import episode, step, worked_example
+
+
+def test_outcome_reward():
+    assert outcome_reward(episode([], won=True)) == 10.0
+    assert outcome_reward(episode([], won=False)) == 0.0
+    assert outcome_reward(episode([], won=True), RewardConfig(success_reward=1.0)) == 1.0
+
+
+def test_worked_example_rewards():
+    r1 = meta_reasoning_rewards(worked_example()[0])
+    assert [(r.tag_type, r.mr_reward) for r in r1] == [("planning", 1.0), ("explore", 1.0), ("none", 0.0)]
+    r2 = meta_reasoning_rewards(worked_example()[1])
+    assert [(r.tag_type, r.mr_reward) for r in r2] == [("planning", 0.0), ("none", 0.0), ("reflection", 1.0)]
+
+
+def test_planning_pays_only_on_success():
+    ep = episode([step(0, "planning", "a")], won=False)
+    assert meta_reasoning_rewards(ep)[0].mr_reward == 0.0
+    ep.won = True
+    assert meta_reasoning_rewards(ep)[0].mr_reward == 1.0
+
+
+def test_explore_repeat_needs_earlier_valid_step():
+    ep = episode([step(0, "explore", "go to a"), step(1, "explore", "go to a"), step(2, "explore", "go to b")],
+                 won=False)
+    assert [r.mr_reward for r in meta_reasoning_rewards(ep)] == [1.0, 0.0, 1.0]
+    # The earlier identical action came from a malformed step: it does not count as a repeat.
+    ep2 = episode([step(0, None, "go to a", output="<action>go to a</action>"), step(1, "explore", "go to a")],
+                  won=False)
+    assert [r.mr_reward for r in meta_reasoning_rewards(ep2)] == [0.0, 1.0]
+
+
+def test_reflection_rules():
+    # first step: always rewarded (no previous step succeeded)
+    assert meta_reasoning_rewards(episode([step(0, "reflection", "look")], won=False))[0].mr_reward == 1.0
+    # previous step admissible and valid -> not a recovery
+    ep = episode([step(0, "monitor", "go to a"), step(1, "reflection", "go to b")], won=False)
+    assert meta_reasoning_rewards(ep)[1].mr_reward == 0.0
+    # previous non-admissible, action changed -> rewarded; same action -> not rewarded
+    ep = episode([step(0, "monitor", "move x", admissible=False), step(1, "reflection", "inventory")], won=False)
+    assert meta_reasoning_rewards(ep)[1].mr_reward == 1.0
+    ep = episode([step(0, "monitor", "move x", admissible=False), step(1, "reflection", "move x")], won=False)
+    assert meta_reasoning_rewards(ep)[1].mr_reward == 0.0
+
+
+def test_invalid_step_gets_no_mr_reward_and_penalty_channels():
+    bad = step(0, None, "x", output="<explore>a</explore><monitor>b</monitor><action>x</action>")
+    ep = episode([bad], won=True)
+    r = meta_reasoning_rewards(ep)[0]
+    assert (r.tag_type, r.mr_reward, r.score, r.step_reward) == ("none", 0.0, pytest.approx(9.9), 0.0)
+    r = meta_reasoning_rewards(ep, RewardConfig(format_penalty_channel="step"))[0]
+    assert (r.score, r.step_reward) == (10.0, pytest.approx(-0.1))
+
+
+def test_multiline_actions_official_bug_changes_explore():
+    out = lambda a: f"<explore>try</explore><action>\n{a}\n</action>"  # noqa: E731
+    ep = episode([step(0, "explore", "", output=out("go to a")), step(1, "explore", "", output=out("go to b"))],
+                 won=False)
+    assert [r.mr_reward for r in meta_reasoning_rewards(ep)] == [1.0, 1.0]
+    bug = RewardConfig(official_regex_bug=True)
+    assert [r.mr_reward for r in meta_reasoning_rewards(ep, bug)] == [1.0, 0.0]
+
+
+def test_monitor_reward_optional():
+    ep = episode([step(0, "monitor", "go to a"), step(1, "monitor", "bad", admissible=False)], won=False)
+    assert [(r.tag_type, r.mr_reward) for r in meta_reasoning_rewards(ep)] == [("none", 0.0), ("none", 0.0)]
+    on = RewardConfig(monitor_reward=0.5)
+    assert [(r.tag_type, r.mr_reward) for r in meta_reasoning_rewards(ep, on)] == [("monitor", 0.5), ("monitor", 0.0)]
+
+
+def test_magnitudes_configurable_and_validation():
+    cfg = RewardConfig(planning_reward=2.0, exploration_reward=0.5, reflection_reward=3.0, format_penalty=1.0)
+    r = meta_reasoning_rewards(worked_example()[0], cfg)
+    assert [x.mr_reward for x in r] == [2.0, 0.5, 0.0]
+    assert meta_reasoning_rewards(worked_example()[1], cfg)[1].score == -1.0
+    with pytest.raises(ValueError, match="format_penalty_channel"):
+        RewardConfig(format_penalty_channel="token")
+    with pytest.raises(ValueError):
+        RewardConfig(format_penalty=-0.1)
+
+
+def test_assign_rewards_fills_steps():
+    eps = assign_rewards(worked_example())
+    assert [s.tag_type for s in eps[0].steps] == ["planning", "explore", "none"]
+    assert [s.score for s in eps[1].steps] == pytest.approx([0.0, -0.1, 0.0])
