@@ -1,0 +1,176 @@
+"""HF generation backend: stop handling, token/text/logprob alignment, batching, seeding, weight sync."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from model_fixtures import (  # noqa: E402,F401  (fixtures)
+    ScriptedLogits,
+    rescore_logprobs,
+    smollm2_tokenizer,
+    tiny_llama,
+    tiny_qwen2,
+)
+from rlvmr_nb.generation import (  # noqa: E402
+    EVAL_SAMPLING,
+    TRAIN_SAMPLING,
+    Generation,
+    SamplingConfig,
+    make_generator,
+    sampling_preset,
+)
+from rlvmr_nb.prompts import to_chat  # noqa: E402
+
+BF16_MEAN_TOL, BF16_MAX_TOL = 0.15, 1.0
+"""|sampler logprob - fp32 rescored logprob| when sampling in bf16 (8 mantissa bits). Measured at
+T=1, 8 prompts x 32 tokens: SmolLM2-135M mean 0.036 / p99 0.15 / max 0.17 nats; tiny init_std=0.3
+models (larger logits) mean 0.064 / p99 0.27 / max 0.71. fp32 sampling agrees to ~1e-6."""
+FP32_LOGPROB_TOL = 1e-4
+
+
+def _prompts(tok, n=3):
+    users = ["Go to the kitchen.", "What is in the fridge? Look carefully and tell me.", "hi"]
+    return [to_chat(tok, users[i % len(users)]) for i in range(n)]
+
+
+def test_presets_follow_the_paper():
+    assert TRAIN_SAMPLING.temperature == 1.0 and TRAIN_SAMPLING.top_p == 1.0 and TRAIN_SAMPLING.top_k == 0
+    assert EVAL_SAMPLING.temperature == 0.4 and not EVAL_SAMPLING.greedy
+    assert TRAIN_SAMPLING.max_new_tokens == 1024
+    assert sampling_preset("eval", max_new_tokens=8).max_new_tokens == 8
+    with pytest.raises(ValueError, match="unknown sampling preset"):
+        sampling_preset("hot")
+    with pytest.raises(ValueError, match="top_p"):
+        SamplingConfig(top_p=0.0)
+
+
+def test_stops_right_after_action_tag(tiny_llama, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    script = tok("<monitor>check the shelf</monitor>\n<action>go to shelf 1</action>\nand more words", add_special_tokens=False)["input_ids"]
+    gen = make_generator("hf", tiny_llama, tok, dtype=None, extra_logits_processors=[ScriptedLogits([script])])
+    (out,) = gen.generate(_prompts(tok, 1), SamplingConfig(max_new_tokens=40, seed=0))
+    assert out.finish_reason == "stop"
+    assert out.text == "<monitor>check the shelf</monitor>\n<action>go to shelf 1</action>"
+    assert out.token_ids == script[: len(out.token_ids)]
+    assert tok.decode(out.token_ids) == out.text
+    assert all(abs(lp) < 1e-6 for lp in out.logprobs)  # forced tokens have probability 1
+
+
+def test_rows_stop_independently_and_eos_and_length(tiny_llama, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    eos = tok.eos_token_id
+    stop_script = tok("<explore>x</explore><action>look</action>", add_special_tokens=False)["input_ids"]
+    eos_script = tok("<monitor>done", add_special_tokens=False)["input_ids"] + [eos]
+    gen = make_generator(
+        "hf", tiny_llama, tok, dtype=None, extra_logits_processors=[ScriptedLogits([stop_script, eos_script, []])]
+    )
+    outs = gen.generate(_prompts(tok, 3), SamplingConfig(max_new_tokens=30, seed=1))
+    assert [o.finish_reason for o in outs] == ["stop", "eos", "length"]
+    assert outs[0].text == "<explore>x</explore><action>look</action>"
+    assert outs[1].token_ids == eos_script and outs[1].token_ids[-1] == eos  # EOS kept for training
+    assert outs[1].text == "<monitor>done"  # ...but not in the text
+    assert len(outs[2].token_ids) == 30
+    for o in outs:
+        assert len(o.logprobs) == len(o.token_ids)
+        assert tok.decode(o.token_ids, skip_special_tokens=True) == o.text
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.4])
+def test_fp32_sampler_logprobs_match_rescoring(tiny_llama, smollm2_tokenizer, temperature):
+    tok = smollm2_tokenizer
+    gen = make_generator("hf", tiny_llama, tok, dtype=None, max_batch_size=4)
+    prompts = _prompts(tok, 3)
+    outs = gen.generate(prompts, SamplingConfig(temperature=temperature, max_new_tokens=12, seed=3))
+    for prompt, o in zip(prompts, outs):
+        assert o.prompt_token_ids == tok(prompt, add_special_tokens=False)["input_ids"]  # unpadded
+        ref = rescore_logprobs(tiny_llama, o.prompt_token_ids, o.token_ids, temperature)
+        assert max(abs(a - b) for a, b in zip(o.logprobs, ref)) < FP32_LOGPROB_TOL
+
+
+def test_bf16_sampler_logprobs_close_to_fp32_rescoring(tiny_qwen2, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    gen = make_generator("hf", tiny_qwen2, tok)  # default: private bf16 copy
+    assert gen.dtype == torch.bfloat16 and next(tiny_qwen2.parameters()).dtype == torch.float32
+    outs = gen.generate(_prompts(tok, 3), SamplingConfig(temperature=0.4, max_new_tokens=16, seed=4))
+    diffs, wrong_t = [], []
+    for o in outs:
+        ref = rescore_logprobs(tiny_qwen2, o.prompt_token_ids, o.token_ids, 0.4)
+        diffs += [abs(a - b) for a, b in zip(o.logprobs, ref)]
+        ref_t1 = rescore_logprobs(tiny_qwen2, o.prompt_token_ids, o.token_ids, 1.0)
+        wrong_t += [abs(a - b) for a, b in zip(o.logprobs, ref_t1)]
+    assert sum(diffs) / len(diffs) < BF16_MEAN_TOL and max(diffs) < BF16_MAX_TOL
+    assert sum(wrong_t) / len(wrong_t) > 5 * sum(diffs) / len(diffs)  # the temperature is really applied
+
+
+def test_top_k_restricts_support(tiny_llama, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    gen = make_generator("hf", tiny_llama, tok, dtype=None)
+    (o,) = gen.generate(_prompts(tok, 1), SamplingConfig(top_k=1, max_new_tokens=8, seed=0))
+    (g,) = gen.generate(_prompts(tok, 1), SamplingConfig(temperature=0.0, max_new_tokens=8))
+    assert o.token_ids == g.token_ids  # top-1 sampling is greedy
+    assert all(abs(lp) < 1e-6 for lp in o.logprobs)  # renormalised over one token
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_qwen2"])
+def test_batched_greedy_equals_one_at_a_time(fixture, smollm2_tokenizer, request):
+    model = request.getfixturevalue(fixture)
+    tok = smollm2_tokenizer
+    prompts = _prompts(tok, 3)  # different lengths: exercises left padding
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=10)
+    batched = make_generator("hf", model, tok, dtype=None, max_batch_size=8).generate(prompts, greedy)
+    single = make_generator("hf", model, tok, dtype=None, max_batch_size=1).generate(prompts, greedy)
+    assert [b.token_ids for b in batched] == [s.token_ids for s in single]
+    for b, s in zip(batched, single):
+        assert max(abs(x - y) for x, y in zip(b.logprobs, s.logprobs)) < FP32_LOGPROB_TOL
+
+
+def test_seeded_sampling_is_reproducible_and_n_is_prompt_major(tiny_llama, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    gen = make_generator("hf", tiny_llama, tok, dtype=None, max_batch_size=4)
+    cfg = SamplingConfig(max_new_tokens=6, n=3, seed=11)
+    a = gen.generate(_prompts(tok, 2), cfg)
+    b = gen.generate(_prompts(tok, 2), cfg)
+    assert len(a) == 6 and [x.token_ids for x in a] == [x.token_ids for x in b]
+    assert a[0].prompt_token_ids == a[2].prompt_token_ids != a[3].prompt_token_ids
+    assert len({tuple(x.token_ids) for x in a[:3]}) > 1  # the n samples of one prompt differ
+    state = torch.random.get_rng_state()
+    gen.generate(_prompts(tok, 1), cfg)
+    assert torch.equal(state, torch.random.get_rng_state())  # seeding leaves the global RNG alone
+
+
+def test_token_id_prompts_and_bad_input(tiny_llama, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    gen = make_generator("hf", tiny_llama, tok, dtype=None)
+    ids = tok(_prompts(tok, 1)[0], add_special_tokens=False)["input_ids"]
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=5)
+    (from_ids,) = gen.generate([ids], greedy)
+    (from_text,) = gen.generate(_prompts(tok, 1), greedy)
+    assert from_ids.token_ids == from_text.token_ids and from_ids.prompt_token_ids == ids
+    with pytest.raises(TypeError, match="list of prompts"):
+        gen.generate(_prompts(tok, 1)[0], greedy)
+    with pytest.raises(ValueError, match="logprobs"):
+        Generation("x", [1, 2], [0.0], [1], "eos")
+    with pytest.raises(ValueError, match="unknown generation backend"):
+        make_generator("tgi", tiny_llama, tok)
+
+
+def test_update_weights_syncs_the_bf16_copy(tiny_llama, smollm2_tokenizer):
+    tok = smollm2_tokenizer
+    trainer_model = copy.deepcopy(tiny_llama)
+    gen = make_generator("hf", trainer_model, tok)  # bf16 copy
+    greedy = SamplingConfig(temperature=0.0, max_new_tokens=8)
+    before = gen.generate(_prompts(tok, 1), greedy)[0]
+    with torch.no_grad():  # a "trainer update" that changes the policy a lot
+        for p in trainer_model.parameters():
+            p.add_(torch.randn_like(p) * 0.3, alpha=1.0)
+    stale = gen.generate(_prompts(tok, 1), greedy)[0]
+    assert stale.token_ids == before.token_ids  # the copy does not follow until synced
+    gen.update_weights(trainer_model)
+    synced = gen.generate(_prompts(tok, 1), greedy)[0]
+    fresh = make_generator("hf", trainer_model, tok).generate(_prompts(tok, 1), greedy)[0]
+    assert synced.token_ids == fresh.token_ids != before.token_ids
+    assert synced.logprobs == fresh.logprobs
