@@ -16,7 +16,6 @@ from rlvmr_nb.prompts import (
     count_chat_tokens,
     format_admissible,
     render_prompt,
-    scienceworld_available_actions,
     scienceworld_templates_block,
     to_chat,
 )
@@ -147,14 +146,14 @@ SW_TEMPLATES = """Action templates (replace OBJ with an object and LOC with a lo
 
 def test_scienceworld_first_step_matches_hand_written_text():
     memory = AgentMemory(task="Your task is to boil water.", config=PromptConfig(env="scienceworld"))
-    available = scienceworld_available_actions(["open OBJ", "go to LOC"], ["door to kitchen", "kitchen"])
+    available = "Valid_actions: ['open OBJ', 'go to LOC'], OBJ needs to be replaced with one of the following objects: ['door to kitchen', 'kitchen']"
     text = memory.render("This room is called the hallway.", available_actions=available)
     expected = f"""{SW_INTRO}
 Your task: Your task is to boil water.
 Current observation: This room is called the hallway.
 {SW_TEMPLATES}
 Actions available at this moment:
-Valid action templates: [open OBJ, go to LOC]; replace each OBJ with one of these objects: [door to kitchen, kitchen]
+{available}
 Example of the expected action format: <action>focus on door</action>
 {SCIENCEWORLD_INSTRUCTIONS}"""
     assert text == expected

@@ -225,20 +225,6 @@ def scienceworld_templates_block(merged: bool = False) -> str:
     return "Action templates (replace OBJ with an object and LOC with a location):\n" + body
 
 
-def scienceworld_available_actions(templates: Sequence[str], objects: Sequence[str]) -> str:
-    """Compact "available actions" text from the env's templates and object names (spec §1.4).
-
-    Much shorter than listing every valid action-object combination (124–707 strings).
-    """
-    return (
-        "Valid action templates: ["
-        + ", ".join(templates)
-        + "]; replace each OBJ with one of these objects: ["
-        + ", ".join(objects)
-        + "]"
-    )
-
-
 def format_admissible(actions: Sequence[str]) -> str:
     """ALFWorld admissible list: each command single-quoted, one per line, ``help`` removed (spec §1.4)."""
     kept = [a for a in actions if a.strip().lower() != "help"]
@@ -468,8 +454,10 @@ def render_prompt(
         observation: the current observation.
         admissible_actions: ALFWorld admissible commands; for ScienceWorld the valid actions (used
             for the "available actions" section when `available_actions` is None).
-        available_actions: ScienceWorld only: the "available actions" text (e.g. from
-            `scienceworld_available_actions`) or a list to quote.
+        available_actions: ScienceWorld only: the "available actions" text — pass
+            ``info["available_actions"]`` from `rlvmr_nb.envs.scienceworld` (templates plus object
+            names, far shorter than the 124–707 valid combinations) — or a list to quote. When None,
+            `admissible_actions` is quoted instead.
         tokenizer: needed for budgeting; without it no budget is enforced.
         max_prompt_tokens: overrides ``memory.config.max_prompt_tokens``.
 
