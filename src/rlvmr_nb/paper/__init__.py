@@ -1,0 +1,122 @@
+"""The paper's published numbers (RLVMR, arXiv 2507.22844v1) as data, with loaders.
+
+`numbers.json` holds every number of Tables 1-5 and Figs. 1, 3, 5, 6 (spec §7), each block
+tagged with its source ("Table 1", "Fig. 3(a)", ...) and how it was read (``read_from``: typed
+table, printed bar label, or approximate curve reading). The loaders return tidy records, plain
+dicts with the keys of `RECORD_FIELDS`, so this package needs neither pandas nor matplotlib.
+
+    >>> from rlvmr_nb import paper
+    >>> paper.value(block="table1", model="Qwen2.5-7B-Instruct", method="RLVMR", env="alfworld", level="L2")
+    83.6
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import json
+from importlib import resources
+from typing import Any
+
+from .tidy import (
+    ALFWORLD_TASK_TYPES,
+    ENVS,
+    LEVELS,
+    RATE_METRICS,
+    RECORD_FIELDS,
+    display_method,
+    is_rate_metric,
+    load_ours,
+    make_record,
+    method_key,
+    ours_curve_records,
+    ours_for_model,
+    ours_records,
+    pivot,
+    select,
+    value_of,
+)
+
+__all__ = [
+    "ALFWORLD_TASK_TYPES", "ENVS", "LEVELS", "RATE_METRICS", "RECORD_FIELDS", "block", "block_ids",
+    "check_claims", "claims", "display_method", "is_rate_metric", "load_numbers", "load_ours", "make_record",
+    "method_key", "ours_curve_records", "ours_for_model", "ours_records", "pivot", "records", "select", "value",
+    "value_of",
+]
+
+
+@functools.lru_cache(maxsize=1)
+def _numbers() -> dict[str, Any]:
+    text = resources.files(__package__).joinpath("numbers.json").read_text(encoding="utf-8")
+    return json.loads(text)
+
+
+def load_numbers() -> dict[str, Any]:
+    """The raw contents of `numbers.json` (a deep copy: callers may mutate it)."""
+    return copy.deepcopy(_numbers())
+
+
+def block_ids() -> list[str]:
+    """Ids of all blocks, in paper order: 'table1'..'table5', 'fig1a', 'fig1b', 'fig3a'.., 'fig6_...'."""
+    return [b["id"] for b in _numbers()["blocks"]]
+
+
+def block(block_id: str) -> dict[str, Any]:
+    """One raw block (caption, notes, columns/rows or curves)."""
+    for b in _numbers()["blocks"]:
+        if b["id"] == block_id:
+            return copy.deepcopy(b)
+    raise KeyError(f"no block {block_id!r} in the paper numbers; known: {', '.join(block_ids())}")
+
+
+def _expand(b: dict[str, Any]) -> list[dict[str, Any]]:
+    """A block as records: a grid gives one record per (row, column), a curve one per point."""
+    base = {"block": b["id"], "source": b["source"], "read_from": b["read_from"], **b.get("defaults", {})}
+    out = []
+    for row in b.get("rows", []):
+        keys = {k: v for k, v in row.items() if k != "values"}
+        if len(row["values"]) != len(b["columns"]):
+            raise ValueError(f"{b['id']}: row {keys} has {len(row['values'])} values for {len(b['columns'])} columns")
+        for column, v in zip(b["columns"], row["values"]):
+            if v is not None:  # a dash in the paper: no number, no record
+                out.append(make_record(**base, **keys, **column, value=float(v)))
+    for curve in b.get("curves", []):
+        keys = {k: v for k, v in curve.items() if k != "points"}
+        for step, v in curve["points"]:
+            out.append(make_record(**base, **keys, step=step, value=float(v)))
+    return out
+
+
+@functools.lru_cache(maxsize=1)
+def _all_records() -> tuple[dict[str, Any], ...]:
+    return tuple(r for b in _numbers()["blocks"] for r in _expand(b))
+
+
+def records(**where: Any) -> list[dict[str, Any]]:
+    """All paper records matching ``where`` (see `select`), e.g. ``records(block="fig3a")``."""
+    return select(_all_records(), **where)
+
+
+def value(**where: Any) -> float | None:
+    """The single paper number matching ``where`` (None if absent; error if ambiguous)."""
+    return value_of(_all_records(), **where)
+
+
+def claims() -> list[dict[str, Any]]:
+    """Quantitative claims of the paper's text that can be checked against its tables."""
+    return copy.deepcopy(_numbers()["claims"])
+
+
+def check_claims() -> list[dict[str, Any]]:
+    """Each text claim recomputed from the table numbers: text, stated, computed, ok (within 0.05)."""
+    out = []
+    for claim in claims():
+        check = claim["check"]
+        a, b = value(**check["a"]), value(**check["b"])
+        if "difference" in check:
+            stated, computed = check["difference"], round(a - b, 2)
+        else:
+            stated, computed = check["relative_reduction_percent"], round(100 * (a - b) / a, 1)
+        out.append({"source": claim["source"], "text": claim["text"], "stated": stated, "computed": computed,
+                    "ok": abs(stated - computed) <= 0.05})
+    return out
