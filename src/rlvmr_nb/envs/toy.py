@@ -1,0 +1,339 @@
+"""`ToyEnv`: a small, deterministic, pure-Python text game with the real envs' interface.
+
+What it is for: tests and demos that need a real (if tiny) game, thousands of steps per second, no Java
+and no data files: the env pool's fault-tolerance tests, the trainer's learning test, rollout tests.
+
+The game: a hallway joined to three or four rooms; objects lie on floors or inside containers (some
+closed). Two task kinds, like ALFWorld's pick-and-place family:
+
+* ``put``   - "put the key in the drawer.": won when the object is inside that container.
+* ``bring`` - "bring the apple to the garden.": won when the object lies on that room's floor.
+
+Commands: ``go to R``, ``take O``, ``drop O``, ``put O in C``, ``open C``, ``close C``, ``look``,
+``inventory``. Anything else, or a command not possible here, answers "Nothing happens." and uses a
+step (as ALFWorld does). Admissible commands are listed every step. Reward 1 on the winning step.
+
+Task ids are ``'kind:variation'`` (e.g. ``'put:3'``); the variation seeds the layout, so a task id
+always builds the same world. `toy_expert_actions` finds a shortest solution by breadth-first search.
+
+Fault injection for pool tests (constructor kwargs, picklable): ``crash_on`` kills the process with
+SIGKILL when that command is sent, ``hang_on`` sleeps ``hang_seconds``, ``raise_on`` raises
+`RuntimeError`; ``step_delay`` adds a sleep to every step (to make parallel speed-ups measurable);
+``admissible="lazy"`` returns `LazyActionList`s like ScienceWorld does (exercises the pool's lazy path).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, replace
+from typing import Any, Sequence
+
+from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
+from rlvmr_nb.envs.lazy import state_bound_actions
+
+ENV_NAME = "toy"
+TASK_KINDS = ("put", "bring")
+NOTHING_HAPPENS = "Nothing happens."
+ROOM_POOL = ("kitchen", "bedroom", "garden", "study", "bathroom")
+OBJECT_POOL = ("apple", "key", "book", "mug", "ball", "coin", "pen")
+CONTAINER_POOL = ("box", "drawer", "basket", "cabinet")
+AGENT = "agent"  # location of carried objects
+
+
+@dataclass(frozen=True)
+class ToyWorld:
+    """The static layout of one task instance."""
+
+    rooms: tuple[str, ...]
+    exits: tuple[tuple[str, tuple[str, ...]], ...]
+    containers: tuple[tuple[str, str], ...]
+    """(container, room) pairs."""
+    kind: str
+    target: str
+    """Object to move."""
+    destination: str
+    """Container (put) or room (bring)."""
+
+    def exits_of(self, room: str) -> tuple[str, ...]:
+        return dict(self.exits)[room]
+
+    def containers_in(self, room: str) -> list[str]:
+        return [c for c, r in self.containers if r == room]
+
+    @property
+    def goal_text(self) -> str:
+        if self.kind == "put":
+            return f"put the {self.target} in the {self.destination}."
+        return f"bring the {self.target} to the {self.destination}."
+
+
+@dataclass(frozen=True)
+class ToyState:
+    """The dynamic state: where the agent is, where each object is, which containers are open."""
+
+    room: str
+    where: tuple[tuple[str, str], ...]
+    """(object, location) pairs, sorted; location is a room, a container or 'agent'."""
+    opened: frozenset[str]
+
+    def location(self, obj: str) -> str:
+        return dict(self.where)[obj]
+
+    def moved(self, obj: str, to: str) -> "ToyState":
+        return replace(self, where=tuple(sorted((o, to if o == obj else loc) for o, loc in self.where)))
+
+
+def parse_toy_task_id(tid: str) -> tuple[str, int]:
+    """'put:3' -> ('put', 3); ValueError with the expected form otherwise."""
+    kind, sep, var = tid.partition(":")
+    if not sep or kind not in TASK_KINDS or not var.isdigit():
+        raise ValueError(f"toy task id {tid!r} must look like 'put:3' or 'bring:0' (kinds: {TASK_KINDS})")
+    return kind, int(var)
+
+
+def build_world(tid: str) -> tuple[ToyWorld, ToyState]:
+    """The layout and initial state of a toy task; deterministic in the task id."""
+    kind, variation = parse_toy_task_id(tid)
+    rng = random.Random(f"toy:{kind}:{variation}")  # str seeds hash with sha512: stable across runs
+    rooms = ("hallway", *rng.sample(ROOM_POOL, rng.choice((3, 4))))
+    exits = {r: ["hallway"] for r in rooms[1:]}
+    exits["hallway"] = list(rooms[1:])
+    a, b = rooms[1], rooms[2]  # one shortcut between two side rooms
+    exits[a].append(b)
+    exits[b].append(a)
+    containers = tuple((c, rng.choice(rooms)) for c in rng.sample(CONTAINER_POOL, 2))
+    objects = rng.sample(OBJECT_POOL, 3)
+    places = list(rooms) + [c for c, _ in containers]
+    where = {o: rng.choice(places) for o in objects}
+    target = objects[0]
+    if kind == "put":
+        destination = rng.choice([c for c, _ in containers])
+    else:
+        destination = rng.choice([r for r in rooms if r != "hallway"])
+    if where[target] == destination:
+        where[target] = "hallway" if destination != "hallway" else rooms[1]
+    opened = frozenset(c for c, _ in containers if rng.random() < 0.5)
+    world = ToyWorld(
+        rooms=rooms,
+        exits=tuple((r, tuple(sorted(exits[r]))) for r in rooms),
+        containers=containers,
+        kind=kind,
+        target=target,
+        destination=destination,
+    )
+    return world, ToyState(room="hallway", where=tuple(sorted(where.items())), opened=opened)
+
+
+def _a(noun: str) -> str:
+    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
+
+
+def _visible_objects(world: ToyWorld, state: ToyState) -> list[str]:
+    here = {state.room} | {c for c in world.containers_in(state.room) if c in state.opened}
+    return sorted(o for o, loc in state.where if loc in here)
+
+
+def _held(state: ToyState) -> list[str]:
+    return sorted(o for o, loc in state.where if loc == AGENT)
+
+
+def admissible(world: ToyWorld, state: ToyState) -> list[str]:
+    """Every command that does something in `state`, sorted (plus look and inventory)."""
+    cmds = [f"go to {r}" for r in world.exits_of(state.room)]
+    cmds += [f"take {o}" for o in _visible_objects(world, state)]
+    for c in world.containers_in(state.room):
+        cmds.append(f"close {c}" if c in state.opened else f"open {c}")
+    for o in _held(state):
+        cmds.append(f"drop {o}")
+        cmds += [f"put {o} in {c}" for c in world.containers_in(state.room) if c in state.opened]
+    return sorted(cmds) + ["inventory", "look"]
+
+
+def describe(world: ToyWorld, state: ToyState) -> str:
+    """The 'look' text of the current room."""
+    parts = [f"You are in the {state.room}."]
+    things = [_a(f"{'open' if c in state.opened else 'closed'} {c}") for c in world.containers_in(state.room)]
+    things += [_a(o) for o, loc in state.where if loc == state.room]
+    parts.append("You see " + (", ".join(things) if things else "nothing special") + ".")
+    for c in world.containers_in(state.room):
+        if c in state.opened:
+            inside = [o for o, loc in state.where if loc == c]
+            parts.append(f"In the {c}: " + (", ".join(_a(o) for o in inside) if inside else "nothing") + ".")
+    parts.append("Exits: " + ", ".join(world.exits_of(state.room)) + ".")
+    return " ".join(parts)
+
+
+def transition(world: ToyWorld, state: ToyState, action: str) -> tuple[ToyState, str]:
+    """Apply one command; inadmissible commands leave the state unchanged with 'Nothing happens.'"""
+    cmd = " ".join(action.strip().lower().split())
+    if cmd == "look":
+        return state, describe(world, state)
+    if cmd == "inventory":
+        held = _held(state)
+        return state, "You are carrying: " + (", ".join(_a(o) for o in held) if held else "nothing") + "."
+    if cmd not in admissible(world, state):
+        return state, NOTHING_HAPPENS
+    verb, _, rest = cmd.partition(" ")
+    if verb == "go":
+        room = rest.removeprefix("to ")
+        new = replace(state, room=room)
+        return new, describe(world, new)
+    if verb == "take":
+        return state.moved(rest, AGENT), f"You take the {rest}."
+    if verb == "drop":
+        return state.moved(rest, state.room), f"You drop the {rest} in the {state.room}."
+    if verb == "put":
+        obj, _, container = rest.partition(" in ")
+        return state.moved(obj, container), f"You put the {obj} in the {container}."
+    if verb == "open":
+        new = replace(state, opened=state.opened | {rest})
+        inside = [o for o, loc in state.where if loc == rest]
+        return new, f"You open the {rest}. " + (
+            "In it you see " + ", ".join(_a(o) for o in inside) + "." if inside else "It is empty."
+        )
+    # close
+    return replace(state, opened=state.opened - {rest}), f"You close the {rest}."
+
+
+def is_won(world: ToyWorld, state: ToyState) -> bool:
+    """Goal test: target inside the destination container / on the destination room's floor."""
+    return state.location(world.target) == world.destination
+
+
+def toy_expert_actions(task: TaskSpec | str) -> list[str]:
+    """A shortest command sequence that wins the task (breadth-first search over the tiny state space)."""
+    world, start = build_world(task if isinstance(task, str) else task.task_id)
+    parents: dict[ToyState, tuple[ToyState, str] | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        state = queue.popleft()
+        if is_won(world, state):
+            plan: list[str] = []
+            while parents[state] is not None:
+                state, cmd = parents[state]  # type: ignore[misc]
+                plan.append(cmd)
+            return plan[::-1]
+        for cmd in admissible(world, state):
+            if cmd in ("look", "inventory"):
+                continue
+            nxt, _ = transition(world, state, cmd)
+            if nxt not in parents:
+                parents[nxt] = (state, cmd)
+                queue.append(nxt)
+    raise RuntimeError(f"toy task {world} has no solution (bug in build_world)")
+
+
+def toy_tasks(n: int = 8, *, kinds: tuple[str, ...] = TASK_KINDS, start: int = 0, split: str = "") -> list[TaskSpec]:
+    """`n` toy tasks cycling through `kinds`: 'put:start', 'bring:start+1', ... (deterministic)."""
+    for kind in kinds:
+        if kind not in TASK_KINDS:
+            raise ValueError(f"unknown toy task kind {kind!r}; use {TASK_KINDS}")
+    return [
+        TaskSpec(task_id=f"{kinds[i % len(kinds)]}:{start + i}", env=ENV_NAME, split=split, task_type=kinds[i % len(kinds)])
+        for i in range(n)
+    ]
+
+
+class ToyEnv:
+    """`TextEnv` over the toy game. `max_steps` ends an episode (done, not won) after that many steps."""
+
+    name = ENV_NAME
+
+    def __init__(
+        self,
+        *,
+        max_steps: int = 50,
+        step_delay: float = 0.0,
+        crash_on: str | None = None,
+        hang_on: str | None = None,
+        raise_on: str | None = None,
+        hang_seconds: float = 3600.0,
+        admissible: str = "eager",
+    ) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        if admissible not in ("eager", "lazy"):
+            raise ValueError(f"admissible must be 'eager' or 'lazy', got {admissible!r}")
+        self.admissible_mode = admissible
+        self.max_steps = max_steps
+        self.step_delay = step_delay
+        self.crash_on, self.hang_on, self.raise_on = crash_on, hang_on, raise_on
+        self.hang_seconds = hang_seconds
+        self._world: ToyWorld | None = None
+        self._state: ToyState | None = None
+        self._t = 0
+        self._done = False
+        self._version = 0  # bumped on every reset/step; a lazy list is valid for one version only
+
+    def reset(self, task: TaskSpec) -> Reset:
+        if task.env not in (ENV_NAME, ""):
+            raise ValueError(f"task {task.task_id!r} is for env {task.env!r}, not {ENV_NAME!r}")
+        self._world, self._state = build_world(task.task_id)
+        self._t, self._done = 0, False
+        self._version += 1
+        text = self._world.goal_text
+        observation = describe(self._world, self._state) + f" Your task is to: {text}"
+        return Reset(
+            observation=observation,
+            admissible_actions=self._admissible_result(),  # type: ignore[arg-type]
+            task_text=text,
+            task_type=self._world.kind,
+            info={"t": 0},
+        )
+
+    def step(self, action: str) -> StepResult:
+        if self._world is None or self._state is None:
+            raise RuntimeError("call reset(task) before step()")
+        if not isinstance(action, str):
+            raise TypeError(f"action must be a str, got {type(action).__name__}")
+        self._inject_faults(action)
+        if self.step_delay:
+            time.sleep(self.step_delay)
+        self._state, feedback = transition(self._world, self._state, action)
+        self._t += 1
+        self._version += 1
+        won = is_won(self._world, self._state)
+        done = won or self._t >= self.max_steps
+        return StepResult(
+            observation=feedback,
+            reward=1.0 if won else 0.0,
+            done=done,
+            won=won,
+            admissible_actions=self._admissible_result(),  # type: ignore[arg-type]
+            info={"t": self._t},
+        )
+
+    def admissible_actions(self) -> list[str]:
+        """Commands that do something in the current state (plus look and inventory)."""
+        if self._world is None or self._state is None:
+            raise RuntimeError("call reset(task) before admissible_actions()")
+        return admissible(self._world, self._state)
+
+    def _admissible_result(self) -> Sequence[str]:
+        if self.admissible_mode == "eager":
+            return self.admissible_actions()
+        return state_bound_actions(self.admissible_actions, lambda: self._version, "ToyEnv")
+
+    def close(self) -> None:
+        self._world = self._state = None
+
+    def _inject_faults(self, action: str) -> None:
+        if self.crash_on is not None and action == self.crash_on:
+            os.kill(os.getpid(), signal.SIGKILL)
+        if self.hang_on is not None and action == self.hang_on:
+            time.sleep(self.hang_seconds)
+        if self.raise_on is not None and action == self.raise_on:
+            raise RuntimeError(f"ToyEnv: injected failure on {action!r}")
+
+    def __repr__(self) -> str:
+        return f"ToyEnv(max_steps={self.max_steps})"
+
+
+def describe_task(task: TaskSpec | str) -> dict[str, Any]:
+    """Layout summary of a toy task (for debugging and notebooks)."""
+    world, state = build_world(task if isinstance(task, str) else task.task_id)
+    return {"goal": world.goal_text, "rooms": world.rooms, "containers": dict(world.containers), "objects": dict(state.where)}
