@@ -1,0 +1,207 @@
+"""Multi-turn group rollouts: B tasks × G rollouts × up to T steps → `Episode`s (spec §3.1, §3.6).
+
+At every step the prompts of *all* still-active episodes are generated in one batched call, then
+the environments step in parallel (an `EnvPool`, or `LocalEnvs` in-process). Episodes that finish
+early are masked out; an environment fault marks only that episode `aborted`. Rewards are *not*
+computed here (architecture rule): the trainer calls `rewards.assign_rewards` on the result.
+
+Every returned `Step` carries what the trainer needs: prompt and response token ids, the sampler's
+log-probs, tag, validity, admissibility, feedback and the env reward (r_s · won at the winning step).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol, Sequence
+
+from .envs.base import Reset, StepResult, TaskSpec, TextEnv
+from .generation.base import Generator, SamplingConfig
+from .prompts import AgentMemory, PromptConfig, to_chat
+from .tags import parse_output
+from .trajectory import Episode, Step
+
+
+class EnvSlots(Protocol):
+    """What the rollout needs from an environment pool: one env per slot, reset and stepped in bulk.
+
+    Results that are not `Reset`/`StepResult` mean the slot's environment failed (the pool's
+    ``Aborted`` record, whose ``reason`` is kept in the episode info)."""
+
+    def reset(self, tasks: Sequence[TaskSpec]) -> list[Any]: ...
+
+    def step(self, actions: Mapping[int, str]) -> Mapping[int, Any]: ...
+
+
+class LocalEnvs:
+    """In-process `EnvSlots`: one env object per slot, stepped one after another.
+
+    Enough for tests, notebooks and single-env CPU runs; use `envs.pool.EnvPool` to step slow engines
+    in parallel processes."""
+
+    def __init__(self, make_env: Callable[[], TextEnv]):
+        self._make_env = make_env
+        self._envs: list[TextEnv] = []
+
+    def reset(self, tasks: Sequence[TaskSpec]) -> list[Any]:
+        while len(self._envs) < len(tasks):
+            self._envs.append(self._make_env())
+        return [env.reset(task) for env, task in zip(self._envs, tasks)]
+
+    def step(self, actions: Mapping[int, str]) -> dict[int, Any]:
+        return {slot: self._envs[slot].step(action) for slot, action in actions.items()}
+
+    def close(self) -> None:
+        for env in self._envs:
+            env.close()
+        self._envs.clear()
+
+
+@dataclass
+class RolloutConfig:
+    """Shape of one rollout batch (spec §3.1; paper App. A.2)."""
+
+    group_size: int = 8
+    """G: rollouts per task, sharing one group id (paper: 8)."""
+    max_steps: int = 30
+    """T: environment steps per episode (paper: 30)."""
+    success_reward: float = 10.0
+    """Env reward recorded at the winning step (official code: 10·won)."""
+    seed: int = 0
+    """Base sampling seed; step seeds are derived from (seed, iteration, step)."""
+    progress: bool = True
+    """Show a tqdm bar over steps."""
+
+
+def _derived_seed(*parts: object) -> int:
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def run_rollouts(
+    tasks: Sequence[TaskSpec],
+    envs: EnvSlots,
+    generator: Generator,
+    tokenizer: Any,
+    prompt_config: PromptConfig,
+    sampling: SamplingConfig,
+    config: RolloutConfig = RolloutConfig(),
+    iteration: int = 0,
+    group_indices: Sequence[int] | None = None,
+) -> list[Episode]:
+    """Roll out every task `config.group_size` times; returns episodes task-major (group by group).
+
+    Args:
+        tasks: the B task instances of this batch.
+        envs: B·G environment slots (slot i·G + r is rollout r of task i).
+        generator: the policy's generation backend (its weights must be the current policy's).
+        tokenizer: the policy tokenizer (chat template, prompt budgeting).
+        prompt_config: prompt style and budget; its `parser_mode` sets the validity rules.
+        sampling: temperature etc. (spec §1.5: 1.0 for training, 0.4 for evaluation).
+        config: group size, max steps, seed.
+        iteration: training iteration, used in group ids and seeds.
+        group_indices: index of each task in the whole batch (default 0..B-1); with several ranks
+            each rolls out a share of the batch and group ids must stay unique.
+    """
+    G = config.group_size
+    if group_indices is None:
+        group_indices = range(len(tasks))
+    if len(group_indices) != len(tasks):
+        raise ValueError(f"{len(group_indices)} group indices for {len(tasks)} tasks")
+    slot_groups = [g for g in group_indices for _ in range(G)]
+    slot_tasks = [task for task in tasks for _ in range(G)]
+    episodes = [
+        Episode(
+            task_id=task.task_id,
+            env=task.env,
+            split=task.split,
+            task_type=task.task_type,
+            group_id=f"it{iteration}-g{slot_groups[i]}",
+            episode_id=f"it{iteration}-g{slot_groups[i]}-r{i % G}",
+            seed=config.seed,
+            info={"iteration": iteration},
+        )
+        for i, task in enumerate(slot_tasks)
+    ]
+    memories = [AgentMemory(config=prompt_config) for _ in slot_tasks]
+    state: dict[int, Reset | StepResult] = {}
+    for slot, result in enumerate(envs.reset(slot_tasks)):
+        if isinstance(result, Reset):
+            episodes[slot].task_text = result.task_text
+            episodes[slot].task_type = result.task_type or episodes[slot].task_type
+            memories[slot].task = result.task_text
+            state[slot] = result
+        else:
+            _abort(episodes[slot], result, "reset")
+    try:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.max_steps, desc=f"rollout it{iteration}", disable=not config.progress, leave=False)
+    except ImportError:  # pragma: no cover
+        bar = None
+    for t in range(config.max_steps):
+        active = sorted(state)
+        if not active:
+            break
+        texts = []
+        for slot in active:
+            cur = state[slot]
+            text = memories[slot].render(
+                cur.observation,
+                cur.admissible_actions,
+                available_actions=cur.info.get("available_actions"),
+                tokenizer=tokenizer,
+            )
+            texts.append(to_chat(tokenizer, text))
+        generations = generator.generate(texts, sampling.replace(n=1, seed=_derived_seed(config.seed, iteration, t)))
+        actions, parsed_by_slot = {}, {}
+        for slot, gen in zip(active, generations):
+            parsed = parse_output(gen.text, mode=prompt_config.parser_mode)
+            parsed_by_slot[slot] = (parsed, gen)
+            actions[slot] = parsed.action
+        results = envs.step(actions)
+        for slot in active:
+            parsed, gen = parsed_by_slot[slot]
+            cur = state[slot]
+            result = results.get(slot)
+            memories[slot].record(cur.observation, gen.text, parsed.action)
+            step = Step(
+                t=t,
+                observation=cur.observation,
+                admissible_actions=list(cur.admissible_actions),
+                output=gen.text,
+                tag=parsed.tag,
+                reasoning=parsed.reasoning,
+                action=parsed.action,
+                plan=parsed.plan,
+                valid=parsed.valid,
+                invalid_reasons=list(parsed.invalid_reasons),
+                admissible=parsed.action in cur.admissible_actions,
+                prompt_token_ids=list(gen.prompt_token_ids),
+                response_token_ids=list(gen.token_ids),
+                response_logprobs=list(gen.logprobs),
+                extra={"finish_reason": gen.finish_reason},
+            )
+            episodes[slot].steps.append(step)
+            if not isinstance(result, StepResult):
+                _abort(episodes[slot], result, f"step {t}")
+                del state[slot]
+                continue
+            step.feedback, step.done, step.won = result.observation, result.done, result.won
+            step.env_reward = config.success_reward if result.won else 0.0
+            if result.done or t == config.max_steps - 1:
+                episodes[slot].won = result.won
+                del state[slot]
+            else:
+                state[slot] = result
+        if bar:
+            bar.update(1)
+            bar.set_postfix(active=len(state))
+    if bar:
+        bar.close()
+    return episodes
+
+
+def _abort(episode: Episode, result: Any, where: str) -> None:
+    episode.aborted = True
+    episode.info["abort"] = {"where": where, "reason": str(getattr(result, "reason", result))}

@@ -1,0 +1,104 @@
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from rlvmr_nb.trainer import TrainConfig, latest_checkpoint, read_metrics, train  # noqa: E402
+
+from door_env import door_tasks  # noqa: E402
+from trainer_helpers import door_slots, format_taught_model, small_config  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def test_config_validation():
+    with pytest.raises(ValueError, match="algo"):
+        TrainConfig(algo="ppo")
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        TrainConfig(micro_batch_size=32, mini_batch_size=16)
+    cfg = TrainConfig.from_dict(TrainConfig(lr=3e-6).to_dict())
+    assert cfg.lr == 3e-6 and cfg.reward.success_reward == 10.0
+
+
+def right_door_rate(model, tok, n: int = 64) -> float:
+    """Share of n sampled answers (T = 1, fixed seed) that open the right door."""
+    from rlvmr_nb.generation.base import SamplingConfig
+    from rlvmr_nb.generation.hf import HFGenerator
+    from rlvmr_nb.prompts import AgentMemory, PromptConfig, to_chat
+    from rlvmr_nb.tags import parse_output
+
+    from door_env import ACTIONS, OBS, RIGHT
+
+    prompt = to_chat(tok, AgentMemory(config=PromptConfig(env="alfworld", max_prompt_tokens=None)).render(OBS, ACTIONS))
+    gens = HFGenerator(model, tok, max_batch_size=32).generate([prompt] * n, SamplingConfig(max_new_tokens=24, seed=123))
+    return sum(parse_output(g.text).action == RIGHT for g in gens) / n
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", ["rlvmr", "grpo"])
+def test_trainer_learns_the_right_action(tmp_path, algo):
+    model, tok = format_taught_model()
+    before = right_door_rate(model, tok)
+    cfg = small_config(tmp_path, algo=algo, iterations=16, save_every=100, lr=1e-3, tasks_per_iteration=2)
+    rows = train(cfg, tasks=door_tasks(), make_env_slots=door_slots, policy=model, tokenizer=tok)
+    after = right_door_rate(model, tok)
+    assert 0.15 < before < 0.85, f"the format-taught model should start undecided, got {before:.2f}"
+    assert after >= 0.7 and after >= before + 0.2, (before, after, [round(r["success"], 2) for r in rows])
+    assert all(r["samples"] == 16 for r in rows) and rows[-1]["updates"] == 2
+    metrics = read_metrics(tmp_path)
+    assert len(metrics) == 16 and "pg_loss" in metrics[0] and "tag/monitor" in metrics[0]
+    assert (tmp_path / "metrics.csv").exists() and (tmp_path / "episodes.jsonl").exists()
+
+
+def _params(path: Path) -> dict:
+    return torch.load(path / "model.pt", weights_only=True)
+
+
+@pytest.mark.slow
+def test_kill_and_resume_reproduces_uninterrupted_run(tmp_path):
+    # Uninterrupted reference run.
+    model, tok = format_taught_model()
+    ref_dir = tmp_path / "ref"
+    train(small_config(ref_dir, iterations=3), tasks=door_tasks(), make_env_slots=door_slots, policy=model, tokenizer=tok)
+    # The same run in a subprocess, killed with SIGKILL once the first checkpoint is on disk.
+    run_dir = tmp_path / "run"
+    env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.Popen([sys.executable, str(HERE / "trainer_subprocess.py"), str(run_dir), "3", "0.5"], env=env)
+    deadline = time.time() + 300
+    while latest_checkpoint(run_dir) is None and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    first = latest_checkpoint(run_dir)
+    assert first is not None and first.name in ("ckpt-00000", "ckpt-00001"), "kill came too late to test resume"
+    # Resume in this process with a freshly loaded initial model: the checkpoint restores everything.
+    model, tok = format_taught_model()
+    rows = train(small_config(run_dir, iterations=3), tasks=door_tasks(), make_env_slots=door_slots, policy=model,
+                 tokenizer=tok)
+    assert rows[0]["iteration"] == int(first.name.split("-")[1]) + 1
+    a, b = _params(ref_dir / "ckpt-00002"), _params(run_dir / "ckpt-00002")
+    assert a.keys() == b.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a), "resumed parameters differ from the uninterrupted run"
+
+
+@pytest.mark.slow
+def test_two_process_gloo_update_equals_single_process(tmp_path):
+    script = HERE / "ddp_update_script.py"
+    env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    single = tmp_path / "single.pt"
+    subprocess.run([sys.executable, str(script), str(single)], env=env, check=True, timeout=300)
+    double = tmp_path / "ddp.pt"
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+                    str(double)], env=env, check=True, timeout=300)
+    a, b = torch.load(single, weights_only=True), torch.load(double, weights_only=True)
+    changed = [k for k in a["before"] if not torch.equal(a["before"][k], a["after"][k])]
+    assert changed, "the update changed nothing"
+    for k in a["after"]:
+        torch.testing.assert_close(a["after"][k], b["after"][k], rtol=1e-5, atol=1e-6)
