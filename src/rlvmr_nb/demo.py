@@ -46,11 +46,11 @@ class DemoResult:
 
 def step_table(episodes: list[Episode]) -> str:
     """A plain-text table of every step: tag, validity, action, r_MR, score, advantage."""
-    lines = [f"{'rollout':<8}{'t':>3}  {'tag':<11}{'valid':<6}{'r_MR':>6}{'score':>7}{'A':>8}  action"]
+    lines = [f"{'rollout':<13}{'t':>3}  {'tag':<11}{'valid':<6}{'r_MR':>6}{'score':>7}{'A':>8}  action"]
     for ep in episodes:
         for s in ep.steps:
             lines.append(
-                f"{ep.episode_id:<8}{s.t:>3}  {str(s.tag):<11}{str(s.valid):<6}{s.mr_reward:>6.1f}"
+                f"{ep.episode_id:<13}{s.t:>3}  {str(s.tag):<11}{str(s.valid):<6}{s.mr_reward:>6.1f}"
                 f"{s.score:>7.1f}{s.advantage:>8.3f}  {s.action}"
             )
     return "\n".join(lines)

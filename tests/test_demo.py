@@ -1,0 +1,32 @@
+import pytest
+
+from rlvmr_nb.cli import main
+from rlvmr_nb.demo import example_group_path, run_demo
+from rlvmr_nb.trajectory import read_episodes
+
+
+def test_example_group_is_a_recorded_alfworld_group():
+    eps = read_episodes(example_group_path())
+    assert [e.won for e in eps] == [True, True, False, False]
+    assert {e.group_id for e in eps} == {"example"} and all(e.env == "alfworld" for e in eps)
+    # recorded engine feedback, e.g. the win message and ALFWorld's no-op answer
+    assert eps[0].steps[-1].feedback == "You move the apple 1 to the diningtable 2."
+    assert any(s.feedback == "Nothing happens." for s in eps[2].steps)
+
+
+def test_demo_numbers_and_figure(tmp_path):
+    result = run_demo(out_dir=tmp_path)
+    r1 = result.episodes[1]
+    # the recovery: a non-admissible heat (not at the microwave) followed by a rewarded <reflection>
+    assert not r1.steps[4].admissible and r1.steps[5].tag == "reflection" and r1.steps[5].mr_reward == 1.0
+    # winning rollouts get positive advantages at every step, the looping one negative everywhere
+    assert all(s.advantage > 0 for s in result.episodes[0].steps)
+    assert all(s.advantage < 0 for s in result.episodes[2].steps)
+    assert result.summary["success"] == 0.5 and result.summary["repetitive"] > 0.2
+    assert result.figure is not None and result.figure.stat().st_size > 10_000
+
+
+def test_cli_demo(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path), "--preset", "paper"]) == 0
+    out = capsys.readouterr().out
+    assert "r1-recovers" in out and '"success": 0.5' in out and (tmp_path / "demo_example_group.png").exists()
