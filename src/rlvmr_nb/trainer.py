@@ -618,7 +618,7 @@ def default_tasks(config: TrainConfig) -> list[TaskSpec]:
 
         return alfworld_tasks("train", level=config.level)
     if config.env == "scienceworld":
-        from .envs.scienceworld import scienceworld_tasks
+        from .envs.scienceworld_splits import scienceworld_tasks
 
         return scienceworld_tasks(config.level, "train")
     if config.env == "toy":

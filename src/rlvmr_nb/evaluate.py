@@ -1,0 +1,148 @@
+"""Evaluate a policy on a fixed split: Episodes + metrics → a traceable results file (spec §6, §11).
+
+Unlike the official validation (128 random draws with replacement), evaluation iterates over the
+split's full, fixed task list in a deterministic order — or a seeded subset of it — once per task,
+at temperature 0.4 with sampling (spec §1.5).
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Sequence
+
+from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
+from .envs.base import TaskSpec
+from .metrics import summarize
+from .trajectory import Episode, write_episodes
+
+@dataclass
+class EvalConfig:
+    """What to evaluate and how."""
+
+    env: str = "alfworld"
+    """'alfworld', 'scienceworld' or 'toy'."""
+    level: str = "L0"
+    """L0 / L1 / L2 (paper §2.1); selects the evaluation split."""
+    max_tasks: int | None = None
+    """Evaluate a seeded subset of this many tasks (None: the whole split, e.g. 140 ALFWorld L0 games)."""
+    seed: int = 0
+    """Subset choice and sampling seed."""
+    temperature: float = 0.4
+    """Sampling temperature (official validation: 0.4)."""
+    max_steps: int = 30
+    """Steps per episode (paper: 30)."""
+    max_new_tokens: int = 256
+    """Response budget per step."""
+    max_prompt_tokens: int | None = 6000
+    """Prompt budget; oldest history is dropped beyond it."""
+    prompt_style: str = "meta_think"
+    """'meta_think' (RLVMR), 'think' (GRPO/GiGPO) or 'react' (zero-shot)."""
+    batch_tasks: int = 8
+    """Episodes stepped together (generation is batched across them)."""
+    env_workers: int = 0
+    """Env worker processes (0: in-process)."""
+
+
+def eval_tasks(config: EvalConfig) -> list[TaskSpec]:
+    """The evaluation task list for (env, level): full split in a fixed order, or a seeded subset."""
+    if config.env == "alfworld":
+        from .envs.alfworld import alfworld_tasks
+
+        tasks = alfworld_tasks("test", level=config.level)
+    elif config.env == "scienceworld":
+        from .envs.scienceworld_splits import scienceworld_tasks
+
+        tasks = scienceworld_tasks(config.level, "test")
+    elif config.env == "toy":
+        from .envs.toy import toy_tasks
+
+        tasks = toy_tasks(16, split="test")
+    else:
+        raise ValueError(f"unknown env {config.env!r}; choose alfworld, scienceworld or toy")
+    if config.max_tasks is not None and config.max_tasks < len(tasks):
+        tasks = seeded_subset(tasks, config.max_tasks, config.seed)
+    return tasks
+
+
+def evaluate_policy(
+    model: Any,
+    tokenizer: Any,
+    config: EvalConfig,
+    tasks: Sequence[TaskSpec] | None = None,
+    make_env_slots: Any = None,
+    progress: bool = True,
+) -> tuple[list[Episode], dict]:
+    """Run one episode per task and return (episodes, metrics summary)."""
+    from .generation.base import SamplingConfig
+    from .generation.hf import HFGenerator
+    from .prompts import PromptConfig
+    from .rollout import RolloutConfig, run_rollouts
+    from .trainer import TrainConfig, default_env_slots
+
+    tasks = list(tasks if tasks is not None else eval_tasks(config))
+    if not tasks:
+        raise ValueError("no evaluation tasks")
+    env_slots = make_env_slots() if make_env_slots else default_env_slots(
+        TrainConfig(env=config.env, env_workers=config.env_workers)
+    )
+    generator = HFGenerator(model, tokenizer)
+    prompt_config = PromptConfig(env="scienceworld" if config.env == "scienceworld" else "alfworld",
+                                 style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
+    sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
+    episodes: list[Episode] = []
+    try:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(tasks), desc=f"eval {config.env} {config.level}", disable=not progress)
+        for i in range(0, len(tasks), config.batch_tasks):
+            chunk = tasks[i : i + config.batch_tasks]
+            episodes += run_rollouts(chunk, env_slots, generator, tokenizer, prompt_config, sampling,
+                                     RolloutConfig(group_size=1, max_steps=config.max_steps, seed=config.seed,
+                                                   progress=False),
+                                     iteration=0, group_indices=range(i, i + len(chunk)))
+            bar.update(len(chunk))
+        bar.close()
+    finally:
+        generator.close()
+        if hasattr(env_slots, "close"):
+            env_slots.close()
+    for ep in episodes:
+        ep.info["eval"] = {"level": config.level, "temperature": config.temperature}
+    return episodes, summarize(episodes)
+
+
+def provenance(seed: int | None = None) -> dict:
+    """Command, versions, git SHA and machine: what a results file must carry to be traceable."""
+    versions = {}
+    for pkg in ("rlvmr-nb", "torch", "transformers", "alfworld", "scienceworld", "textworld"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        sha = None
+    return {"command": " ".join(sys.argv), "versions": versions, "git_sha": sha, "seed": seed,
+            "python": platform.python_version(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%d")}
+
+
+def write_results(path: str | Path, summary: dict, config: Any, episodes: Sequence[Episode] | None = None,
+                  extra: dict | None = None) -> Path:
+    """Write a results JSON (metrics + config + provenance) and, optionally, the episodes beside it."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
+    doc = {"metrics": summary, "config": cfg, "provenance": provenance(cfg.get("seed")), **(extra or {})}
+    path.write_text(json.dumps(doc, indent=2, default=float))
+    if episodes is not None:
+        write_episodes(path.with_suffix(".episodes.jsonl"), episodes)
+    return path
