@@ -3,10 +3,11 @@
 Same seeded random walk for every mode: actions are drawn from the state's valid-action list, which is
 refreshed every `--refresh` steps outside the timed region (so "raw" times only the step itself).
 
-* one env in-process: env creation (JVM start), first/next reset, raw steps/s (`step` on the fast path),
-  steps/s when every step also computes the valid-action list, JVM RSS;
-* EnvPool with 1 worker x 1 slot (process-boundary overhead) and 2 workers x 2 slots (parallel speed-up):
-  total raw steps/s;
+* one env in-process: env creation (JVM start), first/next reset, steps/s in three modes - raw (the
+  fast path alone), text (+ the prompt's available-actions string, the env default) and valid (+ the full
+  valid-action list every step) - and JVM RSS;
+* EnvPool with 1 worker x 1 slot (process-boundary overhead) and 2 workers x 2 slots (parallel speed-up),
+  raw mode, total steps/s over slots; modes run in alternating blocks so load drift affects all alike;
 * `--gold`: `replay_gold_sample(per_task)` over all 30 tasks (several minutes: genetics gold paths take
   up to ~80 s to generate).
 
@@ -68,7 +69,7 @@ def run_info(argv: list[str]) -> dict[str, Any]:
             "rlvmr-nb": pkg("rlvmr-nb"),
             "scienceworld": pkg("scienceworld"),
             "py4j": pkg("py4j"),
-            "java": java.splitlines()[0] if java else None,
+            "java": next((line for line in (java or "").splitlines() if not line.startswith("Picked up")), None),
         },
         "java_tool_options": os.environ.get("JAVA_TOOL_OPTIONS"),
         "machine": {
@@ -84,61 +85,70 @@ def rate(n: int, seconds: float) -> float:
     return round(n / seconds, 1) if seconds > 0 else float("nan")
 
 
-def walk_one_env(env: ScienceWorldEnv, n_steps: int, refresh: int, seed: int, with_valid_list: bool) -> dict[str, Any]:
-    """Random walk on one env; times only `step` (+ the valid list when `with_valid_list`)."""
-    rng = random.Random(seed)
-    timed, steps, task_i = 0.0, 0, 0
-    env.reset(WALK_TASKS[task_i])
-    choices = env.admissible_actions()
-    while steps < n_steps:
-        action = rng.choice(choices)
-        t0 = time.perf_counter()
-        result = env.step(action)
-        if with_valid_list:
-            fresh = env.admissible_actions()
-        timed += time.perf_counter() - t0
-        steps += 1
-        if result.done:
-            task_i = (task_i + 1) % len(WALK_TASKS)
-            env.reset(WALK_TASKS[task_i])
-            choices = env.admissible_actions()
-        elif with_valid_list:
-            choices = fresh
-        elif steps % refresh == 0:
-            choices = env.admissible_actions()
-    return {"steps": steps, "seconds": round(timed, 3), "steps_per_s": rate(steps, timed), "ms_per_step": round(1000 * timed / steps, 2)}
+class EnvWalk:
+    """Seeded random walk on one in-process env; `run(n)` returns (steps, timed seconds).
+
+    mode 'raw': step only (include_available_actions=False); 'text': step + the prompt's
+    available-actions string (the env default); 'valid': step + text + the full valid-action list.
+    """
+
+    def __init__(self, env: ScienceWorldEnv, mode: str, refresh: int, seed: int) -> None:
+        self.env, self.mode, self.refresh = env, mode, refresh
+        self.rng = random.Random(seed)
+        self.task_i, self.n = 0, 0
+        self.env.reset(WALK_TASKS[0])
+        self.choices = env.admissible_actions()
+
+    def run(self, n_steps: int) -> tuple[int, float]:
+        env = self.env
+        env.include_available_actions = self.mode != "raw"
+        elapsed = 0.0
+        for _ in range(n_steps):
+            action = self.rng.choice(self.choices)
+            t0 = time.perf_counter()
+            result = env.step(action)
+            if self.mode == "valid":
+                self.choices = env.admissible_actions()
+            elapsed += time.perf_counter() - t0
+            self.n += 1
+            if result.done:
+                self.task_i = (self.task_i + 1) % len(WALK_TASKS)
+                env.reset(WALK_TASKS[self.task_i])
+                self.choices = env.admissible_actions()
+            elif self.mode != "valid" and self.n % self.refresh == 0:
+                self.choices = env.admissible_actions()
+        return n_steps, elapsed
 
 
-def walk_pool(pool: EnvPool, n_slots: int, n_steps: int, refresh: int, seed: int) -> dict[str, Any]:
-    """Random walk on every slot of a pool in lock step; times only `pool.step` (total steps over slots)."""
-    rng = random.Random(seed)
-    tasks = [WALK_TASKS[i % len(WALK_TASKS)] for i in range(n_slots)]
-    t0 = time.perf_counter()
-    resets = pool.reset(tasks)
-    reset_s = time.perf_counter() - t0
-    assert not any(isinstance(r, Aborted) for r in resets), resets
-    choices = pool.admissible_actions()
-    timed, steps, rounds = 0.0, 0, 0
-    while steps < n_steps:
-        actions = {s: rng.choice(choices[s]) for s in pool.active_slots}
+class PoolWalk:
+    """The same walk on every slot of an `EnvPool` in lock step; `run(n)` steps until n slot-steps are done."""
+
+    def __init__(self, pool: EnvPool, n_slots: int, refresh: int, seed: int) -> None:
+        self.pool, self.refresh = pool, refresh
+        self.rng = random.Random(seed)
+        self.tasks = [WALK_TASKS[i % len(WALK_TASKS)] for i in range(n_slots)]
         t0 = time.perf_counter()
-        results = pool.step(actions)
-        timed += time.perf_counter() - t0
-        steps += len(actions)
-        rounds += 1
-        finished = {s: tasks[s] for s, r in results.items() if isinstance(r, Aborted) or r.done}
-        if finished:
-            pool.reset_slots(finished)
-        if finished or rounds % refresh == 0:
-            choices = pool.admissible_actions()
-    return {
-        "slots": n_slots,
-        "first_reset_s": round(reset_s, 2),
-        "steps": steps,
-        "seconds": round(timed, 3),
-        "steps_per_s_total": rate(steps, timed),
-        "restarts": pool.restarts,
-    }
+        resets = pool.reset(self.tasks)
+        self.first_reset_s = time.perf_counter() - t0
+        assert not any(isinstance(r, Aborted) for r in resets), resets
+        self.choices = pool.admissible_actions()
+        self.rounds = 0
+
+    def run(self, n_steps: int) -> tuple[int, float]:
+        steps, elapsed = 0, 0.0
+        while steps < n_steps:
+            actions = {s: self.rng.choice(self.choices[s]) for s in self.pool.active_slots}
+            t0 = time.perf_counter()
+            results = self.pool.step(actions)
+            elapsed += time.perf_counter() - t0
+            steps += len(actions)
+            self.rounds += 1
+            finished = {s: self.tasks[s] for s, r in results.items() if isinstance(r, Aborted) or r.done}
+            if finished:
+                self.pool.reset_slots(finished)
+            if finished or self.rounds % self.refresh == 0:
+                self.choices = self.pool.admissible_actions()
+        return steps, elapsed
 
 
 def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
@@ -147,44 +157,69 @@ def timed(fn: Callable[[], Any]) -> tuple[Any, float]:
     return value, time.perf_counter() - t0
 
 
-def bench_single(args: argparse.Namespace) -> dict[str, Any]:
+def measure(args: argparse.Namespace) -> dict[str, Any]:
+    """All speed/memory numbers. Modes run in alternating blocks so machine-load drift hits them alike."""
     env, create_s = timed(ScienceWorldEnv)
+    raw_kwargs = {"include_available_actions": False}
+    pools = {
+        "pool_1x1": (EnvPool("scienceworld", raw_kwargs, num_workers=1, reset_timeout=600), 1),
+        "pool_2x2": (EnvPool("scienceworld", raw_kwargs, num_workers=2, reset_timeout=600), 2),
+    }
     try:
-        first = [timed(lambda t=t: env.reset(t))[1] for t in WALK_TASKS]  # new task each time: load
+        first = [timed(lambda t=t: env.reset(t))[1] for t in WALK_TASKS]  # a new task each time: load
         again = [timed(lambda: env.reset(WALK_TASKS[-1]))[1] for _ in range(3)]  # same task: server reset
-        warm = walk_one_env(env, min(100, args.steps), args.refresh, args.seed + 99, False)  # JIT warm-up, untimed
-        raw = walk_one_env(env, args.steps, args.refresh, args.seed, False)
-        valid = walk_one_env(env, max(50, args.steps // 3), args.refresh, args.seed, True)
+        walks: dict[str, Any] = {m: EnvWalk(env, m, args.refresh, args.seed) for m in ("raw", "text", "valid")}
+        walks.update({name: PoolWalk(pool, slots, args.refresh, args.seed) for name, (pool, slots) in pools.items()})
+        for walk in walks.values():
+            walk.run(args.warmup)  # JIT warm-up, not counted
+        totals = {name: [0, 0.0] for name in walks}
+        block = max(10, args.steps // args.blocks)
+        for _ in range(args.blocks):
+            for name, walk in walks.items():
+                n, secs = walk.run(block // 3 if name == "valid" else block)
+                totals[name][0] += n
+                totals[name][1] += secs
+        speed = {
+            name: {"steps": n, "seconds": round(secs, 2), "steps_per_s": rate(n, secs), "ms_per_step": round(1000 * secs / n, 2)}
+            for name, (n, secs) in totals.items()
+        }
+        memory = {
+            "single_env_jvm_rss_mib": round((env.jvm_rss_bytes() or 0) / 2**20, 1),
+            "main_python_rss_mib": round((process_rss_bytes(os.getpid()) or 0) / 2**20, 1),
+        }
+        for name, (pool, slots) in pools.items():
+            memory[f"{name}_jvm_rss_mib"] = [
+                round((process_rss_bytes(p) or 0) / 2**20, 1) for p in pool.call("jvm_pid", range(slots)).values()
+            ]
+            memory[f"{name}_worker_rss_mib"] = [round((process_rss_bytes(p) or 0) / 2**20, 1) for p in pool.worker_pids()]
+        raw = speed["raw"]["steps_per_s"]
         return {
             "env_create_s": round(create_s, 2),
             "reset_new_task_s": {"first": round(first[0], 2), "median_next": round(statistics.median(first[1:]), 3)},
             "reset_same_task_s_median": round(statistics.median(again), 3),
-            "warmup_steps_per_s": warm["steps_per_s"],
-            "raw": raw,
-            "with_valid_list": valid,
-            "valid_list_cost_ms_per_step": round(valid["ms_per_step"] - raw["ms_per_step"], 1),
-            "jvm_rss_mib": round((env.jvm_rss_bytes() or 0) / 2**20, 1),
-            "python_rss_mib": round((process_rss_bytes(os.getpid()) or 0) / 2**20, 1),
+            "pool_first_reset_s": {name: round(walks[name].first_reset_s, 2) for name in pools},
+            "speed": speed,
+            "valid_list_ms_per_step": round(speed["valid"]["ms_per_step"] - speed["text"]["ms_per_step"], 1),
+            "available_text_ms_per_step": round(speed["text"]["ms_per_step"] - speed["raw"]["ms_per_step"], 1),
+            "ratios": {
+                "raw_over_valid": round(raw / speed["valid"]["steps_per_s"], 2),
+                "pool_1x1_over_single_raw": round(speed["pool_1x1"]["steps_per_s"] / raw, 2),
+                "pool_2x2_over_single_raw": round(speed["pool_2x2"]["steps_per_s"] / raw, 2),
+            },
+            "memory": memory,
         }
     finally:
         env.close()
-
-
-def bench_pool(workers: int, slots: int, args: argparse.Namespace) -> dict[str, Any]:
-    with EnvPool("scienceworld", num_workers=workers, reset_timeout=600) as pool:
-        walk_pool(pool, slots, min(60, args.steps), args.refresh, args.seed + 99)  # warm-up
-        result = walk_pool(pool, slots, args.steps, args.refresh, args.seed)
-        jvm_pids = pool.call("jvm_pid", range(slots))
-        result["jvm_rss_mib"] = [round((process_rss_bytes(p) or 0) / 2**20, 1) for p in jvm_pids.values()]
-        result["worker_rss_mib"] = [round((process_rss_bytes(p) or 0) / 2**20, 1) for p in pool.worker_pids()]
-        result["workers"] = workers
-    return result
+        for pool, _ in pools.values():
+            pool.close()
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--steps", type=int, default=300, help="timed random-walk steps per mode")
+    parser.add_argument("--steps", type=int, default=300, help="timed random-walk steps per mode (valid: a third)")
+    parser.add_argument("--blocks", type=int, default=5, help="alternating blocks the steps are split into")
+    parser.add_argument("--warmup", type=int, default=60, help="untimed warm-up steps per mode")
     parser.add_argument("--refresh", type=int, default=10, help="refresh the action choices every N steps (untimed)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gold", action="store_true", help="also replay gold paths of every task")
@@ -195,17 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("JAVA_TOOL_OPTIONS", "-Xmx384m -XX:+UseSerialGC")
     result = run_info(argv)
     result["walk_tasks"] = [t.task_id for t in WALK_TASKS]
-    result["single_env"] = bench_single(args)
-    print(json.dumps(result["single_env"], indent=1))
-    result["pool_1x1"] = bench_pool(1, 1, args)
-    result["pool_2x2"] = bench_pool(2, 2, args)
-    print(json.dumps({k: result[k] for k in ("pool_1x1", "pool_2x2")}, indent=1))
-    raw = result["single_env"]["raw"]["steps_per_s"]
-    result["ratios"] = {
-        "raw_over_with_valid_list": round(raw / result["single_env"]["with_valid_list"]["steps_per_s"], 2),
-        "pool_1x1_over_single_env": round(result["pool_1x1"]["steps_per_s_total"] / raw, 2),
-        "pool_2x2_over_single_env": round(result["pool_2x2"]["steps_per_s_total"] / raw, 2),
-    }
+    result.update(measure(args))
+    print(json.dumps({k: result[k] for k in ("speed", "ratios", "memory")}, indent=1))
     if args.gold:
         t0 = time.perf_counter()
         gold = replay_gold_sample(per_task=args.per_task, seed=args.seed)

@@ -132,6 +132,18 @@ def test_killed_worker_aborts_its_slots_and_the_rest_continue(tasks):
         assert all(got[i] == serial_transcript(t, plans[i]) for i, t in enumerate(tasks))
 
 
+def test_worker_that_died_between_episodes_does_not_spoil_the_next_reset(tasks):
+    plans = {i: scripted_actions(t) for i, t in enumerate(tasks[:2])}
+    with EnvPool("toy", num_workers=2) as pool:
+        run_pool(pool, tasks[:2], plans)
+        victim = pool.worker_pids()[1]
+        os.kill(victim, signal.SIGKILL)
+        assert wait_dead([victim]) == []
+        got = run_pool(pool, tasks[:2], plans)
+        assert all(got[i] == serial_transcript(tasks[i], plans[i]) for i in range(2))
+        assert pool.restarts == 1
+
+
 def test_env_that_kills_its_own_process_is_aborted(tasks):
     with EnvPool("toy", {"crash_on": "crash"}, num_workers=2) as pool:
         pool.reset(tasks[:2])

@@ -26,6 +26,9 @@ of all active slots at once (in parallel across workers); ``admissible_actions(s
 explicitly, and ``prefetch_admissible=True`` makes idle workers compute them in the background while
 the caller is busy (e.g. generating with the LLM) - use it when every step's list will be read.
 
+Start method: ``spawn`` (default) re-imports the caller's ``__main__`` in each worker, so a script that
+builds a pool at import time needs the usual ``if __name__ == "__main__":`` guard (notebooks do not).
+
 Shutdown: ``close()`` (also via ``with``, garbage collection and interpreter exit) asks workers to
 close their envs, then SIGKILLs each worker's process group, so no JVM outlives the pool. Workers
 exit by themselves if the parent dies (their pipe closes), and ScienceWorld JVMs die with their worker.
@@ -507,6 +510,11 @@ class EnvPool:
         raised: list[tuple[BaseException, str]] = []
         pending: dict[int, set[int]] = {}
         last: dict[int, float] = {}
+        if op in ("reset", "release"):
+            # A worker that died while idle costs its live episodes, but must not abort a fresh reset.
+            for w in by_worker:
+                if not self._workers[w].process.is_alive():
+                    self._replace_worker(w, "worker_died", "worker died while idle", {}, [])
         for w, work in by_worker.items():
             try:
                 self._workers[w].conn.send((op, work))
