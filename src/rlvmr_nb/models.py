@@ -256,7 +256,13 @@ def _tiny_arch(spec: str) -> str:
 
 
 def tiny_random_model(
-    arch: str, tokenizer: Any, seed: int = 0, dtype: torch.dtype = torch.float32, init_std: float = 0.02
+    arch: str,
+    tokenizer: Any,
+    seed: int = 0,
+    dtype: torch.dtype = torch.float32,
+    init_std: float = 0.02,
+    num_heads: int = 4,
+    num_kv_heads: int = 2,
 ) -> Any:
     """A 2-layer, hidden-64 `arch` model sized for `tokenizer`, initialised from `seed`.
 
@@ -264,6 +270,7 @@ def tiny_random_model(
     is left untouched, so creating a model never perturbs other seeded code. With the default
     ``init_std`` the next-token distribution is almost uniform (entropy ~10.8 nats); tests that need
     a peaked distribution (greedy ties, temperature effects) can pass ``init_std=0.3`` (~8 nats).
+    vLLM's CPU attention needs head_dim >= 32: pass ``num_heads=2, num_kv_heads=1`` for it.
     """
     from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
 
@@ -273,8 +280,8 @@ def tiny_random_model(
         hidden_size=64,
         intermediate_size=128,
         num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
+        num_attention_heads=num_heads,
+        num_key_value_heads=num_kv_heads,
         max_position_embeddings=8192,
         tie_word_embeddings=True,
         initializer_range=init_std,

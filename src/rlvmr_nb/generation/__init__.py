@@ -21,15 +21,23 @@ from rlvmr_nb.generation.base import (
     sampling_preset,
 )
 
-BACKENDS: tuple[str, ...] = ("hf",)
+BACKENDS: tuple[str, ...] = ("hf", "vllm")
 
 
 def make_generator(backend: str, model: Any, tokenizer: Any, **options: Any) -> Generator:
-    """Build a generation backend by name ('hf'); `options` go to its constructor."""
+    """Build a generation backend by name; `options` go to its constructor.
+
+    'hf': `HFGenerator` (transformers, in process). 'vllm': `VLLMGenerator` (engine in its own
+    process and virtualenv; `model` may also be a checkpoint directory).
+    """
     if backend == "hf":
         from rlvmr_nb.generation.hf import HFGenerator
 
         return HFGenerator(model, tokenizer, **options)
+    if backend == "vllm":
+        from rlvmr_nb.generation.vllm_backend import VLLMGenerator
+
+        return VLLMGenerator(model, tokenizer, **options)
     raise ValueError(f"unknown generation backend {backend!r}; choose one of {BACKENDS}")
 
 
