@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import shutil
 import time
@@ -113,6 +114,8 @@ def test_install_from_directory_writes_stubs_and_marker(alfworld_data_root, tmp_
     assert not list(source.glob("**/traj_data.json"))  # the source tree is left untouched
     info = json.loads((dest / MARKER_NAME).read_text())
     assert info["counts"] == {"valid_seen": 2, "valid_unseen": 2} and info["traj_data_stubs_written"] == 4
+    if importlib.util.find_spec("alfworld") is not None:  # logic files for ALFWorld's own loader config
+        assert (dest / "logic" / "alfred.pddl").is_file() and (dest / "logic" / "alfred.twl2").is_file()
 
 
 @pytest.mark.slow

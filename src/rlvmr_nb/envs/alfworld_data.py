@@ -212,17 +212,18 @@ def _find_json_root(tree: Path) -> Path:
 def _copy_logic_files(dest: Path) -> None:
     # ALFWorld's own AlfredTWEnv config points at $ALFWORLD_DATA/logic/{alfred.pddl,alfred.twl2}; our engine
     # path reads the copies embedded in every game file, so this only helps users of the stock loader.
-    try:
-        import importlib.resources as resources
+    # find_spec locates the package without importing it: `import alfworld` creates ~/.cache/alfworld.
+    import importlib.util
 
-        pkg = resources.files("alfworld") / "data"
-    except Exception:  # alfworld not installed: nothing to copy
-        return
+    spec = importlib.util.find_spec("alfworld")
+    if spec is None or not spec.submodule_search_locations:
+        return  # alfworld not installed: nothing to copy
+    data_dir = Path(list(spec.submodule_search_locations)[0]) / "data"
     (dest / "logic").mkdir(exist_ok=True)
     for name in ("alfred.pddl", "alfred.twl2"):
-        src = pkg / name
+        src = data_dir / name
         if src.is_file() and not (dest / "logic" / name).exists():
-            (dest / "logic" / name).write_bytes(src.read_bytes())
+            shutil.copyfile(src, dest / "logic" / name)
 
 
 @contextlib.contextmanager
