@@ -7,7 +7,7 @@ start fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, Sequence, runtime_checkable
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,9 @@ class Reset:
 
     observation: str
     """Initial observation text."""
-    admissible_actions: list[str]
-    """Admissible commands now (computed lazily where expensive; may be [] if the env has none)."""
+    admissible_actions: Sequence[str]
+    """Admissible commands now: a list, or a lazy read-only sequence where the list is expensive
+    (ScienceWorld, `envs.lazy.LazyActionList`); may be empty if the env has none."""
     task_text: str
     """The goal sentence ('put a clean apple in fridge.')."""
     task_type: str
@@ -51,8 +52,8 @@ class StepResult:
     """Episode over (won, lost or env step limit)."""
     won: bool
     """Task completed."""
-    admissible_actions: list[str]
-    """Admissible commands after the action."""
+    admissible_actions: Sequence[str]
+    """Admissible commands after the action (list or lazy sequence, as in `Reset`)."""
     info: dict[str, Any] = field(default_factory=dict)
 
 
