@@ -1,0 +1,245 @@
+"""Reference GRPO-MR policy loss: PPO-clip surrogate + k3 KL + entropy bonus (spec §3.5, paper Eq. 5).
+
+This module is the *ground truth*: plain PyTorch on per-token log-probabilities, written to be read.
+The fused chunked kernels in `rlvmr_nb.kernels` compute the same number without materialising the
+[tokens x vocab] logits and are tested against the functions here.
+
+Per valid response token ``t`` (mask == 1), with ``r = exp(logp - old_logp)`` and advantage ``A``::
+
+    pg_t   = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))          # PPO-clip, spec §3.5
+    kl_t   = clamp(exp(ref - logp) - (ref - logp) - 1, -10, 10)             # k3 "low_var_kl", spec §3.5
+    loss_t = pg_t + kl_coef * kl_t - entropy_coef * entropy_t
+
+and the micro-batch loss is ``aggregate(loss_t)`` with one of `AGGREGATIONS`. Every aggregation is
+linear, so aggregating the three terms separately (as verl does) gives the same total.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
+"""Named ways to turn per-token losses [B, T] into one scalar (see `aggregate`)."""
+
+KL_LOG_RATIO_BOUND = 20.0
+"""|ref - logp| is clamped to this before ``exp`` in k3. For |d| >= 20, k3 >= 19 > 10 is clamped to 10
+anyway and its gradient is 0, so value and gradient are unchanged; the bound only stops
+``exp(d)`` overflowing to inf, whose backward (0 * inf) would otherwise turn into NaN."""
+
+
+@dataclass(frozen=True)
+class LossConfig:
+    """Hyper-parameters of the GRPO-MR policy loss. Defaults are the released code's (spec §3.5, §5)."""
+
+    clip_eps: float = 0.2
+    """PPO clip range below 1: ratios under ``1 - clip_eps`` are clipped (spec §3.5: 0.2)."""
+    clip_eps_high: float | None = None
+    """Clip range above 1 ("clip-higher", DAPO); None means symmetric, = `clip_eps` (spec §3.5: low = high)."""
+    kl_coef: float = 0.01
+    """Weight of the k3 KL-to-reference loss term (spec §3.5, §5: ``kl_loss_coef = 0.01``). 0 disables it."""
+    kl_clamp: float = 10.0
+    """k3 values are clamped to [-kl_clamp, kl_clamp] (spec §3.5: verl 0.2 ``low_var_kl`` clamps to 10)."""
+    entropy_coef: float = 0.001
+    """Weight of the entropy *bonus*: the loss subtracts ``entropy_coef * entropy`` (spec §3.5: 0.001)."""
+    aggregation: str = "token_mean"
+    """How per-token losses become a scalar, one of `AGGREGATIONS` (spec §3.5: verl 0.2 ``masked_mean``
+    over all valid tokens of the micro-batch = "token_mean")."""
+    token_sum_norm: float = 1024.0
+    """Constant normaliser of "seq_mean_token_sum_norm" (Dr.GRPO): the per-sequence token *sum* is divided
+    by this instead of by the sequence length. Dr.GRPO uses the generation budget; spec §5 max response
+    length is 1024 tokens. It must stay constant during training, which is the point of Dr.GRPO."""
+
+    def __post_init__(self) -> None:
+        if self.aggregation not in AGGREGATIONS:
+            raise ValueError(f"aggregation={self.aggregation!r}; choose one of {AGGREGATIONS}")
+        if not 0.0 <= self.clip_eps < 1.0:
+            raise ValueError(f"clip_eps={self.clip_eps} must be in [0, 1) (the ratio is clipped to 1 - clip_eps)")
+        if self.clip_eps_high is not None and self.clip_eps_high < 0.0:
+            raise ValueError(f"clip_eps_high={self.clip_eps_high} must be >= 0 (or None for symmetric clipping)")
+        if self.kl_clamp <= 0.0:
+            raise ValueError(f"kl_clamp={self.kl_clamp} must be > 0")
+        if self.token_sum_norm <= 0.0:
+            raise ValueError(f"token_sum_norm={self.token_sum_norm} must be > 0 (e.g. the max response length)")
+
+    @property
+    def clip_high(self) -> float:
+        """Upper clip range actually used (`clip_eps_high`, or `clip_eps` when that is None)."""
+        return self.clip_eps if self.clip_eps_high is None else self.clip_eps_high
+
+
+def ppo_clip_surrogate(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    advantages: torch.Tensor,
+    clip_low: float,
+    clip_high: float,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-token PPO-clip loss ``max(-A r, -A clip(r, 1-clip_low, 1+clip_high))`` (spec §3.5).
+
+    Returns ``(loss, ratio, clipped)`` where ``clipped`` marks tokens whose clipped branch is strictly
+    larger, i.e. tokens that receive no policy-gradient (verl's ``pg_clipfrac``).
+    """
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    return torch.maximum(unclipped, clipped), ratio, clipped > unclipped
+
+
+def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, clamp: float = 10.0) -> torch.Tensor:
+    """k3 estimator of KL(pi || pi_ref): ``exp(d) - d - 1`` with ``d = ref - logp``, clamped (spec §3.5).
+
+    Non-negative and unbiased for samples drawn from pi; verl calls it ``low_var_kl``.
+    """
+    log_ratio = torch.clamp(ref_logprobs - logprobs, -KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)
+    return torch.clamp(torch.exp(log_ratio) - log_ratio - 1.0, -clamp, clamp)
+
+
+def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean", token_sum_norm: float = 1024.0) -> torch.Tensor:
+    """Reduce per-token values [B, T] over valid tokens (``mask`` [B, T]) to a scalar.
+
+    * ``token_mean``: sum over all valid tokens / their count (verl 0.2 ``masked_mean``, spec §3.5).
+    * ``seq_mean_token_mean``: mean over tokens within each sequence, then mean over the sequences that
+      have at least one valid token (fully masked rows are left out rather than counted as 0).
+    * ``seq_mean_token_sum_norm``: Dr.GRPO: sum over tokens of each sequence / ``token_sum_norm``, then
+      mean over all B rows (fully masked rows count, the divisor is the constant ``B * token_sum_norm``).
+
+    A micro-batch without any valid token gives 0 (not NaN) in every mode.
+    """
+    valid = mask.bool()
+    masked = torch.where(valid, values, torch.zeros((), dtype=values.dtype, device=values.device))
+    if mode == "token_mean":
+        return masked.sum() / valid.sum().clamp(min=1)
+    if mode == "seq_mean_token_mean":
+        tokens_per_seq = valid.sum(dim=-1)
+        has_tokens = tokens_per_seq > 0
+        seq_means = masked.sum(dim=-1) / tokens_per_seq.clamp(min=1)
+        return seq_means[has_tokens].sum() / has_tokens.sum().clamp(min=1)
+    if mode == "seq_mean_token_sum_norm":
+        return masked.sum() / (values.shape[0] * token_sum_norm)
+    raise ValueError(f"aggregation mode {mode!r}; choose one of {AGGREGATIONS}")
+
+
+def grpo_loss(
+    logprobs: torch.Tensor,
+    old_logprobs: torch.Tensor,
+    ref_logprobs: torch.Tensor | None,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    entropy: torch.Tensor | None = None,
+    config: LossConfig = LossConfig(),
+) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """GRPO-MR policy loss of one micro-batch (spec §3.5, paper Eq. 5).
+
+    Args:
+        logprobs: [B, T] log pi_theta(token) of the current policy (carries the gradient).
+        old_logprobs: [B, T] log-probs of the policy that sampled the batch (no gradient).
+        ref_logprobs: [B, T] log-probs of the frozen reference policy; may be None only if kl_coef == 0.
+        advantages: [B] (one per sequence, broadcast over its tokens, spec §3.4) or [B, T].
+        mask: [B, T] 1/True on valid response tokens; everything else is ignored (may hold garbage).
+        entropy: [B, T] per-token entropy of the full softmax (with gradient for the bonus);
+            required when entropy_coef != 0.
+        config: coefficients and aggregation.
+
+    Returns:
+        ``(loss, metrics)``. ``loss = pg_loss + kl_coef * kl - entropy_coef * entropy`` where each term is
+        aggregated with ``config.aggregation``. ``metrics`` holds detached scalars: loss, pg_loss, kl,
+        entropy (aggregated the same way; 0 when not computed), clip_frac (fraction of valid tokens whose
+        clipped branch won), approx_kl (token-mean of old - logp, verl's ``ppo_kl``), ratio_mean /
+        ratio_min / ratio_max over valid tokens (NaN when there is none), num_tokens.
+    """
+    if logprobs.dim() != 2:
+        raise ValueError(f"logprobs must be [B, T], got shape {tuple(logprobs.shape)}")
+    for name, tensor in (("old_logprobs", old_logprobs), ("mask", mask)) + (
+        (("ref_logprobs", ref_logprobs),) if ref_logprobs is not None else ()
+    ) + ((("entropy", entropy),) if entropy is not None else ()):
+        if tensor.shape != logprobs.shape:
+            raise ValueError(f"{name} has shape {tuple(tensor.shape)}, expected {tuple(logprobs.shape)} like logprobs")
+    if advantages.dim() == 1:
+        if advantages.shape[0] != logprobs.shape[0]:
+            raise ValueError(f"advantages [B] has {advantages.shape[0]} rows, logprobs has {logprobs.shape[0]}")
+        advantages = advantages[:, None]
+    elif advantages.shape != logprobs.shape:
+        raise ValueError(f"advantages must be [B] or [B, T]={tuple(logprobs.shape)}, got {tuple(advantages.shape)}")
+    if ref_logprobs is None and config.kl_coef != 0.0:
+        raise ValueError("ref_logprobs is None but kl_coef != 0: pass reference log-probs or set kl_coef=0")
+    if entropy is None and config.entropy_coef != 0.0:
+        raise ValueError("entropy is None but entropy_coef != 0: pass per-token entropy or set entropy_coef=0")
+
+    def agg(values: torch.Tensor) -> torch.Tensor:
+        return aggregate(values, mask, config.aggregation, config.token_sum_norm)
+
+    pg_per_token, ratio, clipped = ppo_clip_surrogate(
+        logprobs, old_logprobs, advantages.to(logprobs.dtype), config.clip_eps, config.clip_high
+    )
+    pg_loss = agg(pg_per_token)
+    zero = logprobs.new_zeros(())
+    kl = agg(low_var_kl(logprobs, ref_logprobs, config.kl_clamp)) if ref_logprobs is not None else zero
+    entropy_term = agg(entropy) if entropy is not None else zero
+    loss = pg_loss + config.kl_coef * kl - config.entropy_coef * entropy_term
+
+    with torch.no_grad():
+        valid = mask.bool()
+        metrics = {"loss": loss.detach(), "pg_loss": pg_loss.detach(), "kl": kl.detach(), "entropy": entropy_term.detach()}
+        metrics.update(token_metrics(ratio[valid], clipped[valid], (old_logprobs - logprobs)[valid]))
+    return loss, metrics
+
+
+def token_metrics(ratio: torch.Tensor, clipped: torch.Tensor, old_minus_new: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Token-level diagnostics over the valid tokens only (1-D inputs), detached.
+
+    clip_frac (share of tokens whose clipped branch won), approx_kl (mean of old - new log-prob,
+    verl's ``ppo_kl``), ratio_mean / ratio_min / ratio_max (NaN when there is no valid token),
+    num_tokens.
+    """
+    ratio = ratio.detach()
+    count = ratio.numel()
+    nan = torch.full((), float("nan"), dtype=ratio.dtype, device=ratio.device)
+    zero = torch.zeros((), dtype=ratio.dtype, device=ratio.device)
+    return {
+        "clip_frac": clipped.to(ratio.dtype).mean() if count else zero,
+        "approx_kl": old_minus_new.detach().mean() if count else zero,
+        "ratio_mean": ratio.mean() if count else nan,
+        "ratio_min": ratio.min() if count else nan,
+        "ratio_max": ratio.max() if count else nan,
+        "num_tokens": torch.tensor(float(count), dtype=ratio.dtype, device=ratio.device),
+    }
+
+
+def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
+    """Entropy of ``softmax(logits)`` along the last dim: ``logsumexp(z) - sum softmax(z) * z``."""
+    return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
+
+
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """At least float32, but never *lower* than the input (an unconditional ``.float()`` would downcast fp64)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def reference_logprobs_from_hidden(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    targets: torch.Tensor,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """Naive ``h @ W^T -> / temperature -> log_softmax -> gather``: the ground truth for the fused kernels.
+
+    Args:
+        hidden: [..., H] final hidden states (after the model's last norm) at the positions that predict
+            ``targets``; weight: [V, H] the ``lm_head`` weight (no bias); targets: [...] token ids.
+        temperature: logits are divided by it, as the sampler did (spec §1.5; verl divides before log-softmax).
+        return_entropy: also return the entropy of the full tempered softmax, with its gradient.
+
+    The matmul runs in the inputs' dtype (as an ``nn.Linear`` would); log-softmax and entropy run in
+    `accumulation_dtype`. This materialises [..., V] logits, which is exactly what the kernels avoid.
+    """
+    if temperature <= 0.0:
+        raise ValueError(f"temperature={temperature} must be > 0")
+    logits = F.linear(hidden, weight).to(accumulation_dtype(hidden.dtype)) / temperature
+    logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    if return_entropy:
+        return logprobs, entropy_from_logits(logits)
+    return logprobs
