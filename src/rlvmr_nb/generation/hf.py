@@ -108,6 +108,9 @@ class HFGenerator(Generator):
         extra_logits_processors: applied to the raw logits before temperature/top-k/top-p (tests
             use this to script outputs).
         progress: show a tqdm bar over chunks.
+
+    Seeding: chunk k of a call is sampled under ``seed + k``, so seeded results are reproducible
+    for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead).
     """
 
     def __init__(
