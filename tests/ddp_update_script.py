@@ -10,17 +10,13 @@ import torch  # noqa: E402
 
 from rlvmr_nb.loss import LossConfig  # noqa: E402
 from rlvmr_nb.models import load_model  # noqa: E402
-from rlvmr_nb.trainer import ResponseScorer, StepSample, TrainConfig, _dist_rank_world, fill_logprobs, ppo_update  # noqa: E402
+from trainer_helpers import random_samples  # noqa: E402
+from rlvmr_nb.trainer import ResponseScorer, TrainConfig, _dist_rank_world, fill_logprobs, ppo_update  # noqa: E402
 
 torch.set_num_threads(1)
 rank, world = _dist_rank_world()
 model, tok = load_model("tiny-random:llama", seed=0)
-gen = torch.Generator().manual_seed(0)
-samples = []
-for i in range(16):
-    p = torch.randint(10, 40000, (int(torch.randint(5, 30, (1,), generator=gen)),), generator=gen).tolist()
-    r = torch.randint(10, 40000, (int(torch.randint(1, 12, (1,), generator=gen)),), generator=gen).tolist()
-    samples.append(StepSample(p, r, float(torch.randn(1, generator=gen)), [0.0] * len(r)))
+samples = random_samples(16, seed=0)
 cfg = TrainConfig(lr=1e-3, mini_batch_size=8, micro_batch_size=2, bf16_autocast=False, loss=LossConfig(entropy_coef=0.001))
 fill_logprobs(model, samples, "old_logprobs", tok.pad_token_id, cfg)
 ref = {k: v.clone() for k, v in model.state_dict().items()}

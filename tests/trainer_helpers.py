@@ -45,3 +45,16 @@ def small_config(out_dir, **kw) -> TrainConfig:
 
 def door_slots():
     return LocalEnvs(DoorEnv)
+
+
+def random_samples(n: int = 16, seed: int = 0):
+    """Step samples with random prompt/response token ids and advantages (sampler log-probs 0)."""
+    from rlvmr_nb.trainer import StepSample
+
+    gen = torch.Generator().manual_seed(seed)
+    samples = []
+    for _ in range(n):
+        p = torch.randint(10, 40000, (int(torch.randint(5, 30, (1,), generator=gen)),), generator=gen).tolist()
+        r = torch.randint(10, 40000, (int(torch.randint(1, 12, (1,), generator=gen)),), generator=gen).tolist()
+        samples.append(StepSample(p, r, float(torch.randn(1, generator=gen)), [0.0] * len(r)))
+    return samples

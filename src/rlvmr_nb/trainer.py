@@ -103,6 +103,10 @@ class TrainConfig:
     """'recompute' with the training model before the update (code) or 'sampler' (rollout log-probs)."""
     loss: LossConfig = field(default_factory=LossConfig)
     """Clip ε 0.2, KL 0.01 (low_var_kl), entropy 0.001, token-mean (spec §3.5)."""
+    fused_loss: bool = True
+    """Fused chunked lm_head + loss kernel (never holds [tokens × vocab] logits); False = plain reference."""
+    logprob_chunk_size: int | None = None
+    """Tokens per vocabulary chunk of the fused kernel (None: ~256 MiB of fp32 logits per chunk)."""
     bf16_autocast: bool = True
     """bf16 autocast for forward/backward on CPU (fp32 master weights)."""
     gradient_checkpointing: bool = False
@@ -214,42 +218,58 @@ def _pack(samples: Sequence[StepSample], pad_id: int) -> tuple[torch.Tensor, ...
 
 
 class ResponseScorer(torch.nn.Module):
-    """log π(response token) (and entropy) for packed samples, projecting only response positions
-    through lm_head. A module so DDP can wrap it: gradients must flow through DDP's forward."""
+    """Final hidden states at the positions that predict response tokens, plus the lm_head weight.
+
+    A module so DDP can wrap it (gradients must flow through DDP's forward). The vocabulary projection
+    happens outside, in the fused chunked kernel (or the plain reference): prompt positions never meet
+    lm_head, and the fused path never holds [tokens × vocab] logits."""
 
     def __init__(self, model, autocast: bool = True):
         super().__init__()
         self.model = model
         self.autocast = autocast
 
-    def forward(self, ids, attn, index, targets, temperature: float, with_entropy: bool):
+    def forward(self, ids: torch.Tensor, attn: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast and ids.device.type == "cpu"):
             hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
         h = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])).float()
-        weight = self.model.get_output_embeddings().weight
-        out = reference_logprobs_from_hidden(h, weight.float(), targets, temperature, return_entropy=with_entropy)
-        return out if with_entropy else (out, None)
-
-
-def response_logprobs(
-    scorer, samples: Sequence[StepSample], pad_id: int, temperature: float, with_entropy: bool
-) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """[B, Tr] log-probs (and entropy) of the samples' responses, with the response mask."""
-    ids, attn, targets, mask, index = _pack(samples, pad_id)
-    logp, entropy = scorer(ids, attn, index, targets, temperature, with_entropy)
-    return logp, entropy, mask
+        return h, self.model.get_output_embeddings().weight
 
 
 @torch.no_grad()
 def fill_logprobs(model, samples: list[StepSample], attr: str, pad_id: int, config: TrainConfig) -> None:
-    """Attach no-grad per-token log-probs (old policy or reference) to every sample."""
+    """Attach no-grad per-token log-probs (old policy or reference) to every sample, chunked over the vocabulary."""
+    from .kernels import chunked_logprobs
+
     scorer = ResponseScorer(model, config.bf16_autocast)
     for i in range(0, len(samples), config.micro_batch_size):
         chunk = samples[i : i + config.micro_batch_size]
-        logp, _, _ = response_logprobs(scorer, chunk, pad_id, config.temperature, False)
+        ids, attn, targets, mask, index = _pack(chunk, pad_id)
+        h, weight = scorer(ids, attn, index)
+        logp = chunked_logprobs(h, weight.float(), targets, config.temperature, config.logprob_chunk_size, mask=mask)
         for row, s in enumerate(chunk):
-            setattr(s, attr, logp[row, : len(s.response_ids)].detach().clone())
+            setattr(s, attr, logp[row, : len(s.response_ids)].float().clone())
+
+
+def micro_batch_loss(
+    scorer, samples: Sequence[StepSample], pad_id: int, config: TrainConfig, old_attr: str
+) -> tuple[torch.Tensor, dict]:
+    """GRPO-MR loss of one micro-batch (spec §3.5): the fused chunked kernel, or the plain reference."""
+    ids, attn, targets, mask, index = _pack(samples, pad_id)
+    h, weight = scorer(ids, attn, index)
+    width = mask.shape[1]
+    old = _stack(samples, old_attr, width)
+    ref = _stack(samples, "ref_logprobs", width) if config.loss.kl_coef else None
+    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32)
+    if config.fused_loss:
+        from .kernels import fused_grpo_loss
+
+        out = fused_grpo_loss(h, weight, targets, old, ref, adv, mask, config=config.loss,
+                              temperature=config.temperature, chunk_size=config.logprob_chunk_size)
+        return out.loss, out.metrics
+    logp, entropy = reference_logprobs_from_hidden(h, weight.float(), targets, config.temperature, return_entropy=True)
+    return grpo_loss(logp, old, ref, adv, mask, entropy if config.loss.entropy_coef else None, config.loss)
 
 
 def _stack(samples: Sequence[StepSample], attr: str, width: int) -> torch.Tensor:
@@ -295,19 +315,7 @@ def ppo_update(
             micros = [mini[j : j + config.micro_batch_size] for j in range(0, len(mini), config.micro_batch_size)]
             mine = micros[rank::world_size]
             for micro in mine:
-                logp, entropy, mask = response_logprobs(
-                    scorer, micro, pad_id, config.temperature, config.loss.entropy_coef != 0
-                )
-                width = mask.shape[1]
-                loss, m = grpo_loss(
-                    logp,
-                    _stack(micro, old_attr, width),
-                    _stack(micro, "ref_logprobs", width) if config.loss.kl_coef else None,
-                    torch.tensor([s.advantage for s in micro], dtype=torch.float32),
-                    mask,
-                    entropy,
-                    config.loss,
-                )
+                loss, m = micro_batch_loss(scorer, micro, pad_id, config, old_attr)
                 (loss * world_size / len(micros)).backward()
                 for k, v in m.items():
                     logs.setdefault(k, []).append(float(v))
