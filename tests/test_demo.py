@@ -30,3 +30,8 @@ def test_cli_demo(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path), "--preset", "paper"]) == 0
     out = capsys.readouterr().out
     assert "r1-recovers" in out and '"success": 0.5' in out and (tmp_path / "demo_example_group.png").exists()
+
+
+def test_cli_rejects_unknown_commands(capsys):
+    with pytest.raises(SystemExit):
+        main(["teleport"])

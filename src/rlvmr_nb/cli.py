@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 
@@ -22,18 +23,68 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 def _cmd_data(args: argparse.Namespace) -> int:
     if args.env == "alfworld":
-        from .envs.alfworld_data import install_alfworld_data
+        from .envs.alfworld_data import default_source, install_alfworld_data
 
-        path = install_alfworld_data(args.source, dest=args.dest)
+        path = install_alfworld_data(args.source or default_source(), dest=args.dest, force=args.force)
         print(f"ALFWorld data ready at {path}\nexport ALFWORLD_DATA={path}")
         return 0
     raise SystemExit(f"unknown data target {args.env!r}")
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    if args.what == "alfworld-walkthroughs":
+        from .envs.alfworld_experts import replay_all_walkthroughs
+
+        report = replay_all_walkthroughs()
+        ok = report["won"] == report["games"]
+    else:
+        from .envs.scienceworld import replay_gold_sample
+
+        report = replay_gold_sample(per_task=args.per_task)
+        ok = report["n_ok"] == report["n"]
+    print(json.dumps(report, indent=2, default=str))
+    return 0 if ok else 1
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
     from .models import ensure_embedded_model
 
     print(ensure_embedded_model())
+    return 0
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .loss import LossConfig
+    from .trainer import TrainConfig, train
+
+    cfg = TrainConfig(
+        algo=args.algo, env=args.env, level=args.level, model=args.model, out_dir=args.out, seed=args.seed,
+        iterations=args.iterations, tasks_per_iteration=args.tasks, group_size=args.group_size,
+        max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
+        lr=args.lr, mini_batch_size=args.mini_batch_size, micro_batch_size=args.micro_batch_size,
+        save_every=args.save_every, resume=args.resume, env_workers=args.env_workers, lora=args.lora,
+        loss=LossConfig(kl_coef=args.kl_coef),
+    )
+    rows = train(cfg)
+    for row in rows:
+        print(f"it {row['iteration']}: success {row['success']:.3f} length {row['episode_length']:.1f} "
+              f"invalid {row['invalid']:.3f} samples {row['samples']} rollout {row['rollout_s']:.0f}s "
+              f"update {row['update_s']:.0f}s")
+    return 0
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from .evaluate import EvalConfig, evaluate_policy, write_results
+    from .models import load_model
+
+    cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=args.seed,
+                     max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
+                     env_workers=args.env_workers)
+    model, tok = load_model(args.model)
+    episodes, summary = evaluate_policy(model, tok, cfg)
+    path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model})
+    print(json.dumps(summary, indent=2, default=float))
+    print(f"results: {path}")
     return 0
 
 
@@ -50,10 +101,52 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("env", choices=["alfworld"])
     p.add_argument("--source", default=None, help="archive or folder with json_2.1.1 (default: shared copy, else alfworld-download)")
     p.add_argument("--dest", default=None, help="target folder (default: $RLVMR_CACHE/alfworld)")
+    p.add_argument("--force", action="store_true", help="reinstall even if the cache is complete")
     p.set_defaults(func=_cmd_data)
+
+    p = sub.add_parser("check", help="replay experts on the real engines (ALFWorld walkthroughs, ScienceWorld gold paths)")
+    p.add_argument("what", choices=["alfworld-walkthroughs", "scienceworld-gold"])
+    p.add_argument("--per-task", type=int, default=1, help="ScienceWorld variations per task")
+    p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("model", help="convert the embedded SmolLM2 GGUF once into the safetensors cache")
     p.set_defaults(func=_cmd_model)
+
+    p = sub.add_parser("train", help="GRPO-MR (or GRPO/GiGPO) training; resumes from out/ automatically")
+    p.add_argument("--algo", default="rlvmr", choices=["rlvmr", "grpo", "gigpo"])
+    p.add_argument("--env", default="alfworld", choices=["alfworld", "scienceworld", "toy"])
+    p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
+    p.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    p.add_argument("--out", default="runs/rlvmr")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--iterations", type=int, default=100)
+    p.add_argument("--tasks", type=int, default=16, help="tasks per iteration (paper: 16)")
+    p.add_argument("--group-size", type=int, default=8, help="rollouts per task (paper: 8)")
+    p.add_argument("--max-steps", type=int, default=30)
+    p.add_argument("--max-new-tokens", type=int, default=1024)
+    p.add_argument("--max-prompt-tokens", type=int, default=6000)
+    p.add_argument("--lr", type=float, default=1e-6)
+    p.add_argument("--kl-coef", type=float, default=0.01)
+    p.add_argument("--mini-batch-size", type=int, default=256)
+    p.add_argument("--micro-batch-size", type=int, default=16)
+    p.add_argument("--save-every", type=int, default=5)
+    p.add_argument("--resume", default="auto")
+    p.add_argument("--env-workers", type=int, default=0)
+    p.add_argument("--lora", action="store_true")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("eval", help="evaluate a model/checkpoint on a fixed split; writes a results JSON")
+    p.add_argument("--model", default="embedded:smollm2-135m-instruct")
+    p.add_argument("--env", default="alfworld", choices=["alfworld", "scienceworld", "toy"])
+    p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
+    p.add_argument("--max-tasks", type=int, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=30)
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
+    p.add_argument("--env-workers", type=int, default=0)
+    p.add_argument("--out", default="runs/eval/results.json")
+    p.set_defaults(func=_cmd_eval)
 
     args = parser.parse_args(argv)
     return args.func(args)
