@@ -1,0 +1,127 @@
+"""Rollout throughput on real ALFWorld with SmolLM2-135M (issue 7): batched group vs one episode at a time,
+and the vLLM backend against the transformers backend on the same rollouts.
+
+Modes, measured in alternating blocks in one run so machine load hits them alike:
+  batched    one `run_rollouts` call with G rollouts of a task: each step generates for all active episodes at once
+  sequential the same G episodes one after another (G=1 calls)
+  vllm       the batched mode with the vLLM backend (if its venv exists)
+
+Also `--play30`: the policy plays one real game for 30 steps; the episode is saved and re-read.
+
+    .venv/bin/python benchmarks/rollout_throughput.py --group 8 --steps 3 --tokens 32 --blocks 1 --play30
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks  # noqa: E402
+from rlvmr_nb.evaluate import provenance  # noqa: E402
+from rlvmr_nb.generation.base import SamplingConfig  # noqa: E402
+from rlvmr_nb.generation.hf import HFGenerator  # noqa: E402
+from rlvmr_nb.metrics import summarize  # noqa: E402
+from rlvmr_nb.models import ensure_embedded_model, load_model  # noqa: E402
+from rlvmr_nb.prompts import PromptConfig  # noqa: E402
+from rlvmr_nb.rollout import LocalEnvs, RolloutConfig, run_rollouts  # noqa: E402
+from rlvmr_nb.trajectory import read_episodes, write_episodes  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results" / "rollout_throughput.json"
+
+
+def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: bool, seed: int) -> dict:
+    envs = LocalEnvs(lambda: ALFWorldEnv(accelerate=True))
+    pc = PromptConfig(env="alfworld", max_prompt_tokens=6000)
+    sampling = SamplingConfig(temperature=1.0, max_new_tokens=tokens)
+    t0 = time.perf_counter()
+    if batched:
+        eps = run_rollouts([task], envs, generator, tok, pc, sampling,
+                           RolloutConfig(group_size=group, max_steps=steps, seed=seed, progress=False))
+    else:
+        eps = []
+        for r in range(group):
+            eps += run_rollouts([task], envs, generator, tok, pc, sampling,
+                                RolloutConfig(group_size=1, max_steps=steps, seed=seed + r, progress=False))
+    wall = time.perf_counter() - t0
+    envs.close()
+    gen_tokens = sum(len(s.response_token_ids or []) for e in eps for s in e.steps)
+    env_steps = sum(len(e.steps) for e in eps)
+    return {"wall_s": round(wall, 2), "generated_tokens": gen_tokens, "env_steps": env_steps,
+            "tokens_per_s": round(gen_tokens / wall, 2), "env_steps_per_s": round(env_steps / wall, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--group", type=int, default=8)
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--tokens", type=int, default=32)
+    ap.add_argument("--blocks", type=int, default=1, help="alternating measurement blocks per mode")
+    ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument("--play30", action="store_true")
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+
+    model, tok = load_model("embedded:smollm2-135m-instruct")
+    task = alfworld_tasks("valid_seen")[0]
+    hf = HFGenerator(model, tok, max_batch_size=args.group)
+    generators = {"batched": hf, "sequential": hf}
+    if not args.no_vllm:
+        try:
+            from rlvmr_nb.generation.vllm_backend import VLLMGenerator
+
+            generators["vllm"] = VLLMGenerator(str(ensure_embedded_model()), tok)
+        except Exception as exc:  # no vLLM venv: measured modes say so
+            print(f"vLLM backend unavailable: {exc}")
+    blocks: dict[str, list[dict]] = {m: [] for m in generators}
+    for b in range(args.blocks):
+        for mode, gen in generators.items():
+            res = measure(gen, tok, task, args.group, args.steps, args.tokens, mode != "sequential", seed=b)
+            blocks[mode].append(res)
+            print(mode, b, res, flush=True)
+
+    def total(mode: str, key: str) -> float:
+        return sum(r[key] for r in blocks[mode])
+
+    def rate(mode: str, num: str) -> float:
+        return total(mode, num) / total(mode, "wall_s")
+
+    doc = {
+        "what": "rollout throughput, real ALFWorld (accelerated engine), SmolLM2-135M-Instruct (embedded GGUF), CPU",
+        "task": task.task_id,
+        "params": vars(args),
+        "blocks": blocks,
+        "tokens_per_s": {m: round(rate(m, "generated_tokens"), 2) for m in blocks},
+        "env_steps_per_s": {m: round(rate(m, "env_steps"), 3) for m in blocks},
+        "ratio_batched_vs_sequential_tokens_per_s": round(rate("batched", "generated_tokens") / rate("sequential", "generated_tokens"), 2),
+        "provenance": provenance(0),
+        "load_avg": os.getloadavg(),
+    }
+    if "vllm" in blocks:
+        doc["ratio_vllm_vs_hf_batched_tokens_per_s"] = round(rate("vllm", "generated_tokens") / rate("batched", "generated_tokens"), 2)
+    if args.play30:
+        envs = LocalEnvs(lambda: ALFWorldEnv(accelerate=True))
+        t0 = time.perf_counter()
+        eps = run_rollouts([task], envs, hf, tok, PromptConfig(env="alfworld", max_prompt_tokens=6000),
+                           SamplingConfig(temperature=0.4, max_new_tokens=64),
+                           RolloutConfig(group_size=1, max_steps=30, seed=0, progress=True))
+        envs.close()
+        path = Path(args.out).with_name("smollm2_alfworld_30_steps.episodes.jsonl")
+        write_episodes(path, eps)
+        back = read_episodes(path)
+        assert back == eps, "episode did not survive the JSONL round trip"
+        doc["play30"] = {"episode_file": path.name, "steps": back[0].length, "won": back[0].won,
+                         "wall_s": round(time.perf_counter() - t0, 1), "metrics": summarize(back)}
+    for g in generators.values():
+        g.close()
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2, default=float))
+    print(json.dumps({k: doc[k] for k in doc if k.startswith(("tokens", "env", "ratio", "play30"))}, indent=2, default=float))
+
+
+if __name__ == "__main__":
+    main()
