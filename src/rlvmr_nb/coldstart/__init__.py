@@ -1,0 +1,40 @@
+"""Cold start without an API key (paper §3.3, spec §4; issue 5).
+
+expert trajectories (`experts`) -> one tag + one sentence per step (`teachers`: `RuleTeacher` offline,
+`LLMTeacher` for any OpenAI-compatible endpoint) -> step-level SFT pairs with the rollout prompt code
+(`dataset`) -> SFT and the before/after measurement (`experiment`).
+
+Command line: ``rlvmr-nb coldstart ...`` = `main`.
+"""
+
+from .dataset import (
+    TagShareError,
+    build_coldstart_dataset,
+    check_tag_shares,
+    load_coldstart_samples,
+    main,
+    read_manifest,
+    read_samples,
+    read_trajectories,
+)
+from .experts import LeakageError, assert_no_heldout, heldout_task_types, training_tasks
+from .teachers import AnnotationRejected, LLMTeacher, RuleTeacher, make_teacher
+
+__all__ = [
+    "AnnotationRejected",
+    "LLMTeacher",
+    "LeakageError",
+    "RuleTeacher",
+    "TagShareError",
+    "assert_no_heldout",
+    "build_coldstart_dataset",
+    "check_tag_shares",
+    "heldout_task_types",
+    "load_coldstart_samples",
+    "main",
+    "make_teacher",
+    "read_manifest",
+    "read_samples",
+    "read_trajectories",
+    "training_tasks",
+]

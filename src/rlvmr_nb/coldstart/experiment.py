@@ -1,0 +1,173 @@
+"""Cold-start SFT and its measurement: format validity and admissible-action rate before vs after (issue 5).
+
+`coldstart_sft_experiment` evaluates the base model on held-out ALFWorld games through `evaluate.py`
+(the same rollout and prompt code as RL), fine-tunes it on a cold-start dataset with `sft.train_sft`,
+evaluates again and writes one results file with both sets of figures and their provenance.
+
+On a CPU the paper's SFT budget (5 epochs over ~2,000 step samples of up to 2,048 tokens) is out of
+reach, so the experiment exposes the knobs that bound it: `max_samples` (seeded subset),
+`max_sample_tokens` (drop the longest samples: later steps of long trajectories), and the SFT config.
+Whatever is chosen is recorded in the results file next to the numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from ..sft import SFTConfig, SFTSample, tokenize_sample
+
+
+@dataclass
+class ColdStartExperimentConfig:
+    """What `coldstart_sft_experiment` runs. Defaults: the CPU-sized SmolLM2 run of benchmarks/coldstart_sft.py."""
+
+    model: str = "embedded:smollm2-135m-instruct"
+    """Model spec for `models.load_model`."""
+    dataset: str | None = None
+    """Cold-start dataset folder; built with `build_coldstart_dataset(env, level, n_trajectories, seed)` if None."""
+    env: str = "alfworld"
+    level: str = "L0"
+    n_trajectories: int = 200
+    seed: int = 0
+    max_samples: int | None = None
+    """Train on a seeded subset of this many samples (None: all that pass `max_sample_tokens`)."""
+    max_sample_tokens: int | None = None
+    """Drop samples whose chat-formatted prompt + response exceed this many tokens (None: keep all)."""
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval_games: int = 16
+    """Held-out games evaluated before and after (seeded subset of the level's test split)."""
+    eval_max_steps: int = 8
+    eval_max_new_tokens: int = 128
+    eval_temperature: float = 0.4
+    eval_batch_tasks: int = 8
+    train_prompt_probe: int = 0
+    """Also measure the greedy format-valid rate on this many training prompts before and after (0: skip)."""
+    train_probe_max_new_tokens: int = 96
+    run_eval: bool = True
+    """Run the held-out evaluation (False: only the training-prompt probe, for quick checks)."""
+    results_path: str | None = "benchmarks/results/coldstart.json"
+    model_out_dir: str | None = None
+    """Save the fine-tuned model here (loadable by the trainer via `load_model(dir)`)."""
+
+
+def select_samples(
+    samples: Sequence[SFTSample], tokenizer: Any, max_samples: int | None, max_tokens: int | None, seed: int
+) -> tuple[list[SFTSample], dict[str, Any]]:
+    """Keep samples within `max_tokens`, then a seeded subset of `max_samples`; returns them and counts."""
+    lengths = [len(tokenize_sample(tokenizer, s, 1 << 30)[0]) for s in samples]
+    kept = [i for i, n in enumerate(lengths) if max_tokens is None or n <= max_tokens]
+    if max_samples is not None and max_samples < len(kept):
+        kept = sorted(random.Random(seed).sample(kept, max_samples))
+    chosen = [samples[i] for i in kept]
+    tags: dict[str, int] = {}
+    for s in chosen:
+        tags[s.meta.get("tag") or "none"] = tags.get(s.meta.get("tag") or "none", 0) + 1
+    stats = {
+        "available": len(samples),
+        "used": len(chosen),
+        "tokens_used": sum(lengths[i] for i in kept),
+        "max_tokens_used": max((lengths[i] for i in kept), default=0),
+        "mean_tokens_available": round(sum(lengths) / max(1, len(lengths)), 1),
+        "tags_used": dict(sorted(tags.items())),
+    }
+    return chosen, stats
+
+
+def format_valid_rate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 96,
+                      mode: str = "strict", batch_size: int = 8) -> float:
+    """Share of greedy responses to chat-formatted `prompts` that are format-valid (spec §1.2)."""
+    from ..generation.base import SamplingConfig
+    from ..generation.hf import HFGenerator
+    from ..tags import parse_output
+
+    generator = HFGenerator(model, tokenizer)
+    try:
+        valid = 0
+        for i in range(0, len(prompts), batch_size):
+            outs = generator.generate(list(prompts[i : i + batch_size]),
+                                      SamplingConfig(temperature=0.0, max_new_tokens=max_new_tokens))
+            valid += sum(parse_output(o.text, mode=mode).valid for o in outs)
+    finally:
+        generator.close()
+    return valid / len(prompts) if prompts else float("nan")
+
+
+def policy_figures(summary: dict[str, Any]) -> dict[str, float]:
+    """The measured rates from an `evaluate_policy` summary."""
+    return {
+        "format_valid_rate": 1.0 - float(summary["invalid_malformed"]),
+        "admissible_action_rate": 1.0 - float(summary["invalid_non_admissible"]),
+        "success_rate": float(summary["success"]),
+        "episode_length": float(summary["episode_length"]),
+        "tag_distribution": summary["tag_distribution"],
+    }
+
+
+def coldstart_sft_experiment(config: ColdStartExperimentConfig = ColdStartExperimentConfig(),
+                             progress: bool = True) -> dict[str, Any]:
+    """Evaluate -> SFT -> evaluate; returns (and writes to `config.results_path`) the results document."""
+    from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
+    from ..models import describe_model, load_model
+    from ..sft import train_sft
+    from .dataset import build_coldstart_dataset, load_coldstart_samples, read_manifest
+
+    t_start = time.time()
+    dataset = Path(config.dataset) if config.dataset else build_coldstart_dataset(
+        config.env, config.level, config.n_trajectories, config.seed, progress=progress)
+    manifest = read_manifest(dataset)
+    model, tokenizer = load_model(config.model, seed=config.seed)
+    eval_cfg = EvalConfig(env=config.env, level=config.level, max_tasks=config.eval_games, seed=config.seed,
+                          temperature=config.eval_temperature, max_steps=config.eval_max_steps,
+                          max_new_tokens=config.eval_max_new_tokens, batch_tasks=config.eval_batch_tasks)
+    tasks = eval_tasks(eval_cfg)
+
+    samples, sample_stats = select_samples(load_coldstart_samples(dataset, tokenizer), tokenizer,
+                                           config.max_samples, config.max_sample_tokens, config.seed)
+    probe = [s.prompt for s in samples[: config.train_prompt_probe]]
+
+    def measure() -> tuple[dict | None, float | None, float]:
+        t = time.time()
+        summary = evaluate_policy(model, tokenizer, eval_cfg, tasks=tasks, progress=progress)[1] if config.run_eval else None
+        rate = format_valid_rate(model, tokenizer, probe, config.train_probe_max_new_tokens) if probe else None
+        return summary, rate, time.time() - t
+
+    before, probe_before, before_s = measure()
+    t0 = time.time()
+    model, records = train_sft(model, tokenizer, samples, config.sft, out_dir=config.model_out_dir, progress=progress)
+    sft_s = time.time() - t0
+    after, probe_after, after_s = measure()
+
+    doc = {
+        "what": "cold-start SFT: strict format-valid and admissible-action rates on held-out games, before vs after",
+        "before": policy_figures(before) if before else None,
+        "after": policy_figures(after) if after else None,
+        "training_prompt_probe": {"prompts": len(probe), "format_valid_before": probe_before,
+                                  "format_valid_after": probe_after, "decoding": "greedy"} if probe else None,
+        "eval": {**asdict(eval_cfg), "tasks": [t.task_id for t in tasks], "split": tasks[0].split if tasks else None},
+        "sft": {
+            "config": asdict(config.sft),
+            "samples": sample_stats,
+            "optimizer_steps": len(records),
+            "loss_first": records[0]["loss"] if records else None,
+            "loss_last": records[-1]["loss"] if records else None,
+            "mean_tokens_per_s": round(sum(r["tokens_per_s"] for r in records) / max(1, len(records)), 1),
+        },
+        "dataset": {"path": str(dataset), "manifest": {k: manifest[k] for k in ("env", "level", "seed", "teacher",
+                                                                            "source", "prompt", "counts", "tags")}},
+        "model": {"spec": config.model, **describe_model(model)},
+        "experiment_config": {k: v for k, v in asdict(config).items() if k != "sft"},
+        "seconds": {"eval_before": round(before_s, 1), "sft": round(sft_s, 1), "eval_after": round(after_s, 1),
+                    "total": round(time.time() - t_start, 1)},
+        "provenance": provenance(config.seed),
+        "raw_metrics": {"before": before, "after": after},
+    }
+    if config.results_path:
+        path = Path(config.results_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    return doc

@@ -1,0 +1,204 @@
+"""Expert trajectories for the cold start, drawn from the TRAINING split of a level only (spec §4.1.1-2).
+
+The official cold start tags AgentGym expert trajectories (not portable, digitalhuman#10) and covers all
+six ALFWorld task types even for L2, whose held-out types (cool, pick-two) then leak into SFT
+(digitalhuman#15). Here the experts are the environments' own:
+
+* ALFWorld: the walkthrough stored in each game, or ALFWorld's hand-coded expert (which searches
+  receptacles one by one like an agent without a map), with walkthrough fallback (`alfworld_experts`);
+  ``"mixed"`` picks one of the two per trajectory with a seeded coin.
+* ScienceWorld: the simulator's gold path, replayed and kept at score 100 (`scienceworld_gold_episode`).
+
+Trajectories have fewer than 30 steps (spec §4.1.2), including any step a teacher inserts later.
+Candidates come from `training_tasks(env, level)`, which asserts that no held-out task type is present.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import defaultdict
+from typing import Any, Iterator, Sequence
+
+from ..envs.base import TaskSpec
+from ..trajectory import Episode, Step
+
+ENVS = ("alfworld", "scienceworld")
+ALFWORLD_EXPERTS = ("walkthrough", "handcoded", "mixed")
+MAX_TRAJECTORY_STEPS = 29
+"""Longest kept trajectory: the official builder keeps only trajectories with < 30 steps (spec §4.1.2)."""
+
+SCIENCEWORLD_LONG_GOLD_TASKS: tuple[str, ...] = (
+    "grow-fruit",
+    "inclined-plane-determine-angle",
+    "inclined-plane-friction-named-surfaces",
+    "inclined-plane-friction-unnamed-surfaces",
+    "mendelian-genetics-known-plant",
+    "mendelian-genetics-unknown-plant",
+)
+"""ScienceWorld tasks whose gold paths are always far over 30 steps (environment probe: mendelian ~148,
+grow-fruit ~60-95, inclined planes 60-184), so generating them (up to 78 s each) only to reject them is
+skipped. Other tasks are length-checked one by one."""
+
+
+class LeakageError(AssertionError):
+    """A held-out task type reached the cold-start candidates of a level that must not see it."""
+
+
+def heldout_task_types(env: str, level: str) -> frozenset[str]:
+    """Task types a level's policy must never train on (spec §6.1): empty for L0/L1."""
+    level = _level_key(level)
+    if env == "alfworld":
+        from ..envs.alfworld import LEVELS, TASK_TYPES
+
+        train_ids = set(LEVELS[level]["train"][1])
+        return frozenset(name for i, name in TASK_TYPES.items() if i not in train_ids)
+    if env == "scienceworld":
+        from ..envs.scienceworld_splits import L2_HELDOUT_TASKS
+
+        return frozenset(L2_HELDOUT_TASKS) if level == "L2" else frozenset()
+    raise ValueError(f"unknown env {env!r}; choose one of {ENVS}")
+
+
+def assert_no_heldout(tasks: Sequence[TaskSpec] | Sequence[Episode], env: str, level: str) -> None:
+    """Raise `LeakageError` if any task (or episode) has a task type held out of `level` (digitalhuman#15)."""
+    heldout = heldout_task_types(env, level)
+    leaked = sorted({t.task_type for t in tasks if t.task_type in heldout})
+    if leaked:
+        raise LeakageError(
+            f"cold-start data for {env} {level} contains held-out task type(s) {leaked}; {level} evaluates on "
+            "them, so they must never appear in its cold start. Build the data from training_tasks(env, level)."
+        )
+
+
+def training_tasks(env: str, level: str) -> list[TaskSpec]:
+    """The level's training split in its fixed order (ALFWorld: 3,553 games, L2 types 1-4 only; ScienceWorld:
+    the level's train variations), checked for held-out types."""
+    level = _level_key(level)
+    if env == "alfworld":
+        from ..envs.alfworld import alfworld_tasks
+
+        tasks = alfworld_tasks("train", level=level)
+    elif env == "scienceworld":
+        from ..envs.scienceworld_splits import scienceworld_tasks
+
+        tasks = [t for t in scienceworld_tasks(level, "train") if t.task_type not in SCIENCEWORLD_LONG_GOLD_TASKS]
+    else:
+        raise ValueError(f"unknown env {env!r}; choose one of {ENVS}")
+    assert_no_heldout(tasks, env, level)
+    return tasks
+
+
+def candidate_order(tasks: Sequence[TaskSpec], seed: int) -> Iterator[TaskSpec]:
+    """Tasks in a seeded, type-balanced order: one of each task type in turn (types sorted), each type's
+    games shuffled. Balanced types keep a 200-trajectory set from being dominated by the largest type."""
+    rng = random.Random(seed)
+    by_type: dict[str, list[TaskSpec]] = defaultdict(list)
+    for task in tasks:
+        by_type[task.task_type].append(task)
+    queues = []
+    for task_type in sorted(by_type):
+        games = list(by_type[task_type])
+        rng.shuffle(games)
+        queues.append(games)
+    for i in range(max((len(q) for q in queues), default=0)):
+        for queue in queues:
+            if i < len(queue):
+                yield queue[i]
+
+
+def make_expert_env(env: str, expert: str = "mixed") -> Any:
+    """The environment the experts (and the teachers' replays) run in."""
+    if env == "alfworld":
+        from ..envs.alfworld import ALFWorldEnv
+
+        if expert not in ALFWORLD_EXPERTS:
+            raise ValueError(f"unknown ALFWorld expert {expert!r}; choose one of {ALFWORLD_EXPERTS}")
+        return ALFWorldEnv(accelerate=True, handcoded_expert=expert != "walkthrough")
+    if env == "scienceworld":
+        from ..envs.scienceworld import ScienceWorldEnv
+
+        return ScienceWorldEnv()
+    raise ValueError(f"unknown env {env!r}; choose one of {ENVS}")
+
+
+def expert_episode(
+    env_name: str, task: TaskSpec, env: Any, expert: str = "mixed", seed: int = 0, handcoded_share: float = 0.5
+) -> Episode:
+    """One winning expert trajectory of `task` (raises ValueError when the expert cannot provide one).
+
+    ALFWorld ``expert='mixed'`` plays the hand-coded expert with probability `handcoded_share` (seeded by
+    `seed` and the task id), else the walkthrough. The episode id is deterministic.
+    """
+    if env_name == "alfworld":
+        from ..envs.alfworld_experts import play_expert
+
+        if expert not in ALFWORLD_EXPERTS:
+            raise ValueError(f"unknown ALFWorld expert {expert!r}; choose one of {ALFWORLD_EXPERTS}")
+        chosen = expert
+        if expert == "mixed":
+            coin = random.Random(f"{seed}:{task.task_id}").random()
+            chosen = "handcoded" if coin < handcoded_share else "walkthrough"
+        episode = play_expert(task, chosen, env=env, max_steps=MAX_TRAJECTORY_STEPS, seed=seed)
+        episode.info.setdefault("expert", chosen)
+    elif env_name == "scienceworld":
+        from ..envs.scienceworld import scienceworld_gold_episode
+
+        episode = scienceworld_gold_episode(task, env=env)
+        episode.info["expert"] = "gold"
+    else:
+        raise ValueError(f"unknown env {env_name!r}; choose one of {ENVS}")
+    if not episode.won:
+        raise ValueError(f"expert did not win {task.task_id}")
+    if episode.length > MAX_TRAJECTORY_STEPS:
+        raise ValueError(f"expert trajectory has {episode.length} steps (cold start keeps < 30)")
+    episode.episode_id = f"expert:{task.task_id}"
+    episode.split = task.split
+    return episode
+
+
+def replay(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], template: Episode) -> Episode:
+    """Play `actions` from `task`'s initial state in the real env and record every step.
+
+    Used to validate a trajectory a teacher changed (an inserted mistake): observations and feedback are
+    the environment's own. ScienceWorld steps keep the prompt's available-actions text in
+    ``extra['available_actions']``; their admissibility is read from the reply (an unknown command is
+    answered "No known action matches that input.", spec §1.4).
+    """
+    from ..prompts import INVALID_ACTION_FEEDBACK
+
+    reset = env.reset(task)
+    observation = reset.observation
+    admissible = list(reset.admissible_actions) if env_name == "alfworld" else []
+    available = reset.info.get("available_actions")
+    episode = Episode(
+        task_id=task.task_id, env=env_name, split=task.split, task_type=template.task_type,
+        task_text=template.task_text or reset.task_text, episode_id=template.episode_id,
+        info=dict(template.info),
+    )
+    for t, action in enumerate(actions):
+        result = env.step(action)
+        extra: dict[str, Any] = {}
+        if env_name == "scienceworld":
+            extra = {"available_actions": available, "score": result.info.get("score"),
+                     "score_delta": result.reward}
+            is_admissible = result.observation.strip() != INVALID_ACTION_FEEDBACK
+        else:
+            is_admissible = action in admissible
+        episode.steps.append(Step(
+            t=t, observation=observation, admissible_actions=admissible, action=action, admissible=is_admissible,
+            feedback=result.observation, done=result.done, won=result.won, extra=extra,
+        ))
+        observation = result.observation
+        admissible = list(result.admissible_actions) if env_name == "alfworld" else []
+        available = result.info.get("available_actions")
+        if result.done:
+            break
+    episode.won = bool(episode.steps) and episode.steps[-1].won
+    return episode
+
+
+def _level_key(level: str) -> str:
+    key = str(level).upper()
+    if key not in ("L0", "L1", "L2"):
+        raise ValueError(f"unknown level {level!r}; choose L0, L1 or L2")
+    return key
