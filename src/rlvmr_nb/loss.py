@@ -238,7 +238,9 @@ def reference_logprobs_from_hidden(
     """
     if temperature <= 0.0:
         raise ValueError(f"temperature={temperature} must be > 0")
-    logits = F.linear(hidden, weight).to(accumulation_dtype(hidden.dtype)) / temperature
+    logits = F.linear(hidden, weight).to(accumulation_dtype(hidden.dtype))
+    if temperature != 1.0:  # skip the division at 1.0: it would hold one more [..., V] copy
+        logits = logits / temperature
     logprobs = torch.log_softmax(logits, dim=-1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)
     if return_entropy:
         return logprobs, entropy_from_logits(logits)

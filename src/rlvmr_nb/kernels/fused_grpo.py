@@ -36,7 +36,7 @@ BACKENDS: tuple[str, ...] = ("auto", "torch", "triton")
 
 CHUNK_ELEMENTS = 2**26
 """Default rows per chunk are chosen so that one [chunk x vocab] buffer holds about this many elements
-(256 MiB in fp32): 441 rows for Qwen2.5's 151,936 vocabulary, 1,365 for SmolLM2's 49,152."""
+(256 MiB in fp32): 440 rows for Qwen2.5's 151,936 vocabulary, 1,360 for SmolLM2's 49,152."""
 
 
 def default_chunk_size(num_rows: int, vocab: int) -> int:
