@@ -403,8 +403,8 @@ def _other_ids(instance: str) -> list[str]:
 
 
 def propose_mistakes(expert: Episode, plan: ExpertPlan, rng: random.Random, kinds: Sequence[str] = ERROR_KINDS) -> list[Mistake]:
-    """Candidate mistakes for this trajectory, shuffled with `rng` (the teacher replays them in order and
-    keeps the first that still wins). Never before step 0, which carries the plan."""
+    """Candidate mistakes for this trajectory, up to 3 of each kind, shuffled with `rng` (the teacher replays
+    them in order and keeps those that still end in a win). Never before step 0, which carries the plan."""
     actions = [s.action for s in expert.steps]
     tracker = WorldTracker(receptacles_in_room(expert.steps[0].observation))
     found: dict[str, list[Mistake]] = {k: [] for k in kinds}

@@ -42,6 +42,7 @@ from .experts import (
     candidate_order,
     expert_episode,
     heldout_task_types,
+    TrajectoryTooLong,
     make_expert_env,
     training_tasks,
 )
@@ -195,7 +196,8 @@ def _collect(
             except Exception as e:  # noqa: BLE001 - an expert that cannot solve a game is skipped, not fatal
                 if _is_crash(e):
                     raise
-                rejected[f"expert: {type(e).__name__}: {e}"[:100]] += 1
+                reason = "expert: 30 steps or more" if isinstance(e, TrajectoryTooLong) else f"expert: {type(e).__name__}: {e}"
+                rejected[reason[:100]] += 1
                 failures_in_a_row[task.task_type] += 1
                 continue
             try:  # only rejections are skipped: transport or auth errors of an LLM teacher stop the build
@@ -205,7 +207,7 @@ def _collect(
                 failures_in_a_row[task.task_type] += 1
                 continue
             if tagged.length > MAX_TRAJECTORY_STEPS:
-                rejected["too long"] += 1
+                rejected["teacher: 30 steps or more"] += 1
                 failures_in_a_row[task.task_type] += 1
                 continue
             failures_in_a_row[task.task_type] = 0

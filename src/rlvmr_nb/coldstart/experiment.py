@@ -108,9 +108,9 @@ def policy_figures(summary: dict[str, Any]) -> dict[str, float]:
     }
 
 
-def coldstart_sft_experiment(config: ColdStartExperimentConfig = ColdStartExperimentConfig(),
-                             progress: bool = True) -> dict[str, Any]:
+def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, progress: bool = True) -> dict[str, Any]:
     """Evaluate -> SFT -> evaluate; returns (and writes to `config.results_path`) the results document."""
+    config = config or ColdStartExperimentConfig()
     from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
     from ..models import describe_model, load_model
     from ..sft import train_sft

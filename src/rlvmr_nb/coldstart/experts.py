@@ -40,6 +40,10 @@ grow-fruit ~60-95, inclined planes 60-184), so generating them (up to 78 s each)
 skipped. Other tasks are length-checked one by one."""
 
 
+class TrajectoryTooLong(ValueError):
+    """The expert needed 30 or more steps; the cold start keeps shorter trajectories (spec §4.1.2)."""
+
+
 class LeakageError(AssertionError):
     """A held-out task type reached the cold-start candidates of a level that must not see it."""
 
@@ -150,7 +154,7 @@ def expert_episode(
     if not episode.won:
         raise ValueError(f"expert did not win {task.task_id}")
     if episode.length > MAX_TRAJECTORY_STEPS:
-        raise ValueError(f"expert trajectory has {episode.length} steps (cold start keeps < 30)")
+        raise TrajectoryTooLong(f"expert trajectory has {episode.length} steps (cold start keeps < 30)")
     episode.episode_id = f"expert:{task.task_id}"
     episode.split = task.split
     return episode

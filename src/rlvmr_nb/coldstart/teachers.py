@@ -59,7 +59,7 @@ def annotated_copy(
     Raises `AnnotationRejected` if any output is not strict-valid or its action differs from the step's.
     """
     new_steps = []
-    for i, (step, output, train) in enumerate(zip(steps, outputs, trainable)):
+    for i, (step, output, train) in enumerate(zip(steps, outputs, trainable, strict=True)):
         parsed = parse_output(output, mode="strict")
         if not parsed.valid:
             raise AnnotationRejected(f"step {i}: output is not strict-valid ({', '.join(parsed.invalid_reasons)}): {output!r}")
@@ -131,7 +131,7 @@ class RuleTeacher:
         if env is not None and wanted:
             steps, origin, mistakes = self._insert_mistakes(expert, env, candidates, wanted, took_effect)
         labels = label(steps, plan, origin, mistakes, rng)
-        outputs = [format_step(tag, sentence, s.action) for (tag, sentence), s in zip(labels, steps)]
+        outputs = [format_step(tag, sentence, s.action) for (tag, sentence), s in zip(labels, steps, strict=True)]
         trainable = [o is not None or self.train_on_mistakes for o in origin]
         info: dict[str, Any] = {"teacher": self.describe()}
         if mistakes:
@@ -233,7 +233,7 @@ def check_annotation(expert: Episode, items: Sequence[dict[str, str]]) -> list[s
     if len(items) != len(expert.steps):
         raise AnnotationRejected(f"annotation has {len(items)} entries for {len(expert.steps)} steps")
     outputs = []
-    for i, (item, step) in enumerate(zip(items, expert.steps)):
+    for i, (item, step) in enumerate(zip(items, expert.steps, strict=True)):
         reason, action = item["reason"].strip(), item["action"].strip()
         if action != step.action:
             raise AnnotationRejected(f"step {i}: action changed from {step.action!r} to {action!r}")
@@ -242,7 +242,8 @@ def check_annotation(expert: Episode, items: Sequence[dict[str, str]]) -> list[s
         output = f"{reason}\n<action>{action}</action>\n"
         parsed = parse_output(output, mode="strict")
         if not parsed.valid or parsed.tag not in META_TAGS:
-            raise AnnotationRejected(f"step {i}: reason is not exactly one meta-reasoning tag ({', '.join(parsed.invalid_reasons)})")
+            raise AnnotationRejected(
+                f"step {i}: reason is not exactly one meta-reasoning tag ({', '.join(parsed.invalid_reasons)})")
         outputs.append(output)
     return outputs
 
@@ -295,7 +296,8 @@ class LLMTeacher:
             outputs = check_annotation(expert, items)
             info = {"teacher": self.describe(), "llm_attempts": attempt}
             return annotated_copy(expert, expert.steps, outputs, [True] * len(outputs), info)
-        raise AnnotationRejected(f"{expert.task_id}: no parseable annotation in {self.max_attempts} attempts ({'; '.join(errors)})")
+        raise AnnotationRejected(
+            f"{expert.task_id}: no parseable annotation in {self.max_attempts} attempts ({'; '.join(errors)})")
 
     def complete(self, messages: list[dict[str, str]]) -> str:
         """POST one chat-completions request and return the first choice's message text."""
