@@ -324,7 +324,8 @@ def plot(cases: list[dict], path_stem: Path) -> None:
                 guessed = [c for c in sel if c.get("status") != "ok" and c.get("extrapolated_peak_mb")]
                 if guessed:
                     memory_ax.plot([c["tokens"] for c in guessed], [c["extrapolated_peak_mb"] / 1024 for c in guessed],
-                                   linestyle="none", marker="o", markerfacecolor="none", color=colors[method],
+                                   linestyle="none", marker="o", markersize=12, markeredgewidth=1.5,
+                                   markerfacecolor="none", color=colors[method],
                                    label=f"{label} (extrapolated, not run)")
         width, vocab = SHAPES[shape]
         memory_ax.set_title(f"{shape} (H={width:,}, V={vocab:,}): peak memory")
@@ -375,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     parser.add_argument("--tokens", nargs="+", type=int, default=[512, 1024, 2048, 4096])
-    parser.add_argument("--qwen-tokens", nargs="+", type=int, default=[1024, 2048, 4096],
+    parser.add_argument("--qwen-tokens", nargs="+", type=int, default=[512, 1024, 2048, 4096],
                         help="token counts for the Qwen2.5-1.5B shape (8x the GEMM work of SmolLM2 per token)")
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS)
