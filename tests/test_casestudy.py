@@ -227,3 +227,9 @@ def test_failure_reason():
     assert cs.failure_reason(Step(t=0, observation="", admissible=False)) == "non-admissible action"
     assert cs.failure_reason(Step(t=0, observation="", feedback=NOTHING)) == "no effect"
     assert cs.failure_reason(Step(t=0, observation="", feedback="You arrive.")) is None
+
+
+def test_outcome_reward_shown_only_when_it_means_something():
+    expert = episode([step(0, "planning", "go to a")], won=True)  # replayed expert: no env reward recorded
+    assert "won" in cs.episode_html(expert) and "R(τ)" not in cs.episode_html(expert)
+    assert "R(τ) = 0" in cs.episode_html(episode([step(0, "planning", "go to a")], won=False))

@@ -390,7 +390,9 @@ def _header(ep: Episode) -> str:
         if ep.aborted:
             verdict = f'<b style="color:{_MUTED}">aborted</b>'
         outcome = sum(s.env_reward for s in ep.steps)
-        parts += [verdict, f"{len(ep.steps)} steps", f"R(τ) = {outcome:g}"]
+        parts += [verdict, f"{len(ep.steps)} steps"]
+        if outcome or not ep.won:  # expert replays record no env reward; a win with R = 0 would mislead
+            parts.append(f"R(τ) = {outcome:g}")
     lines = [" · ".join(parts)]
     if ep.task_text:
         lines.append(f"task: <i>{_e(ep.task_text)}</i>")
