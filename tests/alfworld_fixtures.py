@@ -22,8 +22,11 @@ from rlvmr_nb.envs.alfworld_data import (
 
 
 def _locate_or_install() -> Path:
-    if os.environ.get("ALFWORLD_DATA"):
-        return resolve_alfworld_data()  # raises with the fix if the variable points nowhere useful
+    env_root = os.environ.get("ALFWORLD_DATA")
+    # `import alfworld` (e.g. by an earlier test) sets $ALFWORLD_DATA to its own, empty default: only
+    # trust the variable when it really holds the game files.
+    if env_root and (Path(env_root).expanduser() / "json_2.1.1").is_dir():
+        return resolve_alfworld_data()
     if is_installed(default_alfworld_dir()):
         return default_alfworld_dir()
     archive = shared_alfworld_archive()

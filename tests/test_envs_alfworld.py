@@ -142,14 +142,22 @@ def test_verify_counts_message_says_how_to_fix():
 
 def test_missing_data_dir_error_says_how_to_install(tmp_path, monkeypatch):
     monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "nowhere"))
+    monkeypatch.setenv("RLVMR_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(FileNotFoundError, match=r"\$ALFWORLD_DATA.*rlvmr-nb data alfworld.*install_alfworld_data"):
         resolve_alfworld_data()
     monkeypatch.delenv("ALFWORLD_DATA")
-    monkeypatch.setenv("RLVMR_CACHE", str(tmp_path / "empty-cache"))
     with pytest.raises(FileNotFoundError, match="default cache"):
         resolve_alfworld_data()
     with pytest.raises(FileNotFoundError, match="does not exist"):
         install_alfworld_data(tmp_path / "no-such-archive.tar.xz", dest=tmp_path / "d")
+
+
+def test_alfworld_import_side_effect_falls_back_to_installed_cache(alfworld_data_root, tmp_path, monkeypatch):
+    # `import alfworld` sets $ALFWORLD_DATA to its own empty default; our install must still be found.
+    monkeypatch.setenv("RLVMR_CACHE", str(alfworld_data_root.parent))
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "alfworld-default"))
+    with pytest.warns(UserWarning, match="using the installed copy"):
+        assert resolve_alfworld_data() == alfworld_data_root
 
 
 # ----------------------------------------------------------------------------- splits

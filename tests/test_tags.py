@@ -88,13 +88,13 @@ def test_format_step_roundtrip():
 @given(st.one_of(st.text(), st.lists(st.sampled_from(
     ["<planning>", "</planning>", "<explore>", "</explore>", "<reflection>", "</reflection>", "<monitor>",
      "</monitor>", "<action>", "</action>", "go to", " ", "\n", "好", "<b>", "x"])).map("".join)),
-    st.sampled_from(["strict", "lenient"]), st.booleans())
+    st.sampled_from(["strict", "lenient", "think"]), st.booleans())
 def test_parser_is_total(text, mode, bug):
     p = parse_output(text, mode=mode, official_regex_bug=bug)
     assert isinstance(p.valid, bool) and isinstance(p.action, str)
     assert p.valid == (len(p.invalid_reasons) == 0)
     if p.valid:
-        assert p.tag is not None
+        assert (p.tag is None) == (mode == "think")
         if mode == "strict":  # lenient (official ScienceWorld) accepts empty tags
             assert p.reasoning and p.action == p.actions[0]
 
@@ -102,3 +102,19 @@ def test_parser_is_total(text, mode, bug):
 def test_parser_accepts_non_strings():
     assert not parse_output(None).valid
     assert not parse_output(12345).valid
+
+
+@pytest.mark.parametrize("text,valid,reason", [
+    ("<think>go left</think>\n<action>go to desk 1</action>", True, None),
+    ("<action>go to desk 1</action>", False, "no_think"),
+    ("<think></think><action>x</action>", False, "empty_think"),
+    ("<think>a</think><think>b</think><action>x</action>", False, "multiple_thinks"),
+    ("<action>x</action><think>late</think>", False, "think_after_action"),
+    ("<think>a</think><action>x</action><action>y</action>", False, "multiple_actions"),
+    ("<monitor>a</monitor><action>x</action>", False, "no_think"),
+])
+def test_think_mode_for_baselines(text, valid, reason):
+    p = parse_output(text, mode="think")
+    assert p.valid == valid and p.tag is None and p.plan is None
+    if reason:
+        assert reason in p.invalid_reasons

@@ -154,7 +154,10 @@ class PromptConfig:
 
     @property
     def parser_mode(self) -> str:
-        """tags.parse_output mode matching the env's official validity rules (spec §1.2)."""
+        """tags.parse_output mode matching the env's official validity rules (spec §1.2): the meta-think
+        format is strict in ALFWorld and lenient in ScienceWorld; think/ReAct answers are <think> + <action>."""
+        if self.style != "meta_think":
+            return "think"
         return "strict" if self.env == "alfworld" else "lenient"
 
 

@@ -8,6 +8,8 @@ Two validity modes:
 * ``"lenient"`` — paper App. A.2 and the official ScienceWorld rules: at least one meta-reasoning
   tag pair and one action, no CJK. The action is the text between the first ``<action>`` and the
   first ``</action>``.
+* ``"think"`` — the outcome-only baselines (GRPO/GiGPO, ReAct; spec §1.2 last line): exactly one
+  non-empty ``<think>…</think>`` before exactly one ``<action>…</action>``, no CJK. No meta tag.
 
 `parse_output` never raises: any string (or even a non-string) yields a `ParsedOutput`.
 
@@ -24,13 +26,14 @@ from dataclasses import dataclass, field
 META_TAGS: tuple[str, ...] = ("planning", "explore", "reflection", "monitor")
 """The four meta-reasoning tags of RLVMR (paper §3.2)."""
 
-MODES: tuple[str, ...] = ("strict", "lenient")
+MODES: tuple[str, ...] = ("strict", "lenient", "think")
 
 _CJK = re.compile("[\u4e00-\u9fff]")
 _ACTION_BLOCK = re.compile(r"<action>(.*?)</action>", re.IGNORECASE | re.DOTALL)
 _ACTION_BLOCK_NO_DOTALL = re.compile(r"<action>(.*?)</action>")  # the official reward-side regex
 _ACTION_OPEN = re.compile(r"<action>", re.IGNORECASE)
 _META_BLOCK = re.compile(r"<(planning|explore|reflection|monitor)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
+_THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.IGNORECASE | re.DOTALL)
 _INNER_XML = re.compile(r"<[^<>]*>")
 _LENIENT_FALLBACK_CHARS = 20  # official ScienceWorld: with no action tags, the last 20 chars are sent
 
@@ -112,6 +115,29 @@ def _parse_strict(text: str) -> tuple[str | None, str, str, str | None, list[str
     return tag, reasoning, action, plan, reasons
 
 
+def _parse_think(text: str) -> tuple[str | None, str, str, str | None, list[str]]:
+    reasons: list[str] = []
+    if has_cjk(text):
+        reasons.append("cjk")
+    blocks = _ACTION_BLOCK.findall(text)
+    action = blocks[0].strip() if len(blocks) == 1 else ""
+    if len(blocks) != 1:
+        reasons.append("no_action" if not blocks else "multiple_actions")
+    thinks = list(_THINK_BLOCK.finditer(text))
+    reasoning = _clean_inner(thinks[0].group(1)) if thinks else ""
+    if not thinks:
+        reasons.append("no_think")
+    elif len(thinks) > 1:
+        reasons.append("multiple_thinks")
+    else:
+        if not reasoning:
+            reasons.append("empty_think")
+        first_action = _ACTION_OPEN.search(text)
+        if first_action is not None and thinks[0].start() > first_action.start():
+            reasons.append("think_after_action")
+    return None, reasoning, action, None, reasons
+
+
 def _parse_lenient(text: str) -> tuple[str | None, str, str, str | None, list[str]]:
     reasons: list[str] = []
     start, end = text.find("<action>"), text.find("</action>")
@@ -143,7 +169,8 @@ def parse_output(text: object, mode: str = "strict", official_regex_bug: bool = 
 
     Args:
         text: the raw model output.
-        mode: ``"strict"`` (official ALFWorld, the default) or ``"lenient"`` (paper App. A.2 / ScienceWorld).
+        mode: ``"strict"`` (official ALFWorld, the default), ``"lenient"`` (paper App. A.2 / ScienceWorld)
+            or ``"think"`` (``<think>`` + ``<action>``, the GRPO/GiGPO/ReAct baselines).
         official_regex_bug: reproduce the official non-DOTALL reward-side action extraction in
             `ParsedOutput.actions` (ablations only; digitalhuman#14).
     """
@@ -153,6 +180,8 @@ def parse_output(text: object, mode: str = "strict", official_regex_bug: bool = 
         text = "" if text is None else str(text)
     if mode == "strict":
         tag, reasoning, action, plan, reasons = _parse_strict(text)
+    elif mode == "think":
+        tag, reasoning, action, plan, reasons = _parse_think(text)
     else:
         tag, reasoning, action, plan, reasons = _parse_lenient(text)
     return ParsedOutput(

@@ -48,6 +48,9 @@ class TrainConfig:
     # --- experiment -------------------------------------------------------------------------
     algo: str = "rlvmr"
     """Advantage estimator: 'rlvmr' (GRPO-MR), 'grpo' (outcome only) or 'gigpo' (Table 1 baselines)."""
+    prompt_style: str | None = None
+    """Prompt/output format: None = 'meta_think' for rlvmr and 'think' for the baselines (official scripts);
+    'meta_think' with algo='grpo' is the Table 3 ablation 'w/o A^MC' (GRPO from the cold-start model)."""
     env: str = "alfworld"
     """'alfworld', 'scienceworld' or 'toy' (the tiny test game)."""
     level: str = "L0"
@@ -509,7 +512,7 @@ def train(
     env_slots = (make_env_slots or (lambda: default_env_slots(config)))()
     # LoRA: sample from the adapted model itself (its state dict does not map onto a plain copy).
     generator = HFGenerator(policy, tokenizer, dtype=None if config.lora else torch.bfloat16)
-    prompt_config = PromptConfig(env=_prompt_env(config.env), style="meta_think" if config.algo == "rlvmr" else "think",
+    prompt_config = PromptConfig(env=_prompt_env(config.env), style=config.prompt_style or ("meta_think" if config.algo == "rlvmr" else "think"),
                                  max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
     log = MetricsLog(out_dir, enabled=rank == 0)

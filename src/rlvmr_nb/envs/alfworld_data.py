@@ -16,6 +16,7 @@ import contextlib
 import fcntl
 import json
 import os
+import warnings
 import shutil
 import subprocess
 import tarfile
@@ -102,6 +103,14 @@ def resolve_alfworld_data(data_root: str | os.PathLike | None = None) -> Path:
         root, origin = default_alfworld_dir(), "the default cache ($RLVMR_CACHE/alfworld)"
     if root.name == JSON_DIRNAME:  # tolerate pointing at json_2.1.1 itself
         root = root.parent
+    if origin == "$ALFWORLD_DATA" and not (root / JSON_DIRNAME).is_dir() and is_installed():
+        # `import alfworld` writes its own default (~/.cache/alfworld) into $ALFWORLD_DATA when it is unset,
+        # so an empty $ALFWORLD_DATA next to a completed install of ours is almost always that side effect.
+        warnings.warn(
+            f"$ALFWORLD_DATA={root} holds no {JSON_DIRNAME}/; using the installed copy at {default_alfworld_dir()}",
+            stacklevel=2,
+        )
+        root, origin = default_alfworld_dir(), "the default cache ($RLVMR_CACHE/alfworld)"
     if not (root / JSON_DIRNAME).is_dir():
         raise FileNotFoundError(
             f"ALFWorld game files not found: {root / JSON_DIRNAME} does not exist (from {origin}). "
