@@ -1,0 +1,206 @@
+"""Every notebook runs top to bottom under papermill with its configs/ci parameters (issue 6), and the
+batch-reproduction helpers of rlvmr_nb.notebooks behave: parameter files checked against the notebooks,
+figure notebooks run by make_figures, policies loaded from trainer checkpoints, the notebook figures."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+jupytext = pytest.importorskip("jupytext")
+papermill = pytest.importorskip("papermill")
+
+from rlvmr_nb import notebooks as nbs  # noqa: E402
+
+from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: E402,F401  (session fixtures)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _outputs(executed: Path) -> list[dict]:
+    return [o for c in json.loads(executed.read_text())["cells"] for o in c.get("outputs", [])]
+
+
+def _stdout(executed: Path) -> str:
+    return "".join("".join(o["text"]) for o in _outputs(executed) if o.get("output_type") == "stream")
+
+
+def _run(name: str, tmp_path: Path, **overrides) -> Path:
+    executed = nbs.run_notebook(name, nbs.config_path(name, ci=True), tmp_path / "executed",
+                                parameters=overrides or None, cwd=tmp_path)
+    assert not [o for o in _outputs(executed) if o.get("output_type") == "error"]
+    return executed
+
+
+# ------------------------------------------------------------------------------------------ contract
+
+
+def test_every_notebook_is_listed():
+    assert sorted(p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.py")) == sorted(nbs.NOTEBOOKS)
+
+
+@pytest.mark.parametrize("name", nbs.NOTEBOOKS)
+def test_parameter_files_match_the_parameters_cell(name):
+    """One `parameters` cell of literals; configs/<nb>.json and configs/ci/<nb>.json set every one of them."""
+    params = nbs.notebook_parameters(name)
+    assert params
+    for path in (nbs.config_path(name), nbs.config_path(name, ci=True)):
+        assert set(json.loads(path.read_text())) == set(params), path
+        assert nbs.load_parameters(path, name)  # accepted as is
+    source = nbs.notebook_path(name).read_text()
+    assert "formats: ipynb,py:percent" in source and '# %% tags=["parameters"]' in source
+
+
+def test_ci_parameters_stay_tiny():
+    for name in ("01_cold_start", "02_rl_training", "03_evaluation"):
+        ci = json.loads(nbs.config_path(name, ci=True).read_text())
+        assert ci["model"] == "tiny-random:llama", name
+    assert json.loads(nbs.config_path("02_rl_training", ci=True).read_text())["env"] == "toy"
+    assert json.loads(nbs.config_path("03_evaluation", ci=True).read_text())["env"] == "toy"
+
+
+def test_parameter_errors_say_what_is_allowed(tmp_path):
+    with pytest.raises(ValueError, match="unknown parameter.*'out_dirr'.*it takes: out_dir"):
+        nbs.load_parameters(None, "00_tour", {"out_dirr": "x"})
+    computed = tmp_path / "99_bad.py"
+    computed.write_text('# %% tags=["parameters"]\nsteps = 2 * 3\n')
+    with pytest.raises(ValueError, match="not a literal"):
+        nbs.notebook_parameters(computed)
+    two = tmp_path / "98_two.py"
+    two.write_text('# %% tags=["parameters"]\na = 1\n\n# %% tags=["parameters"]\nb = 2\n')
+    with pytest.raises(ValueError, match="found 2"):
+        nbs.notebook_parameters(two)
+
+
+def test_notebook_names_resolve():
+    assert nbs.notebook_path("00").name == "00_tour.py"
+    assert nbs.notebook_path("05_case_studies.py").name == "05_case_studies.py"
+    assert nbs.config_path("04_paper_figures").name == "figures.json"
+    with pytest.raises(FileNotFoundError, match="known: 00_tour"):
+        nbs.notebook_path("07_missing")
+
+
+def test_a_failing_cell_names_the_error_and_the_copy(tmp_path):
+    broken = tmp_path / "97_broken.py"
+    broken.write_text('# %% tags=["parameters"]\nx = 1\n\n# %%\nraise KeyError("boom")\n')
+    with pytest.raises(RuntimeError, match="(?s)KeyError.*boom.*executed copy") as err:
+        nbs.run_notebook(broken, out_dir=tmp_path / "out", cwd=tmp_path)
+    assert str(tmp_path / "out" / "97_broken.ipynb") in str(err.value)
+
+
+# ------------------------------------------------------------------------------------------ helpers
+
+
+def test_load_policy_from_spec_checkpoint_and_run_folder(tmp_path):
+    torch = pytest.importorskip("torch")
+    from rlvmr_nb.models import load_model
+    from rlvmr_nb.trainer import TrainConfig, save_checkpoint
+
+    model, _ = load_model("tiny-random:llama", seed=0)
+    with torch.no_grad():
+        model.model.norm.weight.fill_(0.5)  # a trained weight that differs from the initial model
+    config = TrainConfig(model="tiny-random:llama", algo="grpo", out_dir=str(tmp_path))
+    (tmp_path / "config.json").write_text("{}")  # the trainer's run folder has one too
+    ckpt = save_checkpoint(tmp_path, 3, model, torch.optim.AdamW(model.parameters()), config)
+    for spec in (ckpt, tmp_path):
+        loaded, tok, info = nbs.load_policy(spec)
+        assert torch.all(loaded.model.norm.weight == 0.5) and info["checkpoint"] == "ckpt-00003"
+        assert info["algo"] == "grpo" and tok is not None
+    plain, _, info = nbs.load_policy("tiny-random:llama")
+    assert not torch.all(plain.model.norm.weight == 0.5) and info == {"spec": "tiny-random:llama"}
+    (tmp_path / "empty" / "ckpt-00001").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match="no complete trainer checkpoint"):
+        nbs.load_policy(tmp_path / "empty")
+
+
+def test_training_curves_figure():
+    rows = [{"iteration": i, "success": i / 4, "episode_length": 10 - i, "invalid": 0.2, "repetitive": 0.1}
+            for i in range(4)]
+    fig = nbs.plot_training_curves({"RLVMR (this run)": rows, "my baseline": rows[:2]})
+    ax = fig.axes[0]
+    assert [line.get_color() for line in ax.lines] == ["#d62728", "#555555"]  # RLVMR red, others grey
+    assert list(ax.lines[0].get_ydata()) == [0.0, 0.25, 0.5, 0.75]
+    with pytest.raises(ValueError, match="no metrics rows"):
+        nbs.plot_training_curves({"RLVMR": []})
+
+
+def test_preset_comparison_and_coldstart_figures():
+    import copy
+
+    from rlvmr_nb.advantages import grpo_mr_advantages
+    from rlvmr_nb.demo import example_group_path, reparse
+    from rlvmr_nb.rewards import assign_rewards
+    from rlvmr_nb.trajectory import read_episodes
+
+    group = reparse(read_episodes(example_group_path()))
+    assign_rewards(group)
+    a = copy.deepcopy(group)
+    grpo_mr_advantages(a, "official_code")
+    b = copy.deepcopy(group)
+    grpo_mr_advantages(b, "paper")
+    fig = nbs.plot_preset_comparison({"official_code": a, "paper": b})
+    assert len(fig.axes) == 4 and fig.axes[0].get_title(loc="left").startswith("r0-direct: won")
+    with pytest.raises(ValueError, match="same rollouts"):
+        nbs.plot_preset_comparison({"official_code": a, "paper": b[:2]})
+    results = {"before": {"format_valid_rate": 0.1, "admissible_action_rate": 0.2, "success_rate": 0.0},
+               "after": {"format_valid_rate": 0.9, "admissible_action_rate": 0.7, "success_rate": 0.25},
+               "eval": {"tasks": ["a", "b"]}}
+    fig = nbs.plot_coldstart(results, [{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.5}])
+    assert len(fig.axes) == 2 and "2 games" in fig.axes[1].get_title()
+    with pytest.raises(ValueError, match="no before/after"):
+        nbs.plot_coldstart({"before": None, "after": None})
+
+
+# ------------------------------------------------------------------------------------------ execution
+
+
+@pytest.mark.slow
+def test_make_figures_runs_the_figure_notebooks(tmp_path):
+    """The `make figures` path with the CI parameter files: paper figures, tour and case studies."""
+    done = nbs.make_figures(tmp_path / "executed", ci=True, cwd=tmp_path)
+    assert list(done) == list(nbs.FIGURE_NOTEBOOKS) and all(p.is_file() for p in done.values())
+    figures = {p.name for p in (tmp_path / "figures").iterdir()}
+    expected = {f"paper_fig{i}.png" for i in (1, 3, 5, 6)} | {f"paper_table{i}.md" for i in range(1, 6)}
+    expected |= {"tour_presets.png", "tour_group_official_code.png", "tour_group_paper.png", "case_study_patterns.png"}
+    assert expected <= figures
+    for executed in done.values():
+        assert not [o for o in _outputs(executed) if o.get("output_type") == "error"]
+    tour = _outputs(done["00_tour"])
+    assert sum("image/png" in o.get("data", {}) for o in tour) == 3
+    assert any("r1-recovers" in "".join(o.get("data", {}).get("text/html", "")) for o in tour)
+    page = (tmp_path / "runs" / "case_studies" / "case_studies.html").read_text(encoding="utf-8")
+    assert "paper-grpo-loop" in page and "r1-recovers" in page
+    # with no runs/ folder the search falls back to the shipped group and says so
+    assert "searching the shipped example group instead" in _stdout(done["05_case_studies"])
+
+
+@pytest.mark.slow
+def test_training_evaluation_and_case_study_notebooks(tmp_path):
+    """02 trains (toy game, tiny model), 03 evaluates that run's checkpoint, 05 searches both runs."""
+    _run("02_rl_training", tmp_path)
+    run_dir = tmp_path / "runs" / "rlvmr_toy_L0_seed0"
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
+    assert {"train_rlvmr_toy_L0.png", "train_rlvmr_toy_L0_fig6.png"} <= {p.name for p in (tmp_path / "figures").iterdir()}
+
+    _run("03_evaluation", tmp_path, model=str(run_dir), method="RLVMR")
+    results = json.loads((tmp_path / "runs" / "eval" / "RLVMR_toy_rlvmr_toy_L0_seed0" / "results.json").read_text())
+    assert set(results["metrics"]["RLVMR"]) == {"L0", "L1", "L2"}
+    assert results["model"]["checkpoint"] == "ckpt-00001" and results["metrics"]["RLVMR"]["L0"]["episodes"] == 2
+
+    executed = _run("05_case_studies", tmp_path)
+    assert "14 episodes in 4 file(s)" in _stdout(executed)  # 2 iterations x 2 tasks x 2 rollouts + 3 levels x 2
+
+
+@pytest.mark.slow
+def test_cold_start_notebook(tmp_path, monkeypatch, alfworld_data_root, alfworld_engine):
+    """01 on real ALFWorld games (the cold start knows only the real environments), tiny model."""
+    # `import alfworld` (alfworld_engine) points $ALFWORLD_DATA at its own default; the kernel inherits it
+    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data_root))
+    _run("01_cold_start", tmp_path)
+    run_dir = tmp_path / "runs" / "coldstart" / "alfworld-L0-n2-seed0"
+    results = json.loads((run_dir / "results.json").read_text())
+    assert results["before"] is not None and results["after"] is not None
+    assert (run_dir / "sft" / "config.json").is_file() and (run_dir / "data" / "manifest.json").is_file()
+    assert (tmp_path / "figures" / "coldstart_alfworld_L0.png").is_file()
