@@ -105,6 +105,10 @@ def main() -> None:
             logprobs_mode="processed_logprobs",  # after temperature/top-k/top-p = the sampler's distribution
             seed=int(config.get("seed", 0)),
             enable_prefix_caching=bool(config.get("enable_prefix_caching", True)),
+            # Chunked prefill splits long prompts and then rolls back the request's seeded generator, which
+            # only CUDA generators support ("CPU Generator does not use offset"); the official runs keep it off.
+            enable_chunked_prefill=False,
+            max_num_batched_tokens=int(config.get("max_model_len", 8192)),
         )
         import vllm
 
