@@ -46,6 +46,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from .notebooks import FIGURE_NOTEBOOKS, NOTEBOOKS, make_figures
+
+    executed = make_figures(args.runs, notebooks=NOTEBOOKS if args.all else FIGURE_NOTEBOOKS, progress=True)
+    for name, path in executed.items():
+        print(f"{name}: {path}")
+    return 0
+
+
 def _cmd_model(args: argparse.Namespace) -> int:
     from .models import ensure_embedded_model
 
@@ -108,6 +117,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("what", choices=["alfworld-walkthroughs", "scienceworld-gold"])
     p.add_argument("--per-task", type=int, default=1, help="ScienceWorld variations per task")
     p.set_defaults(func=_cmd_check)
+
+    p = sub.add_parser("figures", help="run the figure notebooks with papermill (paper figures/tables, tour, case studies)")
+    p.add_argument("--runs", default="runs/notebooks", help="where executed notebook copies go (not the repo)")
+    p.add_argument("--all", action="store_true", help="also rerun the cold-start, training and evaluation CPU demos")
+    p.set_defaults(func=_cmd_figures)
 
     p = sub.add_parser("model", help="convert the embedded SmolLM2 GGUF once into the safetensors cache")
     p.set_defaults(func=_cmd_model)
