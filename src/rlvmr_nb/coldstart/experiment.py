@@ -116,7 +116,7 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     from ..sft import train_sft
     from .dataset import build_coldstart_dataset, load_coldstart_samples, read_manifest
 
-    t_start = time.time()
+    t_start, cpu_start = time.time(), time.process_time()
     dataset = Path(config.dataset) if config.dataset else build_coldstart_dataset(
         config.env, config.level, config.n_trajectories, config.seed, progress=progress)
     manifest = read_manifest(dataset)
@@ -137,9 +137,9 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
         return summary, rate, time.time() - t
 
     before, probe_before, before_s = measure()
-    t0 = time.time()
+    t0, c0 = time.time(), time.process_time()
     model, records = train_sft(model, tokenizer, samples, config.sft, out_dir=config.model_out_dir, progress=progress)
-    sft_s = time.time() - t0
+    sft_s, sft_cpu_s = time.time() - t0, time.process_time() - c0
     after, probe_after, after_s = measure()
 
     doc = {
@@ -162,7 +162,9 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
         "model": {"spec": config.model, **describe_model(model)},
         "experiment_config": {k: v for k, v in asdict(config).items() if k != "sft"},
         "seconds": {"eval_before": round(before_s, 1), "sft": round(sft_s, 1), "eval_after": round(after_s, 1),
-                    "total": round(time.time() - t_start, 1)},
+                    "total": round(time.time() - t_start, 1), "sft_cpu": round(sft_cpu_s, 1),
+                    "total_cpu": round(time.process_time() - cpu_start, 1),
+                    "note": "wall seconds on a shared machine; *_cpu is this process's CPU time (all threads)"},
         "provenance": provenance(config.seed),
         "raw_metrics": {"before": before, "after": after},
     }
