@@ -4,7 +4,8 @@
 2. evaluates the base model on `--eval-games` valid_seen games (`evaluate.py`, temperature 0.4,
    `--eval-steps` steps each): strict format-valid rate and admissible-action rate;
 3. fine-tunes on a CPU-sized share of the set (`--max-samples` samples of at most `--max-sample-tokens`
-   tokens, `--epochs`, `--lr`; full fine-tuning, bf16 autocast, response-only loss, cosine with 10 % warm-up);
+   tokens, keeping the dataset's tag shares, `--epochs`, `--lr`; full fine-tuning, bf16 autocast,
+   response-only loss, cosine with 10 % warm-up);
 4. evaluates again and writes benchmarks/results/coldstart.json (before/after, SFT log summary, dataset
    manifest summary, config, provenance, load average).
 
@@ -34,8 +35,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--dataset", help="cold-start dataset folder (default: build/reuse the 200-trajectory L0 set)")
     p.add_argument("--trajectories", type=int, default=200)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-samples", type=int, default=160)
-    p.add_argument("--max-sample-tokens", type=int, default=1280)
+    p.add_argument("--max-samples", type=int, default=120)
+    p.add_argument("--max-sample-tokens", type=int, default=1536)
+    p.add_argument("--no-stratify", action="store_true",
+                   help="pick samples uniformly under the token cap (favours short first-step <planning> samples)")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--lr", type=float, default=1e-4)
     p.add_argument("--batch-size", type=int, default=4)
@@ -54,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             build_coldstart_dataset("alfworld", "L0", args.trajectories, args.seed, out_dir=dataset)
     config = ColdStartExperimentConfig(
         model=args.model, dataset=str(dataset), level="L0", seed=args.seed, max_samples=args.max_samples,
-        max_sample_tokens=args.max_sample_tokens, train_prompt_probe=args.probe,
+        max_sample_tokens=args.max_sample_tokens, stratify_tags=not args.no_stratify, train_prompt_probe=args.probe,
         sft=SFTConfig(epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, micro_batch_size=1,
                       max_length=max(2048, args.max_sample_tokens), gradient_checkpointing=True, seed=args.seed),
         eval_games=args.eval_games, eval_max_steps=args.eval_steps, eval_max_new_tokens=args.eval_new_tokens,

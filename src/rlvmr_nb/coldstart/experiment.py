@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import random
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -38,6 +39,8 @@ class ColdStartExperimentConfig:
     """Train on a seeded subset of this many samples (None: all that pass `max_sample_tokens`)."""
     max_sample_tokens: int | None = None
     """Drop samples whose chat-formatted prompt + response exceed this many tokens (None: keep all)."""
+    stratify_tags: bool = True
+    """Keep the dataset's tag shares in the `max_samples` subset (see `select_samples`)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
     eval_games: int = 16
     """Held-out games evaluated before and after (seeded subset of the level's test split)."""
@@ -56,26 +59,56 @@ class ColdStartExperimentConfig:
 
 
 def select_samples(
-    samples: Sequence[SFTSample], tokenizer: Any, max_samples: int | None, max_tokens: int | None, seed: int
+    samples: Sequence[SFTSample], tokenizer: Any, max_samples: int | None, max_tokens: int | None, seed: int,
+    stratify_tags: bool = True,
 ) -> tuple[list[SFTSample], dict[str, Any]]:
-    """Keep samples within `max_tokens`, then a seeded subset of `max_samples`; returns them and counts."""
+    """Keep samples within `max_tokens`, then a seeded subset of `max_samples`; returns them and counts.
+
+    A length cap alone favours first steps (short prompts, all ``<planning>``), so with `stratify_tags`
+    the subset keeps the tag shares of the whole dataset: each tag gets its share of `max_samples`
+    from the samples that fit, and what a tag cannot fill goes to the others.
+    """
     lengths = [len(tokenize_sample(tokenizer, s, 1 << 30)[0]) for s in samples]
-    kept = [i for i, n in enumerate(lengths) if max_tokens is None or n <= max_tokens]
-    if max_samples is not None and max_samples < len(kept):
-        kept = sorted(random.Random(seed).sample(kept, max_samples))
+    fits = [i for i, n in enumerate(lengths) if max_tokens is None or n <= max_tokens]
+    rng = random.Random(seed)
+    if max_samples is None or max_samples >= len(fits):
+        kept = fits
+    elif not stratify_tags:
+        kept = sorted(rng.sample(fits, max_samples))
+    else:
+        kept = sorted(_stratified(samples, fits, max_samples, rng))
     chosen = [samples[i] for i in kept]
-    tags: dict[str, int] = {}
-    for s in chosen:
-        tags[s.meta.get("tag") or "none"] = tags.get(s.meta.get("tag") or "none", 0) + 1
     stats = {
         "available": len(samples),
+        "within_token_cap": len(fits),
         "used": len(chosen),
+        "stratified_by_tag": stratify_tags and max_samples is not None and max_samples < len(fits),
         "tokens_used": sum(lengths[i] for i in kept),
         "max_tokens_used": max((lengths[i] for i in kept), default=0),
         "mean_tokens_available": round(sum(lengths) / max(1, len(lengths)), 1),
-        "tags_used": dict(sorted(tags.items())),
+        "tags_available": dict(sorted(Counter(_tag(s) for s in samples).items())),
+        "tags_used": dict(sorted(Counter(_tag(s) for s in chosen).items())),
     }
     return chosen, stats
+
+
+def _tag(sample: SFTSample) -> str:
+    return sample.meta.get("tag") or "none"
+
+
+def _stratified(samples: Sequence[SFTSample], pool: Sequence[int], n: int, rng: random.Random) -> list[int]:
+    share = Counter(_tag(s) for s in samples)
+    by_tag: dict[str, list[int]] = {}
+    for i in pool:
+        by_tag.setdefault(_tag(samples[i]), []).append(i)
+    for members in by_tag.values():
+        rng.shuffle(members)
+    quota = {t: round(n * share[t] / len(samples)) for t in sorted(by_tag)}
+    chosen = [i for t in sorted(by_tag) for i in by_tag[t][: quota[t]]]
+    leftovers = [i for t in sorted(by_tag) for i in by_tag[t][quota[t]:]]
+    rng.shuffle(leftovers)
+    chosen += leftovers[: max(0, n - len(chosen))]  # tags short of their quota leave room to the others
+    return chosen[:n]
 
 
 def format_valid_rate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 96,
@@ -127,7 +160,8 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     tasks = eval_tasks(eval_cfg)
 
     samples, sample_stats = select_samples(load_coldstart_samples(dataset, tokenizer), tokenizer,
-                                           config.max_samples, config.max_sample_tokens, config.seed)
+                                           config.max_samples, config.max_sample_tokens, config.seed,
+                                           config.stratify_tags)
     probe = [s.prompt for s in samples[: config.train_prompt_probe]]
 
     def measure() -> tuple[dict | None, float | None, float]:
