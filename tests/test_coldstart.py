@@ -347,3 +347,24 @@ def test_command_line_builds_a_dataset(alf_env, l2_dataset, tmp_path, capsys):
     # same seed and level: the CLI's first two trajectories are the library build's first two
     assert [e.episode_id for e in read_trajectories(tmp_path / "cli")] == [
         e.episode_id for e in read_trajectories(l2_dataset)[:2]]
+
+
+def test_sft_sample_choice_keeps_tag_shares_under_a_token_cap():
+    """A token cap alone keeps the short first-step <planning> samples; stratified choice keeps the tag mix."""
+    from rlvmr_nb.coldstart.experiment import select_samples
+    from rlvmr_nb.sft import SFTSample
+
+    class WordTokenizer:  # one token per word, plus the end-of-turn token
+        eos_token_id = 0
+
+        def __call__(self, text, add_special_tokens=False):
+            return {"input_ids": [1] * len(text.split())}
+
+    mix = {"planning": (20, 5), "monitor": (50, 30), "explore": (20, 40), "reflection": (10, 40)}  # (count, words)
+    samples = [SFTSample(prompt="w " * words, response="r", meta={"tag": tag})
+               for tag, (count, words) in mix.items() for _ in range(count)]
+    chosen, stats = select_samples(samples, WordTokenizer(), 20, 45, seed=0)
+    assert stats["used"] == 20 and stats["tags_used"] == {"explore": 4, "monitor": 10, "planning": 4, "reflection": 2}
+    assert select_samples(samples, WordTokenizer(), 20, 45, seed=0)[0] == chosen  # seeded
+    assert all(len(s.prompt.split()) <= 44 for s in chosen)
+    assert select_samples(samples, WordTokenizer(), 20, 10, seed=0)[1]["tags_used"] == {"planning": 20}  # only these fit
