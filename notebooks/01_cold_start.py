@@ -64,7 +64,7 @@ from IPython.display import Image, display
 from rlvmr_nb import casestudy, plots
 from rlvmr_nb.coldstart import build_coldstart_dataset, read_manifest, read_samples, read_trajectories
 from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig, coldstart_sft_experiment
-from rlvmr_nb.notebooks import plot_coldstart
+from rlvmr_nb.notebooks import model_label, plot_coldstart
 from rlvmr_nb.sft import SFTConfig
 
 run_dir = Path(runs_root) / "coldstart" / f"{env}-{level}-n{n_trajectories}-seed{seed}"
@@ -149,7 +149,8 @@ pd.DataFrame({when: results[when]["tag_distribution"] for when in ("before", "af
 
 # %%
 sft_log = [json.loads(line) for line in (model_dir / "sft_log.jsonl").read_text().splitlines() if line.strip()]
-written = plots.save_figure(plot_coldstart(results, sft_log), out_path, stem, formats)
+title = f"Cold start of {model_label(model)} on {env} {level}: {results['sft']['samples']['used']} samples"
+written = plots.save_figure(plot_coldstart(results, sft_log, title), out_path, stem, formats)
 Image(filename=str(out_path / f"{stem}.png"))
 
 # %% [markdown]

@@ -62,14 +62,14 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
-from rlvmr_nb.notebooks import plot_training_curves
+from rlvmr_nb.notebooks import model_label, plot_training_curves
 from rlvmr_nb.trainer import TrainConfig, read_metrics, train
 from rlvmr_nb.trajectory import read_episodes
 
 run_dir = Path(runs_root) / f"{algo}_{env}_{level}_seed{seed}"
 out_path = Path(out_dir)
 label = paper.display_method(algo)
-model_label = Path(model.split(":", 1)[-1]).name  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
+model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
 config = TrainConfig(algo=algo, env=env, level=level, model=model, out_dir=str(run_dir), seed=seed,
                      iterations=iterations, tasks_per_iteration=tasks_per_iteration, group_size=group_size,
                      max_steps=max_steps, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens, lr=lr,
@@ -109,7 +109,7 @@ for other in compare_with:
     other_method = paper.display_method(json.loads((Path(other) / "config.json").read_text())["algo"])
     runs[f"{other_method} ({Path(other).name})"] = read_metrics(other)
     by_method.setdefault(other_method, runs[f"{other_method} ({Path(other).name})"])
-fig = plot_training_curves(runs, title=f"{label} on {env} {level}, {model_label}")
+fig = plot_training_curves(runs, title=f"{label} on {env} {level}, from {model_name}")
 written = plots.save_figure(fig, out_path, stem, formats)
 Image(filename=str(out_path / f"{stem}.png"))
 
@@ -134,7 +134,7 @@ tags.round(3)
 # %%
 curves = {method: [{"step": r["iteration"], "train_success": r["success"], "episode_length": r["episode_length"]}
                    for r in method_rows] for method, method_rows in by_method.items()}
-ours = paper.ours_curve_records(curves, env=env, model=model_label)
+ours = paper.ours_curve_records(curves, env=env, model=model_name)
 written += plots.save_figure(plots.plot_fig6(ours=ours), out_path, f"{stem}_fig6", formats)
 Image(filename=str(out_path / f"{stem}_fig6.png"))
 

@@ -56,11 +56,11 @@ from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
 from rlvmr_nb.evaluate import EvalConfig, evaluate_policy, write_results
-from rlvmr_nb.notebooks import load_policy
+from rlvmr_nb.notebooks import load_policy, model_label
 
-model_label = Path(str(model).split(":", 1)[-1]).name  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
+model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
 method_label = paper.display_method(method)
-run_name = f"{method_label}_{env}_{model_label}"
+run_name = f"{method_label}_{env}_{model_name}"
 results_path = Path(results_dir) / run_name
 out_path = Path(out_dir)
 policy, tokenizer, policy_info = load_policy(model, seed=seed)
@@ -125,7 +125,7 @@ pd.DataFrame({level: s["tag_distribution"] for level, s in by_level.items()}).T.
 # %%
 written = []
 if env in paper.ENVS:
-    ours = paper.load_ours(combined, env=env, model=model_label, scale=100.0)
+    ours = paper.load_ours(combined, env=env, model=model_name, scale=100.0)
     display(plots.table1(ours=ours))
     display(plots.table2(ours=ours))
     if env == "alfworld":

@@ -93,6 +93,18 @@ def test_a_failing_cell_names_the_error_and_the_copy(tmp_path):
 # ------------------------------------------------------------------------------------------ helpers
 
 
+@pytest.mark.parametrize("spec, label", [
+    ("embedded:smollm2-135m-instruct", "smollm2-135m-instruct"),
+    ("tiny-random:llama", "tiny-random-llama"),
+    ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen2.5-1.5B-Instruct"),
+    ("runs/coldstart/alfworld-L0-n10-seed0/sft", "alfworld-L0-n10-seed0-sft"),  # 'sft' alone says nothing
+    ("runs/rlvmr_alfworld_L0_seed0/", "rlvmr_alfworld_L0_seed0"),
+    ("runs/rlvmr_alfworld_L0_seed0/ckpt-00004", "rlvmr_alfworld_L0_seed0-ckpt-00004"),
+])
+def test_model_labels_are_short_and_safe_in_file_names(spec, label):
+    assert nbs.model_label(spec) == label
+
+
 def test_load_policy_from_spec_checkpoint_and_run_folder(tmp_path):
     torch = pytest.importorskip("torch")
     from rlvmr_nb.models import load_model

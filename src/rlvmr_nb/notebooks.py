@@ -218,6 +218,23 @@ def make_figures(
 # --------------------------------------------------------------------------------------------
 
 
+def model_label(spec: str | os.PathLike) -> str:
+    """A short, file-name-safe name of a model spec for titles, legends and result folders.
+
+    ``'embedded:smollm2-135m-instruct'`` -> ``'smollm2-135m-instruct'``, ``'tiny-random:llama'`` ->
+    ``'tiny-random-llama'``, ``'Qwen/Qwen2.5-1.5B-Instruct'`` -> ``'Qwen2.5-1.5B-Instruct'``, a folder ->
+    its name, prefixed by its parent's when the name alone says nothing
+    (``runs/coldstart/alfworld-L0-n10-seed0/sft`` -> ``'alfworld-L0-n10-seed0-sft'``).
+    """
+    text = str(spec).rstrip("/")
+    if ":" in text and not Path(text).exists():
+        prefix, rest = text.split(":", 1)
+        return rest if prefix == "embedded" else f"{prefix}-{Path(rest).name}"
+    path = Path(text)
+    generic = path.name in ("sft", "model", "final") or path.name.startswith("ckpt-")
+    return f"{path.parent.name}-{path.name}" if generic and path.parent.name else path.name
+
+
 def load_policy(spec: str | os.PathLike, seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
     """(model, tokenizer, description) from a model spec, a trainer checkpoint or a trainer run folder.
 
@@ -357,7 +374,7 @@ def plot_preset_comparison(by_preset: Mapping[str, Sequence[Any]], title: str | 
     return fig
 
 
-def plot_coldstart(results: Mapping[str, Any], sft_log: Sequence[Mapping[str, Any]] = ()):
+def plot_coldstart(results: Mapping[str, Any], sft_log: Sequence[Mapping[str, Any]] = (), title: str | None = None):
     """The cold-start measurement: SFT loss per optimiser step (if `sft_log` is given) and the
     held-out format-valid, admissible-action and success rates before vs after SFT.
 
@@ -394,4 +411,6 @@ def plot_coldstart(results: Mapping[str, Any], sft_log: Sequence[Mapping[str, An
     ax.set_title(f"Held-out evaluation ({games} games)" if games else "Held-out evaluation", fontsize=10)
     ax.legend(fontsize=8, frameon=False, loc="upper right")
     ax.spines[["top", "right"]].set_visible(False)
+    if title:
+        fig.suptitle(title, fontsize=11)
     return fig
