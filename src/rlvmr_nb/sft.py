@@ -7,10 +7,16 @@ followed by the end-of-turn token. Defaults are the paper's: 5 epochs, lr 1e-5, 
 
 Logits are computed only at response positions (the hidden states of prompt tokens never meet the
 vocabulary projection), which is what keeps SFT of long prompts in memory on CPU.
+
+Two backends share ONE training loop (`run_sft_loop`): ``transformers`` (CPU or GPU; peft LoRA when
+asked) and ``unsloth`` (CUDA only, optional dependency: the model is loaded and LoRA-wrapped through
+Unsloth's `FastLanguageModel`, see `sft_unsloth`). Load the model with `load_sft_model(spec, config)`
+so that it comes from the loader the backend needs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import os
@@ -56,13 +62,41 @@ class SFTConfig:
     lora_alpha: int = 32
     """LoRA scaling α."""
     bf16_autocast: bool = True
-    """bf16 autocast on CPU (≈1.4× faster here, AMX), fp32 master weights."""
+    """bf16 autocast on CPU (≈1.4× faster here, AMX) and on CUDA GPUs that support bf16; fp32 master weights."""
     gradient_checkpointing: bool = False
     """Trade compute for activation memory."""
     seed: int = 0
     """Shuffling and init seed."""
     backend: str = "transformers"
-    """'transformers' (CPU and GPU) or 'unsloth' (CUDA only; optional dependency)."""
+    """'transformers' (CPU and GPU) or 'unsloth' (CUDA only; optional dependency, `sft_unsloth`)."""
+    load_in_4bit: bool = False
+    """backend='unsloth' only: QLoRA on 4-bit base weights (needs lora=True); checkpoints are saved merged in 16 bit."""
+
+
+BACKENDS: tuple[str, ...] = ("transformers", "unsloth")
+
+
+def check_config(config: SFTConfig) -> None:
+    """Reject backend/option combinations that cannot work, before any model work."""
+    if config.backend not in BACKENDS:
+        raise ValueError(f"unknown SFT backend {config.backend!r}; choose one of {BACKENDS}")
+    if config.load_in_4bit and config.backend != "unsloth":
+        raise ValueError("load_in_4bit is an option of backend='unsloth' (QLoRA on CUDA); set load_in_4bit=False")
+    if config.load_in_4bit and not config.lora:
+        raise ValueError("4-bit base weights can only be trained through LoRA adapters; set lora=True or load_in_4bit=False")
+
+
+def load_sft_model(spec: str, config: SFTConfig, seed: int = 0) -> tuple:
+    """``(model, tokenizer)`` for `train_sft` with `config.backend`: `models.load_model(spec)` for
+    'transformers', `FastLanguageModel.from_pretrained` for 'unsloth' (which patches the model it loads)."""
+    check_config(config)
+    if config.backend == "unsloth":
+        from .sft_unsloth import load_unsloth_model
+
+        return load_unsloth_model(spec, config)
+    from .models import load_model
+
+    return load_model(spec, seed=seed)
 
 
 @dataclass
@@ -123,6 +157,15 @@ def cosine_with_warmup(step: int, total: int, warmup: int) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
 
 
+def autocast_context(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
+    """bf16 autocast on the device the model lives on: CPU (AMX) or a CUDA GPU with bf16 support."""
+    if enabled and device.type == "cpu":
+        return torch.autocast("cpu", dtype=torch.bfloat16)
+    if enabled and device.type == "cuda" and torch.cuda.is_bf16_supported():
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
 def train_sft(
     model,
     tokenizer,
@@ -133,19 +176,33 @@ def train_sft(
     progress: bool = True,
 ):
     """Fine-tune `model` on `samples` (response-only loss); saves to `out_dir` if given. Returns the model
-    (a peft model when `config.lora`) and a list of per-step log records."""
+    (a peft model when `config.lora`) and a list of per-step log records.
+
+    With ``config.backend='unsloth'`` the model must come from `load_sft_model` (Unsloth's loader); LoRA
+    is then added by Unsloth, and the same `run_sft_loop` trains it."""
+    check_config(config)
+    unsloth = None
     if config.backend == "unsloth":
-        if not torch.cuda.is_available():
-            raise RuntimeError("backend='unsloth' needs a CUDA GPU; on CPU use backend='transformers'")
-        raise NotImplementedError(
-            "the unsloth backend is not wired in this version (no GPU to verify it); use backend='transformers'"
-        )
-    if config.backend != "transformers":
-        raise ValueError(f"unknown SFT backend {config.backend!r}")
+        from . import sft_unsloth as unsloth
+
+        unsloth.import_fast_language_model()  # the clear error (no CUDA / not installed) comes before any work
     if not samples:
         raise ValueError("no SFT samples")
     random.seed(config.seed)
     torch.manual_seed(config.seed)
+    model = unsloth.prepare_for_training(model, config) if unsloth else _prepare_for_training(model, config)
+    records = run_sft_loop(model, tokenizer, samples, config, log, progress)
+    if unsloth:
+        model = unsloth.finish_training(model)
+    else:
+        model.eval()
+    if out_dir is not None:
+        (unsloth.save_unsloth_sft if unsloth else save_sft)(model, tokenizer, out_dir, config, records)
+    return model, records
+
+
+def _prepare_for_training(model, config: SFTConfig):
+    """transformers backend: peft LoRA on every linear layer but the output head, if asked."""
     if config.lora:
         from peft import LoraConfig, get_peft_model
 
@@ -156,9 +213,23 @@ def train_sft(
     if config.gradient_checkpointing:
         model.gradient_checkpointing_enable()
     model.train()
+    return model
+
+
+def run_sft_loop(
+    model,
+    tokenizer,
+    samples: Sequence[SFTSample],
+    config: SFTConfig,
+    log: Callable[[dict], None] | None = None,
+    progress: bool = True,
+) -> list[dict]:
+    """The training loop both backends share: seeded shuffles, micro-batch accumulation with a token-mean
+    loss over the whole batch, grad clipping, AdamW with cosine warm-up. `model` is ready to train."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     data = [tokenize_sample(tokenizer, s, config.max_length, config.truncate_prompt_left) for s in samples]
     params = [p for p in model.parameters() if p.requires_grad]
+    device = next(model.parameters()).device  # batches go where the weights are (CPU, or CUDA under Unsloth)
     opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(data) / config.batch_size)
     total = steps_per_epoch * config.epochs
@@ -181,8 +252,8 @@ def train_sft(
             t0 = time.perf_counter()
             total_loss = 0.0
             for m in range(0, len(batch), config.micro_batch_size):
-                ids, attn, lab = _collate(batch[m : m + config.micro_batch_size], pad)
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=config.bf16_autocast and ids.device.type == "cpu"):
+                ids, attn, lab = (t.to(device) for t in _collate(batch[m : m + config.micro_batch_size], pad))
+                with autocast_context(device, config.bf16_autocast):
                     loss_sum, _ = response_token_loss(model, ids, attn, lab)
                 (loss_sum / n_tokens).backward()  # token-mean over the whole batch
                 total_loss += float(loss_sum.detach())
@@ -201,10 +272,7 @@ def train_sft(
             step += 1
     if bar:
         bar.close()
-    model.eval()
-    if out_dir is not None:
-        save_sft(model, tokenizer, out_dir, config, records)
-    return model, records
+    return records
 
 
 def save_sft(model, tokenizer, out_dir: str | os.PathLike, config: SFTConfig, records: list[dict]) -> Path:
@@ -215,6 +283,11 @@ def save_sft(model, tokenizer, out_dir: str | os.PathLike, config: SFTConfig, re
         model = model.merge_and_unload()
     model.save_pretrained(out)
     tokenizer.save_pretrained(out)
+    return write_run_files(out, config, records)
+
+
+def write_run_files(out: Path, config: SFTConfig, records: list[dict]) -> Path:
+    """sft_config.json and sft_log.jsonl next to the saved weights."""
     (out / "sft_config.json").write_text(json.dumps(asdict(config), indent=2))
     with open(out / "sft_log.jsonl", "w") as f:
         for r in records:
