@@ -42,6 +42,7 @@ class ColdStartExperimentConfig:
     stratify_tags: bool = True
     """Keep the dataset's tag shares in the `max_samples` subset (see `select_samples`)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
+    """SFT hyper-parameters; `sft.backend` picks the trainer: 'transformers' (CPU/GPU) or 'unsloth' (CUDA)."""
     eval_games: int = 16
     """Held-out games evaluated before and after (seeded subset of the level's test split)."""
     eval_max_steps: int = 8
@@ -145,15 +146,16 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     """Evaluate -> SFT -> evaluate; returns (and writes to `config.results_path`) the results document."""
     config = config or ColdStartExperimentConfig()
     from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
-    from ..models import describe_model, load_model
-    from ..sft import train_sft
+    from ..models import describe_model
+    from ..sft import load_sft_model, train_sft
     from .dataset import build_coldstart_dataset, load_coldstart_samples, read_manifest
 
     t_start, cpu_start = time.time(), time.process_time()
     dataset = Path(config.dataset) if config.dataset else build_coldstart_dataset(
         config.env, config.level, config.n_trajectories, config.seed, progress=progress)
     manifest = read_manifest(dataset)
-    model, tokenizer = load_model(config.model, seed=config.seed)
+    # the SFT backend decides the loader: models.load_model, or Unsloth's on a CUDA GPU (config.sft.backend)
+    model, tokenizer = load_sft_model(config.model, config.sft, seed=config.seed)
     eval_cfg = EvalConfig(env=config.env, level=config.level, max_tasks=config.eval_games, seed=config.seed,
                           temperature=config.eval_temperature, max_steps=config.eval_max_steps,
                           max_new_tokens=config.eval_max_new_tokens, batch_tasks=config.eval_batch_tasks)
