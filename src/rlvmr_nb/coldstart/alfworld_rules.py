@@ -87,6 +87,12 @@ def article(word: str) -> str:
     return ("an " if word[:1] in "aeiou" else "a ") + word
 
 
+def the(instance: str) -> str:
+    """'the desk 1': how the game itself names an instance ('You pick up the cd 2 from the desk 1.'); the id
+    stays exactly as the game spells it."""
+    return f"the {instance}"
+
+
 def preposition(recep: str) -> str:
     """'in' for containers, 'on' for surfaces (as in ALFWorld's task sentences)."""
     return "in" if kind(recep) in _CONTAINERS else "on"
@@ -109,6 +115,8 @@ class ExpertPlan:
     step_subgoal: list[int]
     """Per expert step, the 0-based index into `subgoals`."""
     key_steps: list[int] = field(default_factory=list)
+    examine_kind: str = ""
+    """look_at_obj_in_light: the object type to examine under the lamp ('' for other tasks)."""
 
 
 def plan_from_actions(actions: Sequence[str], rng: random.Random) -> ExpertPlan:
@@ -120,9 +128,12 @@ def plan_from_actions(actions: Sequence[str], rng: random.Random) -> ExpertPlan:
     subgoals: list[Subgoal] = []
     step_subgoal = [0] * len(actions)
     taken: dict[str, int] = {}
+    # A look-at task takes one object and uses a lamp, in either order; the lamp is turned on to examine it.
+    examine = next((kind(c.obj) for c in commands if c.verb == "take"), "") if any(
+        c.verb == "use" for c in commands) else ""
     previous = -1
     for j in keys:
-        reach, key = _subgoal_texts(commands[j], taken, rng)
+        reach, key = _subgoal_texts(commands[j], taken, rng, examine)
         subgoals.append(reach)
         for i in range(previous + 1, j):
             step_subgoal[i] = len(subgoals) - 1
@@ -131,10 +142,10 @@ def plan_from_actions(actions: Sequence[str], rng: random.Random) -> ExpertPlan:
         previous = j
     for i in range(previous + 1, len(actions)):  # trailing moves (rare) stay on the last subgoal
         step_subgoal[i] = len(subgoals) - 1
-    return ExpertPlan(subgoals, step_subgoal, keys)
+    return ExpertPlan(subgoals, step_subgoal, keys, examine)
 
 
-def _subgoal_texts(cmd: Command, taken: dict[str, int], rng: random.Random) -> tuple[Subgoal, Subgoal]:
+def _subgoal_texts(cmd: Command, taken: dict[str, int], rng: random.Random, examine: str = "") -> tuple[Subgoal, Subgoal]:
     obj, recep = kind(cmd.obj), kind(cmd.recep)
     if cmd.verb == "take":
         n = taken.get(obj, 0)
@@ -153,7 +164,11 @@ def _subgoal_texts(cmd: Command, taken: dict[str, int], rng: random.Random) -> t
         return Subgoal(go), Subgoal(f"put the {obj} {preposition(cmd.recep)} the {recep}")
     # use: the light source of look_at_obj_in_light
     find = rng.choice(["find the {o}", "locate {ao}", "find {ao}"]).format(o=obj, ao=article(obj))
-    use = rng.choice(["turn on the {o}", "use the {o}", "switch on the {o}"]).format(o=obj)
+    if examine:
+        use = rng.choice(["turn on the {o} to examine the {t}", "examine the {t} under the {o}",
+                          "switch on the {o} and look at the {t} in its light"]).format(o=obj, t=examine)
+    else:
+        use = rng.choice(["turn on the {o}", "use the {o}", "switch on the {o}"]).format(o=obj)
     return Subgoal(find, search_target=cmd.obj), Subgoal(use)
 
 
@@ -246,14 +261,14 @@ _MONITOR_MOVE = (
     "I reached {recep} with {obj}; put it down to complete this subgoal",
 )
 _MONITOR_USE = (
-    "{obj} is within reach; turning it on completes step {n}",
-    "step {n}: use {obj} to look at the {k} under its light",
-    "with the {k} in hand next to {obj}, I switch the lamp on",
+    "{obj} is within reach; I turn it on to examine {held} in its light (step {n})",
+    "step {n}: switch on {obj} and look at {held} under its light",
+    "with {held} in hand next to {obj}, I turn the lamp on to examine it",
 )
 _MONITOR_USE_EMPTY_HANDED = (
-    "{obj} is within reach; step {n} is to turn it on",
-    "switch on {obj} now, as step {n} of the plan says",
-    "the lamp I need is here, so I turn on {obj} (step {n})",
+    "{obj} is within reach; step {n} is to turn it on, so that I can examine the {k} in its light",
+    "switch on {obj} now (step {n}): the {k} has to be examined under this lamp",
+    "the lamp I need is here, so I turn on {obj} to examine the {k} under it (step {n})",
 )
 _MONITOR_GOTO = (
     "step {n} is to {sg}, so I head to {dest}",
@@ -282,7 +297,7 @@ _REFLECT = {
         "'Nothing happens.' means '{err}' was invalid; the action list offers '{fix}', so I use it",
     ),
     "wrong_id": (
-        "nothing happened because there is no {wrong} here; the observation names {right}, so I use that",
+        "nothing happened because {wrong} is not here; the observation names {right}, so I use that",
         "'{err}' failed: {wrong} does not exist at this spot, but {right} does",
         "I picked the wrong number: {wrong} is not here, {right} is, so I retry with it",
     ),
@@ -298,7 +313,7 @@ _REFLECT = {
     ),
     "wrong_place_closed": (
         "{place} is closed and opening every container wastes steps; {dest} is a likelier spot for the {k}",
-        "rather than dig through the closed {place}, I should first check {dest} for the {k}",
+        "rather than dig through {place}, which is closed, I should first check {dest} for the {k}",
     ),
 }
 
@@ -308,7 +323,7 @@ def _pick_candidates(rng: random.Random, tracker: WorldTracker, dest: str = "", 
     chosen = rng.sample(others, min(n, len(others)))
     if dest:
         chosen.insert(rng.randrange(len(chosen) + 1), dest)
-    return join_words(chosen or [dest or "the other receptacles"])
+    return join_words([the(c) for c in chosen] or ["the other receptacles"])
 
 
 def explore_sentence(rng: random.Random, action: str, target: str, tracker: WorldTracker) -> str:
@@ -316,14 +331,14 @@ def explore_sentence(rng: random.Random, action: str, target: str, tracker: Worl
     cmd, k = parse_command(action), kind(target)
     slots = {"k": k, "ak": article(k)}
     if cmd.verb == "goto":
-        return say(rng, _EXPLORE_GOTO, dest=cmd.recep, cands=_pick_candidates(rng, tracker, cmd.recep), **slots)
+        return say(rng, _EXPLORE_GOTO, dest=the(cmd.recep), cands=_pick_candidates(rng, tracker, cmd.recep), **slots)
     if cmd.verb == "open":
-        return say(rng, _EXPLORE_OPEN, recep=cmd.recep, **slots)
+        return say(rng, _EXPLORE_OPEN, recep=the(cmd.recep), **slots)
     if cmd.verb == "close":
-        return say(rng, _EXPLORE_CLOSE, recep=cmd.recep, cands=_pick_candidates(rng, tracker), **slots)
+        return say(rng, _EXPLORE_CLOSE, recep=the(cmd.recep), cands=_pick_candidates(rng, tracker), **slots)
     if cmd.verb == "look":
         return say(rng, _EXPLORE_LOOK, **slots)
-    return say(rng, _EXPLORE_OTHER, what=cmd.obj or "the room", **slots)
+    return say(rng, _EXPLORE_OTHER, what=the(cmd.obj) if cmd.obj else "the room", **slots)
 
 
 def monitor_sentence(
@@ -333,27 +348,31 @@ def monitor_sentence(
     cmd = parse_command(action)
     goal_index = plan.step_subgoal[expert_index]
     n, sg = goal_index + 1, plan.subgoals[goal_index].text
+    obj, recep = the(cmd.obj), the(cmd.recep)
     if cmd.verb == "take":
-        return say(rng, _MONITOR_TAKE, obj=cmd.obj, recep=cmd.recep, n=n)
+        return say(rng, _MONITOR_TAKE, obj=obj, recep=recep, n=n)
     if cmd.verb in ("clean", "heat", "cool"):
-        return say(rng, _MONITOR_APPLIANCE, obj=cmd.obj, recep=cmd.recep, n=n, verb=cmd.verb, k=kind(cmd.obj))
+        return say(rng, _MONITOR_APPLIANCE, obj=obj, recep=recep, n=n, verb=cmd.verb, k=kind(cmd.obj))
     if cmd.verb == "move":
-        return say(rng, _MONITOR_MOVE, obj=cmd.obj, recep=cmd.recep, n=n, prep=preposition(cmd.recep))
+        return say(rng, _MONITOR_MOVE, obj=obj, recep=recep, n=n, prep=preposition(cmd.recep))
     if cmd.verb == "use":
         if tracker.holding:
-            return say(rng, _MONITOR_USE, obj=cmd.obj, n=n, k=kind(tracker.holding))
-        return say(rng, _MONITOR_USE_EMPTY_HANDED, obj=cmd.obj, n=n)
+            return say(rng, _MONITOR_USE, obj=obj, n=n, held=the(tracker.holding))
+        return say(rng, _MONITOR_USE_EMPTY_HANDED, obj=obj, n=n, k=plan.examine_kind or "object")
     if cmd.verb == "goto":
         target = plan.subgoals[goal_index].search_target
         if target and tracker.seen_at.get(target) == cmd.recep:
-            return say(rng, _MONITOR_RETURN, target=target, dest=cmd.recep, n=n, sg=sg)
+            return say(rng, _MONITOR_RETURN, target=the(target), dest=recep, n=n, sg=sg)
         if tracker.holding:
-            return say(rng, _MONITOR_GOTO_HOLDING, obj=tracker.holding, dest=cmd.recep, n=n, sg=sg)
-        return say(rng, _MONITOR_GOTO, dest=cmd.recep, n=n, sg=sg)
+            return say(rng, _MONITOR_GOTO_HOLDING, obj=the(tracker.holding), dest=recep, n=n, sg=sg)
+        return say(rng, _MONITOR_GOTO, dest=recep, n=n, sg=sg)
     if cmd.verb == "open":
-        return say(rng, _MONITOR_OPEN, recep=cmd.recep, n=n, sg=sg)
+        if tracker.location == cmd.recep and goal_index % 2 == 0 and goal_index + 1 < len(plan.subgoals):
+            # already at the closed place that a reach subgoal led to: it is opened for the key step after it
+            n, sg = goal_index + 2, plan.subgoals[goal_index + 1].text
+        return say(rng, _MONITOR_OPEN, recep=recep, n=n, sg=sg)
     if cmd.verb == "close":
-        return say(rng, _MONITOR_CLOSE, recep=cmd.recep, n=n, sg=sg)
+        return say(rng, _MONITOR_CLOSE, recep=recep, n=n, sg=sg)
     return say(rng, _MONITOR_OTHER, n=n, sg=sg)
 
 
@@ -362,7 +381,9 @@ def reflection_sentence(rng: random.Random, mistake: "Mistake", fix: str, feedba
     key = mistake.kind
     if key == "wrong_place" and " is closed" in feedback:
         key = "wrong_place_closed"
-    return say(rng, _REFLECT[key], err=mistake.action, fix=fix, **mistake.slots)
+    slots = {name: the(value) if name in ("wrong", "right", "place", "dest") else value
+             for name, value in mistake.slots.items()}
+    return say(rng, _REFLECT[key], err=mistake.action, fix=fix, **slots)
 
 
 # ------------------------------------------------------------------------------------------- mistakes
