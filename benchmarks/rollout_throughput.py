@@ -34,7 +34,26 @@ from rlvmr_nb.trajectory import read_episodes, write_episodes  # noqa: E402
 RESULTS = Path(__file__).parent / "results" / "rollout_throughput.json"
 
 
+class TimedGenerator:
+    """Wraps a backend and records the wall time of each `generate` call (one call per rollout step)."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.calls = inner, []
+
+    def generate(self, prompts, sampling):
+        t0 = time.perf_counter()
+        out = self.inner.generate(prompts, sampling)
+        self.calls.append({"rows": len(out), "prompt_tokens": sum(len(g.prompt_token_ids) for g in out),
+                           "generated_tokens": sum(len(g.token_ids) for g in out),
+                           "wall_s": round(time.perf_counter() - t0, 2)})
+        return out
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
 def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: bool, seed: int) -> dict:
+    generator = TimedGenerator(generator)
     envs = LocalEnvs(lambda: ALFWorldEnv(accelerate=True))
     pc = PromptConfig(env="alfworld", max_prompt_tokens=6000)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=tokens)
@@ -52,7 +71,8 @@ def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: 
     gen_tokens = sum(len(s.response_token_ids or []) for e in eps for s in e.steps)
     env_steps = sum(len(e.steps) for e in eps)
     return {"wall_s": round(wall, 2), "generated_tokens": gen_tokens, "env_steps": env_steps,
-            "tokens_per_s": round(gen_tokens / wall, 2), "env_steps_per_s": round(env_steps / wall, 3)}
+            "tokens_per_s": round(gen_tokens / wall, 2), "env_steps_per_s": round(env_steps / wall, 3),
+            "generate_s": round(sum(c["wall_s"] for c in generator.calls), 2), "generate_calls": generator.calls}
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ torch = pytest.importorskip("torch")
 
 from model_fixtures import (  # noqa: E402,F401  (fixtures)
     ScriptedLogits,
+    fresh_tiny_llama,
     rescore_logprobs,
     smollm2_tokenizer,
     tiny_llama,
@@ -272,3 +273,81 @@ def test_vllm_follows_trainer_updates(vllm_tiny, smollm2_tokenizer):
         assert max(abs(a - b) for a, b in zip(after.logprobs, ref)) < VLLM_FP32_TOL
     finally:
         engine.update_weights(model)  # restore for other tests sharing the engine
+
+
+# --- shared-prefix prefill and packed-GQA decoding (rollout speed on CPU) ---------------------------
+
+_TASK = ("You are in the middle of a room. Looking quickly around you, you see a cabinet 1, a countertop 1, "
+         "a fridge 1 and a sinkbasin 1. Your task is to: put a clean mug in coffeemachine. ") * 2
+
+
+def _group_prompts(tok):
+    """What a rollout group sends: identical step-0 rows and rows that share a long prefix."""
+    long = [to_chat(tok, _TASK + tail) for tail in ("go to cabinet 1", "open fridge 1 and look inside it", "")]
+    return [long[0], long[0], long[1], long[2]]
+
+
+def test_common_prefix_length():
+    from rlvmr_nb.generation.hf import common_prefix_length
+
+    assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
+    assert common_prefix_length([[5, 6], [5, 6]]) == 2
+    assert common_prefix_length([[1], [2]]) == 0
+    assert common_prefix_length([]) == 0
+
+
+@pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_qwen2"])
+def test_shared_prefix_prefill_matches_unshared(fixture, smollm2_tokenizer, request):
+    model = copy.deepcopy(request.getfixturevalue(fixture))
+    tok = smollm2_tokenizer
+    prompts = _group_prompts(tok)
+    shared_gen = make_generator("hf", model, tok, dtype=None, min_shared_prefix=8)
+    plain_gen = make_generator("hf", model, tok, dtype=None, min_shared_prefix=0)
+    rows = [shared_gen._encode(p) for p in prompts]
+    shared_len = shared_gen.shared_prefix_length(rows)
+    assert 50 < shared_len < min(len(r) for r in rows)  # the sharing path really runs
+    assert plain_gen.shared_prefix_length(rows) == 0
+    for sampling in (SamplingConfig(temperature=0.0, max_new_tokens=12), SamplingConfig(max_new_tokens=12, seed=5)):
+        shared = shared_gen.generate(prompts, sampling)
+        plain = plain_gen.generate(prompts, sampling)
+        assert [s.token_ids for s in shared] == [p.token_ids for p in plain]
+        assert [s.prompt_token_ids for s in shared] == rows
+        for s, p in zip(shared, plain):
+            assert max(abs(x - y) for x, y in zip(s.logprobs, p.logprobs)) < FP32_LOGPROB_TOL
+    # sampler log-probs still equal a fresh rescoring of the shared-prefix output
+    for g in shared_gen.generate(prompts, SamplingConfig(max_new_tokens=12, seed=6)):
+        ref = rescore_logprobs(model, g.prompt_token_ids, g.token_ids)
+        assert max(abs(x - y) for x, y in zip(g.logprobs, ref)) < FP32_LOGPROB_TOL
+
+
+def test_packed_gqa_decode_matches_sdpa_with_and_without_mask(fresh_tiny_llama):
+    from rlvmr_nb.generation.cpu_attention import register
+
+    model = fresh_tiny_llama
+    assert model.config.num_key_value_heads < model.config.num_attention_heads  # GQA: the packed path applies
+    ids = torch.randint(5, 1000, (3, 20), generator=torch.Generator().manual_seed(0))
+    mask = torch.ones_like(ids)
+    mask[0, :7] = 0  # a left-padded row
+
+    def decode_logits(impl: str, attention_mask):
+        model.set_attn_implementation(impl)
+        with torch.no_grad():
+            out = model(ids[:, :-1], attention_mask=None if attention_mask is None else attention_mask[:, :-1], use_cache=True)
+            step = model(ids[:, -1:], attention_mask=attention_mask, past_key_values=out.past_key_values, use_cache=True)
+        return step.logits
+
+    for attention_mask in (mask, None):
+        reference = decode_logits("sdpa", attention_mask)
+        packed = decode_logits(register(), attention_mask)
+        torch.testing.assert_close(packed, reference, atol=1e-5, rtol=1e-5)
+
+
+def test_generator_leaves_a_shared_model_attention_alone(fresh_tiny_llama, smollm2_tokenizer):
+    from rlvmr_nb.generation.cpu_attention import ATTENTION_NAME
+
+    model = fresh_tiny_llama
+    make_generator("hf", model, smollm2_tokenizer, dtype=None)
+    assert model.config._attn_implementation == "sdpa"
+    private = make_generator("hf", model, smollm2_tokenizer, dtype=torch.bfloat16)
+    assert private.model.config._attn_implementation == ATTENTION_NAME
+    assert model.config._attn_implementation == "sdpa"

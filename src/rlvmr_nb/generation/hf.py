@@ -11,6 +11,14 @@ clean config (temperature 1, no top-k/top-p, nothing inherited from the model's 
 so it adds no warpers of its own. The recorder keeps one step of log-softmax and gathers the
 sampled token's log-prob on the next call, so memory stays O(batch x vocab) instead of keeping every
 step's scores.
+
+Shared-prefix prefill. A rollout group is G copies of one task: at step 0 the G prompts are
+identical, later they share the instructions, the task and the first observation. Prefill (not
+decoding) dominates on CPU with ~1k-token prompts, so each chunk's longest common token prefix is
+run once at batch size 1, its KV cache repeated G times, and only the per-row suffixes are prefilled,
+laid out as ``prefix | pad | suffix`` (middle padding; transformers derives position ids from the
+attention mask's cumulative sum, so every suffix continues at the prefix's length). Mathematically
+the same computation; tested token-for-token against the unshared path.
 """
 
 from __future__ import annotations
@@ -35,6 +43,18 @@ from transformers import (
 from rlvmr_nb.generation.base import Generation, Generator, Prompt, SamplingConfig
 
 _STOP_TAIL_TOKENS = 16  # a stop string of <= 16 characters fits in the last 16 tokens
+
+
+def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
+    """Length of the longest token prefix shared by every row."""
+    if not rows:
+        return 0
+    first, n = rows[0], min(len(r) for r in rows)
+    for k in range(n):
+        tok = first[k]
+        if any(r[k] != tok for r in rows[1:]):
+            return k
+    return n
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -108,6 +128,11 @@ class HFGenerator(Generator):
         extra_logits_processors: applied to the raw logits before temperature/top-k/top-p (tests
             use this to script outputs).
         progress: show a tqdm bar over chunks.
+        min_shared_prefix: prefill a chunk's common token prefix once when it is at least this long
+            (and the chunk has >= 2 rows); 0 disables prefix sharing.
+        packed_gqa_decode: on CPU, decode grouped-query models with `cpu_attention` (prefill is
+            unchanged). None: only on the generator's private copy, never altering a model shared
+            with the caller; True: also on a shared model.
 
     Seeding: chunk k of a call is sampled under ``seed + k``, so seeded results are reproducible
     for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead).
@@ -122,6 +147,8 @@ class HFGenerator(Generator):
         max_batch_size: int = 8,
         extra_logits_processors: Sequence[Any] = (),
         progress: bool = False,
+        min_shared_prefix: int = 64,
+        packed_gqa_decode: bool | None = None,
     ) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token")
@@ -139,6 +166,16 @@ class HFGenerator(Generator):
             self.model.requires_grad_(False)
         self.model.eval()
         self.eos_ids = _eos_ids(self.model, tokenizer)
+        if min_shared_prefix < 0:
+            raise ValueError(f"min_shared_prefix must be >= 0, got {min_shared_prefix}")
+        self.min_shared_prefix = min_shared_prefix
+        on_cpu = next(self.model.parameters()).device.type == "cpu"
+        if packed_gqa_decode is None:
+            packed_gqa_decode = self.model is not model
+        if packed_gqa_decode and on_cpu and getattr(self.model.config, "_attn_implementation", None) == "sdpa":
+            from rlvmr_nb.generation.cpu_attention import register
+
+            self.model.set_attn_implementation(register())
 
     @property
     def dtype(self) -> torch.dtype:
@@ -190,14 +227,40 @@ class HFGenerator(Generator):
         finally:
             self.model.generation_config = saved
 
-    def _generate_chunk(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Generation]:
+    def shared_prefix_length(self, rows: Sequence[Sequence[int]]) -> int:
+        """Tokens of `rows` prefilled once for the whole chunk (0: no sharing). At least one token of
+        every row stays in its suffix so each row has a last prompt position to sample from."""
+        if self.min_shared_prefix == 0 or len(rows) < 2:
+            return 0
+        length = min(common_prefix_length(rows), min(len(r) for r in rows) - 1)
+        return length if length >= self.min_shared_prefix else 0
+
+    def _layout(self, rows: list[list[int]], shared: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """[B, W] input ids and attention mask: ``prefix | pad | suffix`` (left padding when shared=0)."""
         pad = self.tokenizer.pad_token_id
-        width = max(len(r) for r in rows)
+        suffix_width = max(len(r) - shared for r in rows)
+        width = shared + suffix_width
         input_ids = torch.full((len(rows), width), pad, dtype=torch.long)
         attention_mask = torch.zeros((len(rows), width), dtype=torch.long)
-        for i, r in enumerate(rows):  # left padding keeps every row's last prompt token aligned
-            input_ids[i, width - len(r) :] = torch.tensor(r, dtype=torch.long)
-            attention_mask[i, width - len(r) :] = 1
+        for i, r in enumerate(rows):  # the last prompt token of every row sits in the last column
+            input_ids[i, :shared] = torch.tensor(r[:shared], dtype=torch.long)
+            attention_mask[i, :shared] = 1
+            input_ids[i, width - (len(r) - shared) :] = torch.tensor(r[shared:], dtype=torch.long)
+            attention_mask[i, width - (len(r) - shared) :] = 1
+        return input_ids, attention_mask
+
+    def _prefix_cache(self, prefix: list[int], batch: int) -> Any:
+        """KV cache of `prefix` computed once at batch size 1, repeated `batch` times."""
+        out = self.model(input_ids=torch.tensor([prefix], dtype=torch.long), use_cache=True)
+        cache = out.past_key_values
+        cache.batch_repeat_interleave(batch)
+        return cache
+
+    def _generate_chunk(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Generation]:
+        pad = self.tokenizer.pad_token_id
+        shared = self.shared_prefix_length(rows)
+        input_ids, attention_mask = self._layout(rows, shared)
+        width = input_ids.shape[1]
 
         processors: list[Any] = list(self.extra_logits_processors)
         if not sampling.greedy:
@@ -227,9 +290,11 @@ class HFGenerator(Generator):
             if seed is not None:  # seed without disturbing the caller's global RNG stream
                 stack.enter_context(torch.random.fork_rng(devices=[]))
                 torch.manual_seed(seed)
+            cache = {"past_key_values": self._prefix_cache(rows[0][:shared], len(rows))} if shared else {}
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
+                **cache,
                 generation_config=config,
                 logits_processor=LogitsProcessorList(processors),
                 stopping_criteria=StoppingCriteriaList([stopper] if sampling.stop else []),
