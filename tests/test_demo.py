@@ -35,3 +35,29 @@ def test_cli_demo(tmp_path, capsys):
 def test_cli_rejects_unknown_commands(capsys):
     with pytest.raises(SystemExit):
         main(["teleport"])
+
+
+def test_cli_coldstart_passes_every_option_to_its_own_parser(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["coldstart", "--help"])
+    assert exit_info.value.code == 0
+    out = capsys.readouterr().out
+    assert "rlvmr-nb coldstart" in out and "--teacher" in out and "--min-tag-share" in out
+    with pytest.raises(SystemExit):
+        main(["coldstart", "--env", "atari"])  # rejected by the cold-start parser, not swallowed
+
+
+def test_demo_chain_configs_feed_each_other():
+    """configs/demo: notebook 02 trains from the model folder notebook 01 writes, all figures to figures/demo."""
+    import json
+
+    from rlvmr_nb.notebooks import DEMO_NOTEBOOKS, load_parameters, project_root
+
+    folder = project_root() / "configs" / "demo"
+    params = {name: load_parameters(folder / f"{name}.json", name) for name in DEMO_NOTEBOOKS}
+    cold = params["01_cold_start"]
+    expected_model = (f"{cold['runs_root']}/coldstart/{cold['env']}-{cold['level']}-n{cold['n_trajectories']}"
+                      f"-seed{cold['seed']}/sft")
+    assert params["02_rl_training"]["model"] == expected_model
+    assert {p["out_dir"] for p in params.values()} == {"figures/demo"}
+    assert json.loads((folder / "02_rl_training.json").read_text())["env"] == "alfworld"

@@ -18,6 +18,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     print(format_summary(result.summary))
     if result.figure:
         print(f"figure: {result.figure}")
+    if args.train:
+        from .envs.alfworld_data import default_source, install_alfworld_data
+        from .notebooks import run_demo_chain
+
+        os.environ["ALFWORLD_DATA"] = str(install_alfworld_data(default_source()))  # no-op when cached
+        for name, info in run_demo_chain(progress=True).items():
+            print(f"{name}: {info['seconds']:.0f} s, executed copy {info['notebook']}")
+        print("figures: figures/demo/")
     return 0
 
 
@@ -53,6 +61,12 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     for name, path in executed.items():
         print(f"{name}: {path}")
     return 0
+
+
+def _cmd_coldstart(args: argparse.Namespace) -> int:
+    from .coldstart import main as coldstart_main
+
+    return coldstart_main(args.coldstart_args)
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
@@ -104,6 +118,9 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo", help="parse a real tagged ALFWorld group, compute rewards/advantages, draw it")
     p.add_argument("--out", default="figures", help="folder for the figure")
     p.add_argument("--preset", default="official_code", choices=["official_code", "paper"])
+    p.add_argument("--train", action="store_true",
+                   help="then run the tour and a short end-to-end SmolLM2 run on real ALFWorld (cold start + RLVMR; "
+                        "notebooks 00-02 with configs/demo/, minutes on a CPU)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("data", help="install environment data (ALFWorld game files)")
@@ -122,6 +139,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", default="runs/notebooks", help="where executed notebook copies go (not the repo)")
     p.add_argument("--all", action="store_true", help="also rerun the cold-start, training and evaluation CPU demos")
     p.set_defaults(func=_cmd_figures)
+
+    p = sub.add_parser("coldstart", add_help=False,
+                       help="build a tagged cold-start dataset offline (e.g. -n 200 --seed 0); `coldstart --help` for options")
+    p.add_argument("coldstart_args", nargs=argparse.REMAINDER)
+    p.set_defaults(func=_cmd_coldstart)
 
     p = sub.add_parser("model", help="convert the embedded SmolLM2 GGUF once into the safetensors cache")
     p.set_defaults(func=_cmd_model)
@@ -162,6 +184,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/eval/results.json")
     p.set_defaults(func=_cmd_eval)
 
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included
+        return _cmd_coldstart(argparse.Namespace(coldstart_args=argv[1:]))
     args = parser.parse_args(argv)
     return args.func(args)
 
