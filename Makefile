@@ -22,7 +22,7 @@ ifeq ($(WITH_VLLM),1)
 TEST_DEPS += $(VLLM_STAMP)
 endif
 
-.PHONY: venv vllm-venv demo test test-fast figures data bench clean
+.PHONY: venv vllm-venv demo demo-quick test test-fast figures data bench clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -44,7 +44,12 @@ $(VLLM_STAMP):
 
 vllm-venv: $(VLLM_STAMP)
 
+# The main command: the example group (seconds), then the tour and a short end-to-end SmolLM2 run on
+# real ALFWorld (cold start -> RLVMR), figures in figures/demo/, run folders in runs/demo/.
 demo: $(STAMP)
+	$(BIN)/rlvmr-nb demo --out figures --train
+
+demo-quick: $(STAMP)
 	$(BIN)/rlvmr-nb demo --out figures
 
 test: $(TEST_DEPS)

@@ -29,6 +29,10 @@ NOTEBOOKS: tuple[str, ...] = (
 FIGURE_NOTEBOOKS: tuple[str, ...] = ("04_paper_figures", "00_tour", "05_case_studies")
 """Notebooks that need neither a model nor game data and write the figures checked into ``figures/``."""
 
+DEMO_NOTEBOOKS: tuple[str, ...] = ("00_tour", "01_cold_start", "02_rl_training")
+"""The main demo (``make demo``): the tour, then a short end-to-end run of the embedded SmolLM2 on real
+ALFWorld (cold-start SFT, then RLVMR iterations), with the parameters in ``configs/demo/``."""
+
 _CONFIG_FILES = {"04_paper_figures": "figures.json"}  # older name, kept for `papermill -f configs/figures.json`
 
 
@@ -210,6 +214,36 @@ def make_figures(
         if not params.is_file():
             raise FileNotFoundError(f"no parameter file {params} for notebook {name}")
         done[name] = run_notebook(name, params, out, cwd=base, progress=False)
+    return done
+
+
+def run_demo_chain(
+    out_dir: str | os.PathLike = "runs/demo/notebooks",
+    *,
+    configs_dir: str | os.PathLike | None = None,
+    cwd: str | os.PathLike | None = None,
+    progress: bool = True,
+) -> dict[str, dict[str, Any]]:
+    """Run `DEMO_NOTEBOOKS` with ``configs/demo/`` and return name -> {executed copy, seconds}.
+
+    The chain writes the run folders to ``runs/demo/`` and its figures to ``figures/demo/``. A second
+    call resumes: the trainer continues from its last checkpoint, and a finished run only redraws.
+    """
+    import time
+
+    base = Path(cwd) if cwd is not None else project_root()
+    folder = Path(configs_dir) if configs_dir else base / "configs" / "demo"
+    out = Path(out_dir) if Path(out_dir).is_absolute() else base / out_dir
+    done: dict[str, dict[str, Any]] = {}
+    for name in DEMO_NOTEBOOKS:
+        params = folder / f"{name}.json"
+        if not params.is_file():
+            raise FileNotFoundError(f"no demo parameter file {params}")
+        if progress:
+            print(f"--- {name} ({params})", flush=True)
+        start = time.perf_counter()
+        executed = run_notebook(name, params, out, cwd=base, progress=progress)
+        done[name] = {"notebook": executed, "seconds": round(time.perf_counter() - start, 1)}
     return done
 
 
