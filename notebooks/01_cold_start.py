@@ -57,6 +57,12 @@ out_dir = "figures"  # where coldstart_*.png is written
 formats = ["png"]  # figure formats to write
 
 # %%
+import os
+
+# Before torch is loaded (by the rlvmr_nb imports): without it idle OpenMP threads spin and decoding runs
+# ~17x slower. `make` and run_notebook set it; a kernel started by `jupyter lab` does not have it.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
 import json
 from pathlib import Path
 
