@@ -1,0 +1,368 @@
+"""The notebooks as a JupyterLab user gets them (issue 6: "runs in JupyterLab by hand").
+
+A real ``jupyter lab`` server is started on a temporary copy of the repository's ``notebooks/`` and
+``configs/``, the way a user starts it from the repository root, and driven through its REST API and
+kernel websocket as the browser does: jupytext's contents manager must serve every
+``notebooks/*.py`` as a notebook with its ``parameters`` cell, a session (JupyterLab's "open a
+notebook") starts a kernel in the notebook's folder, the code cells run one by one over the kernel
+channel with the ``configs/ci`` values typed into the parameters cell, and saving writes back the clean
+``py:percent`` source (outputs go to the paired ``.ipynb``, which git ignores).
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import difflib
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (pip install -e '.[notebooks]')")
+pytest.importorskip("jupytext", reason="jupytext is not installed (pip install -e '.[notebooks]')")
+websocket = pytest.importorskip("websocket", reason="websocket-client is not installed (comes with jupyter_server)")
+
+from rlvmr_nb import notebooks as nbs  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+TOUR_FIGURES = {"tour_presets.png", "tour_group_official_code.png", "tour_group_paper.png"}
+
+# Variables tests/conftest.py sets for the test process that a user's shell does not have: the server
+# (and so its kernels) must start without them, or the OMP_WAIT_POLICY check proves nothing.
+_TEST_ONLY_ENV = ("OMP_WAIT_POLICY", "MPLBACKEND")
+
+# Run silently in a fresh kernel before any notebook cell: remembers OMP_WAIT_POLICY at the moment
+# torch is first imported (libgomp reads it once, when torch loads it).
+_RECORD_OMP_AT_TORCH_IMPORT = """
+import importlib.abc, os, sys
+class _OmpAtTorchImport(importlib.abc.MetaPathFinder):
+    seen = 'torch already imported' if 'torch' in sys.modules else None
+    def find_spec(self, name, path=None, target=None):
+        if name == 'torch' and type(self).seen is None:
+            type(self).seen = os.environ.get('OMP_WAIT_POLICY', 'unset')
+        return None
+sys.meta_path.insert(0, _OmpAtTorchImport())
+"""
+_OMP_SEEN = "[m for m in __import__('sys').meta_path if type(m).__name__ == '_OmpAtTorchImport'][0].seen"
+
+
+# ------------------------------------------------------------------------------------------ server
+
+
+class Lab:
+    """A running ``jupyter lab`` on `root`, spoken to through its REST API and kernel websockets."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.token = secrets.token_hex(16)
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.log = root.parent / "jupyter-lab.log"
+        jupyter = Path(sys.executable).with_name("jupyter")
+        cmd = [str(jupyter)] if jupyter.is_file() else [sys.executable, "-m", "jupyter"]
+        cmd += ["lab", "--no-browser", f"--port={self.port}", "--ip=127.0.0.1",
+                f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={root}"]
+        if os.geteuid() == 0:  # containers run as root; JupyterLab refuses that without the flag
+            cmd.append("--allow-root")
+        env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
+        # Its own process group, so that stopping it also stops every kernel it started.
+        self.proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.api("GET", "/api/status")
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError(f"jupyter lab did not start; its log:\n{self.log.read_text()[-3000:]}")
+                time.sleep(0.3)
+
+    def api(self, method: str, path: str, body: Any = None) -> Any:
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(self.base + path, data=data, method=method,
+                                     headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as response:
+            text = response.read()
+        return json.loads(text) if text else None
+
+    def stop(self) -> None:
+        """Shut the server and its kernels down; kill the process group if that does not finish."""
+        if self.proc.poll() is None:
+            try:
+                self.api("POST", "/api/shutdown")
+                self.proc.wait(20)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(10)
+        try:  # kernels are children in the same group: none may outlive the server
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def notebook(self, path: str) -> dict:
+        """The contents model JupyterLab asks for when it opens `path` as a notebook."""
+        return self.api("GET", f"/api/contents/{path}?content=1&type=notebook")
+
+    def open_session(self, path: str) -> "KernelChannel":
+        """What opening a notebook does: a session for `path`, its kernel, the kernel's websocket."""
+        model = self.api("POST", "/api/sessions", {"path": path, "type": "notebook", "name": Path(path).name,
+                                                   "kernel": {"name": "python3"}})
+        return KernelChannel(self, model["id"], model["kernel"]["id"])
+
+
+class KernelChannel:
+    """The browser's side of one kernel: Jupyter messages as JSON over ``/api/kernels/<id>/channels``."""
+
+    def __init__(self, lab: Lab, session_id: str, kernel_id: str):
+        self.lab, self.session_id, self.kernel_id = lab, session_id, kernel_id
+        self.client_session = uuid.uuid4().hex
+        url = f"ws://127.0.0.1:{lab.port}/api/kernels/{kernel_id}/channels?session_id={self.client_session}"
+        self.ws = websocket.create_connection(url, header=[f"Authorization: token {lab.token}"], timeout=120)
+        self.info = self.request("kernel_info_request", {}, timeout=120)["content"]
+
+    def _send(self, msg_type: str, content: dict) -> str:
+        msg_id = uuid.uuid4().hex
+        self.ws.send(json.dumps({
+            "header": {"msg_id": msg_id, "msg_type": msg_type, "username": "test", "session": self.client_session,
+                       "date": "", "version": "5.3"},
+            "parent_header": {}, "metadata": {}, "content": content, "buffers": [], "channel": "shell",
+        }))
+        return msg_id
+
+    def request(self, msg_type: str, content: dict, timeout: float = 60) -> dict:
+        msg_id = self._send(msg_type, content)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            msg = json.loads(self.ws.recv())
+            if msg.get("channel") == "shell" and msg["parent_header"].get("msg_id") == msg_id:
+                return msg
+        raise TimeoutError(f"no reply to {msg_type} in {timeout} s")
+
+    def execute(self, code: str, timeout: float = 300, silent: bool = False) -> tuple[dict, list[dict]]:
+        """Run `code`; returns the execute_reply content and the cell's outputs in nbformat shape."""
+        msg_id = self._send("execute_request", {"code": code, "silent": silent, "store_history": not silent,
+                                                "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+        reply, outputs, idle = None, [], False
+        deadline = time.monotonic() + timeout
+        while reply is None or not idle:
+            self.ws.settimeout(max(1.0, deadline - time.monotonic()))
+            try:
+                msg = json.loads(self.ws.recv())
+            except websocket.WebSocketTimeoutException:
+                raise TimeoutError(f"cell still running after {timeout} s:\n{code[:300]}") from None
+            if msg["parent_header"].get("msg_id") != msg_id:
+                continue
+            kind, content = msg["msg_type"], msg["content"]
+            if msg["channel"] == "shell" and kind == "execute_reply":
+                reply = content
+            elif kind == "status" and content["execution_state"] == "idle":
+                idle = True
+            elif kind == "stream":
+                outputs.append({"output_type": "stream", "name": content["name"], "text": content["text"]})
+            elif kind in ("display_data", "execute_result"):
+                out = {"output_type": kind, "data": content["data"], "metadata": content.get("metadata", {})}
+                if kind == "execute_result":
+                    out["execution_count"] = content["execution_count"]
+                outputs.append(out)
+            elif kind == "error":
+                outputs.append({"output_type": "error", "ename": content["ename"], "evalue": content["evalue"],
+                                "traceback": content["traceback"]})
+        return reply, outputs
+
+    def value(self, expression: str) -> Any:
+        """A JSON-able value computed in the kernel."""
+        reply, outputs = self.execute(f"import json as _j; print(_j.dumps({expression}))", silent=True)
+        assert reply["status"] == "ok", outputs
+        return json.loads("".join(o["text"] for o in outputs if o["output_type"] == "stream"))
+
+    def close(self) -> None:
+        self.ws.close()
+        try:
+            self.lab.api("DELETE", f"/api/sessions/{self.session_id}")  # also shuts its kernel down
+        except urllib.error.HTTPError:
+            pass
+
+
+# ------------------------------------------------------------------------------------------ notebook edits
+
+
+def edit_parameters(source: str, values: dict[str, Any]) -> str:
+    """The parameters cell with `values` typed over the defaults, as a user edits it.
+
+    Only values that differ are rewritten, so a cell whose values already match stays byte-identical.
+    """
+    lines = source.splitlines(keepends=True)
+    missing = set(values)
+    for node in reversed(ast.parse(source).body):  # bottom-up: earlier offsets stay valid
+        name = node.targets[0].id
+        missing.discard(name)
+        if name not in values or ast.literal_eval(node.value) == values[name]:
+            continue
+        line = lines[node.value.lineno - 1]
+        assert node.value.lineno == node.value.end_lineno, f"multi-line parameter {name}"
+        lines[node.value.lineno - 1] = (line[:node.value.col_offset] + repr(values[name])
+                                        + line[node.value.end_col_offset:])
+    assert not missing, f"the parameters cell has no {sorted(missing)}"
+    return "".join(lines)
+
+
+def ci_notebook(model: dict, name: str) -> tuple[dict, str]:
+    """A copy of the served notebook with its configs/ci values in the parameters cell, and that
+    cell's source as served."""
+    notebook = copy.deepcopy(model["content"])
+    cells = [c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", [])]
+    assert len(cells) == 1, f"{name}: {len(cells)} cells tagged 'parameters'"
+    served = cells[0]["source"]
+    cells[0]["source"] = edit_parameters(served, json.loads(nbs.config_path(name, ci=True).read_text()))
+    return notebook, served
+
+
+def run_cells(kernel: KernelChannel, notebook: dict, stop_after: int | None = None) -> list[tuple[int, dict]]:
+    """Run the code cells in order, storing outputs as JupyterLab does; returns the cells that failed."""
+    failed, count = [], 0
+    for index, cell in enumerate(notebook["cells"]):
+        if cell["cell_type"] != "code":
+            continue
+        reply, outputs = kernel.execute(cell["source"])
+        cell["outputs"], cell["execution_count"] = outputs, reply.get("execution_count")
+        if reply["status"] != "ok":
+            failed.append((index, next((o for o in outputs if o["output_type"] == "error"), reply)))
+            break  # JupyterLab's "Run All" stops at the first error
+        count += 1
+        if stop_after is not None and count >= stop_after:
+            break
+    return failed
+
+
+def save(lab: Lab, path: str, notebook: dict, kernel_info: dict, parameters_source: str) -> str:
+    """Save as JupyterLab does after a run (outputs, execution counts, the kernel's language_info, the
+    cell metadata the UI adds), with the parameters cell back at `parameters_source`; returns the diff
+    of the ``.py`` file on disk, which a clean save leaves empty."""
+    before = (lab.root / path).read_text()
+    notebook = copy.deepcopy(notebook)
+    next(c for c in notebook["cells"] if "parameters" in c["metadata"].get("tags", []))["source"] = parameters_source
+    notebook["metadata"]["language_info"] = kernel_info["language_info"]
+    for cell in notebook["cells"]:
+        if cell["cell_type"] == "code":
+            cell["metadata"].update({"scrolled": True, "execution": {"iopub.status.idle": "2026-01-01T00:00:00Z"}})
+    saved = lab.api("PUT", f"/api/contents/{path}", {"type": "notebook", "format": "json", "content": notebook})
+    assert saved["type"] == "notebook" and saved["path"] == path
+    return "".join(difflib.unified_diff(before.splitlines(True), (lab.root / path).read_text().splitlines(True)))
+
+
+def _format_failures(failed: list[tuple[int, dict]]) -> str:
+    return "\n".join(f"cell {i}: {e.get('ename')}: {e.get('evalue')}" for i, e in failed)
+
+
+# ------------------------------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """``jupyter lab`` started in a copy of the repository's notebook side (nothing is written to the repo)."""
+    root = tmp_path_factory.mktemp("lab") / "repo"
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+    shutil.copytree(ROOT / "configs", root / "configs")
+    for config in ("jupytext.toml", ".jupytext.toml", "pyproject.toml"):  # jupytext reads its settings from these
+        if (ROOT / config).is_file():
+            shutil.copy2(ROOT / config, root / config)
+    server = Lab(root)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+# ------------------------------------------------------------------------------------------ tests
+
+
+@pytest.mark.parametrize("name", nbs.NOTEBOOKS)
+def test_served_as_notebooks_whose_first_cells_run(lab, name):
+    """Each .py opens as a notebook (not as text) with one parameters cell, and its parameters and
+    first code cell (the imports and set-up) run in a server kernel with the CI values."""
+    model = lab.notebook(f"notebooks/{name}.py")
+    assert model["type"] == "notebook" and model["format"] == "json"
+    content = model["content"]
+    assert content["metadata"]["kernelspec"]["name"] == "python3"
+    assert content["metadata"]["jupytext"]["formats"] == "ipynb,py:percent"
+    assert [c["cell_type"] for c in content["cells"]].count("markdown") >= 1
+    notebook, parameters_source = ci_notebook(model, name)
+    first = next(i for i, c in enumerate(notebook["cells"]) if "parameters" in c["metadata"].get("tags", []))
+    assert not [c for c in notebook["cells"][:first] if c["cell_type"] == "code"], "code before the parameters cell"
+
+    kernel = lab.open_session(f"notebooks/{name}.py")
+    try:
+        assert kernel.value("__import__('os').getcwd()") == str(lab.root / "notebooks")  # JupyterLab's cwd
+        kernel.execute(_RECORD_OMP_AT_TORCH_IMPORT, silent=True)
+        failed = run_cells(kernel, notebook, stop_after=2)  # parameters, then the imports/set-up cell
+        assert not failed, _format_failures(failed)
+        values = json.loads(nbs.config_path(name, ci=True).read_text())
+        assert kernel.value(f"{{k: globals()[k] for k in {sorted(values)!r}}}") == values
+        omp = kernel.value(_OMP_SEEN)
+    finally:
+        kernel.close()
+    # None: torch not imported yet; otherwise it must have loaded with passive OpenMP threads
+    assert omp in ("PASSIVE", None), f"{name} imported torch with OMP_WAIT_POLICY {omp}"
+
+    # Saved with its outputs and the served parameters: the .py is byte-identical.
+    diff = save(lab, f"notebooks/{name}.py", notebook, kernel.info, parameters_source)
+    assert not diff, f"saving {name} from JupyterLab changed the .py:\n{diff}"
+
+
+def test_tour_runs_through_jupyterlab_and_saves_clean(lab):
+    """00_tour top to bottom over the kernel channel, then saved back through the contents API."""
+    path = "notebooks/00_tour.py"
+    notebook, parameters_source = ci_notebook(lab.notebook(path), "00_tour")
+    kernel = lab.open_session(path)
+    try:
+        kernel.execute(_RECORD_OMP_AT_TORCH_IMPORT, silent=True)
+        start = time.perf_counter()
+        failed = run_cells(kernel, notebook)
+        seconds = time.perf_counter() - start
+        assert not failed, _format_failures(failed)
+        cwd = Path(kernel.value("__import__('os').getcwd()"))
+        omp = kernel.value(_OMP_SEEN)
+    finally:
+        kernel.close()
+    print(f"00_tour: {sum(c['cell_type'] == 'code' for c in notebook['cells'])} code cells in {seconds:.1f} s; "
+          f"OMP_WAIT_POLICY at torch import: {omp}")
+
+    # figures: relative to the kernel's working directory, the notebook's folder under JupyterLab
+    assert cwd.is_relative_to(lab.root)
+    assert TOUR_FIGURES <= {p.name for p in (cwd / "figures").iterdir()}
+    images = [o for c in notebook["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
+    assert len(images) == 3
+    assert omp in ("PASSIVE", None), f"the tour imported torch with OMP_WAIT_POLICY={omp}"
+
+    paired = lab.root / "notebooks" / "00_tour.ipynb"  # the notebook's formats pair it with an .ipynb
+    paired.unlink(missing_ok=True)
+    diff = save(lab, path, notebook, kernel.info, parameters_source)
+    assert not diff, f"saving from JupyterLab changed the .py:\n{diff}"
+    assert paired.is_file()
+    assert sum(len(c.get("outputs", [])) for c in json.loads(paired.read_text())["cells"]) > 0
+    if shutil.which("git") and (ROOT / ".git").exists():
+        ignored = subprocess.run(["git", "check-ignore", "-q", "notebooks/00_tour.ipynb"], cwd=ROOT)
+        assert ignored.returncode == 0, "notebooks/*.ipynb (outputs of a JupyterLab save) must be git-ignored"
