@@ -41,6 +41,10 @@ focus_step = 5  # the step whose prompt we print
 formats = ["png"]  # figure formats to write
 
 # %%
+from rlvmr_nb.notebooks import setup_notebook
+
+setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
+
 import copy
 from pathlib import Path
 

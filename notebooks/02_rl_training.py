@@ -56,11 +56,9 @@ out_dir = "figures"  # where train_*.png are written
 formats = ["png"]  # figure formats to write
 
 # %%
-import os
+from rlvmr_nb.notebooks import setup_notebook
 
-# Before torch is loaded (by the rlvmr_nb imports): without it idle OpenMP threads spin and decoding runs
-# ~17x slower. `make` and run_notebook set it; a kernel started by `jupyter lab` does not have it.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
 
 import json
 from pathlib import Path

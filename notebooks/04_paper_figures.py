@@ -37,6 +37,10 @@ ours_scale = 100.0  # rlvmr_nb.metrics writes rates as fractions; the paper uses
 formats = ["png", "pdf"]
 
 # %%
+from rlvmr_nb.notebooks import setup_notebook
+
+setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
+
 from pathlib import Path
 
 from IPython.display import Image, Markdown, display

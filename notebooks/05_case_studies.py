@@ -41,6 +41,10 @@ html_file = "runs/case_studies/case_studies.html"  # standalone page with every 
 formats = ["png"]  # figure formats to write
 
 # %%
+from rlvmr_nb.notebooks import setup_notebook
+
+setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
+
 from pathlib import Path
 
 from IPython.display import HTML, Image, display

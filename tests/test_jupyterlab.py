@@ -321,6 +321,8 @@ def test_served_as_notebooks_whose_first_cells_run(lab, name):
         assert not failed, _format_failures(failed)
         values = json.loads(nbs.config_path(name, ci=True).read_text())
         assert kernel.value(f"{{k: globals()[k] for k in {sorted(values)!r}}}") == values
+        # setup_notebook() moved the kernel to the repository root, where relative paths point under make
+        assert kernel.value("__import__('os').getcwd()") == str(lab.root)
         omp = kernel.value(_OMP_SEEN)
     finally:
         kernel.close()
@@ -350,9 +352,10 @@ def test_tour_runs_through_jupyterlab_and_saves_clean(lab):
     print(f"00_tour: {sum(c['cell_type'] == 'code' for c in notebook['cells'])} code cells in {seconds:.1f} s; "
           f"OMP_WAIT_POLICY at torch import: {omp}")
 
-    # figures: relative to the kernel's working directory, the notebook's folder under JupyterLab
-    assert cwd.is_relative_to(lab.root)
-    assert TOUR_FIGURES <= {p.name for p in (cwd / "figures").iterdir()}
+    # figures: in the repository's figures/ (setup_notebook left JupyterLab's notebooks/ folder), as under make
+    assert cwd == lab.root
+    assert TOUR_FIGURES <= {p.name for p in (lab.root / "figures").iterdir()}
+    assert not (lab.root / "notebooks" / "figures").exists()
     images = [o for c in notebook["cells"] for o in c.get("outputs", []) if "image/png" in o.get("data", {})]
     assert len(images) == 3
     assert omp in ("PASSIVE", None), f"the tour imported torch with OMP_WAIT_POLICY={omp}"

@@ -37,6 +37,34 @@ _CONFIG_FILES = {"04_paper_figures": "figures.json"}  # older name, kept for `pa
 
 
 # --------------------------------------------------------------------------------------------
+# The first line of every notebook's imports cell
+# --------------------------------------------------------------------------------------------
+
+
+def setup_notebook() -> Path:
+    """Make a kernel started by hand behave like a batch run; returns the working directory.
+
+    * ``OMP_WAIT_POLICY=PASSIVE`` before torch loads (idle OpenMP threads otherwise spin while the
+      environments run and decoding slows ~17x). ``make`` and `run_notebook` set it; a kernel started
+      by ``jupyter lab`` does not. Warns if torch was already imported without it.
+    * JupyterLab starts kernels in ``notebooks/``; relative paths in the parameters cell
+      (``out_dir="figures"``, ``runs_root="runs"``) are meant from the repository root, as under
+      ``make figures`` / ``make demo``. Inside a checkout's ``notebooks/`` folder this changes to the root.
+    """
+    import sys
+    import warnings
+
+    if "torch" in sys.modules and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
+        warnings.warn("torch was imported before OMP_WAIT_POLICY=PASSIVE was set: restart the kernel and run "
+                      "this cell first, or decoding may be ~17x slower", RuntimeWarning, stacklevel=2)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    here = Path.cwd()
+    if here.name == "notebooks" and (here.parent / "configs").is_dir():
+        os.chdir(here.parent)
+    return Path.cwd()
+
+
+# --------------------------------------------------------------------------------------------
 # Locating notebooks and parameter files
 # --------------------------------------------------------------------------------------------
 
