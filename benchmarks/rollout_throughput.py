@@ -2,9 +2,15 @@
 and the vLLM backend against the transformers backend on the same rollouts.
 
 Modes, measured in alternating blocks in one run so machine load hits them alike:
-  batched    one `run_rollouts` call with G rollouts of a task: each step generates for all active episodes at once
-  sequential the same G episodes one after another (G=1 calls)
-  vllm       the batched mode with the vLLM backend (if its venv exists)
+  batched          one `run_rollouts` call with G rollouts of a task: each step generates for all active
+                   episodes at once (the HF backend also prefills the rows' shared prompt prefix once)
+  sequential       the same G episodes one after another (G=1 calls)
+  vllm             the batched mode with the vLLM backend (if its venv exists)
+  vllm_sequential  the sequential mode with the vLLM backend
+
+Besides whole-run tokens/s, `per_step` compares, for each rollout step t, the batched `generate` call
+with the sum of the G one-at-a-time calls of the same step: step 0 prompts are identical across the
+group, later ones share only the instructions, the task and the first observation.
 
 Also `--play30`: the policy plays one real game for 30 steps; the episode is saved and re-read.
 
@@ -75,6 +81,20 @@ def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: 
             "generate_s": round(sum(c["wall_s"] for c in generator.calls), 2), "generate_calls": generator.calls}
 
 
+def per_step_ratios(blocks: dict[str, list[dict]], group: int) -> list[dict]:
+    """Seconds of generation per rollout step, batched call vs the G one-at-a-time calls (HF backend)."""
+    rows = []
+    for b_run, s_run in zip(blocks["batched"], blocks["sequential"]):
+        b_calls, s_calls = b_run["generate_calls"], s_run["generate_calls"]
+        steps = len(b_calls)
+        for t in range(steps):
+            seq = [c for i, c in enumerate(s_calls) if i % steps == t]  # episodes run one after another
+            b_s, s_s = b_calls[t]["wall_s"], sum(c["wall_s"] for c in seq)
+            rows.append({"step": t, "batched_s": b_s, "sequential_s": round(s_s, 2), "ratio": round(s_s / b_s, 2),
+                         "batched_prompt_tokens": b_calls[t]["prompt_tokens"]})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--group", type=int, default=8)
@@ -95,12 +115,13 @@ def main() -> None:
             from rlvmr_nb.generation.vllm_backend import VLLMGenerator
 
             generators["vllm"] = VLLMGenerator(str(ensure_embedded_model()), tok)
+            generators["vllm_sequential"] = generators["vllm"]
         except Exception as exc:  # no vLLM venv: measured modes say so
             print(f"vLLM backend unavailable: {exc}")
     blocks: dict[str, list[dict]] = {m: [] for m in generators}
     for b in range(args.blocks):
         for mode, gen in generators.items():
-            res = measure(gen, tok, task, args.group, args.steps, args.tokens, mode != "sequential", seed=b)
+            res = measure(gen, tok, task, args.group, args.steps, args.tokens, not mode.endswith("sequential"), seed=b)
             blocks[mode].append(res)
             print(mode, b, res, flush=True)
 
@@ -123,6 +144,9 @@ def main() -> None:
     }
     if "vllm" in blocks:
         doc["ratio_vllm_vs_hf_batched_tokens_per_s"] = round(rate("vllm", "generated_tokens") / rate("batched", "generated_tokens"), 2)
+        doc["ratio_vllm_batched_vs_vllm_sequential_tokens_per_s"] = round(
+            rate("vllm", "generated_tokens") / rate("vllm_sequential", "generated_tokens"), 2)
+    doc["per_step"] = per_step_ratios(blocks, args.group)
     if args.play30:
         envs = LocalEnvs(lambda: ALFWorldEnv(accelerate=True))
         t0 = time.perf_counter()
