@@ -216,3 +216,31 @@ def test_cold_start_notebook(tmp_path, monkeypatch, alfworld_data_root, alfworld
     assert results["before"] is not None and results["after"] is not None
     assert (run_dir / "sft" / "config.json").is_file() and (run_dir / "data" / "manifest.json").is_file()
     assert (tmp_path / "figures" / "coldstart_alfworld_L0.png").is_file()
+
+
+def test_setup_notebook_moves_a_jupyterlab_kernel_to_the_repository_root(tmp_path, monkeypatch):
+    """JupyterLab starts kernels in notebooks/: relative paths must resolve from the root, as under make."""
+    import warnings
+
+    from rlvmr_nb.notebooks import setup_notebook
+
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "configs").mkdir()
+    monkeypatch.chdir(tmp_path / "notebooks")
+    monkeypatch.setenv("OMP_WAIT_POLICY", "PASSIVE")
+    assert setup_notebook() == tmp_path and Path.cwd() == tmp_path
+    elsewhere = tmp_path / "scratch" / "notebooks"  # a folder named notebooks outside a checkout stays put
+    elsewhere.mkdir(parents=True)
+    monkeypatch.chdir(elsewhere)
+    assert setup_notebook() == elsewhere
+    # torch is loaded in this test process: without the variable the user is told to restart
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    import torch  # noqa: F401
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        setup_notebook()
+    assert any("OMP_WAIT_POLICY" in str(w.message) for w in caught)
+    import os
+
+    assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
