@@ -23,8 +23,13 @@ def test_config_validation():
         TrainConfig(algo="ppo")
     with pytest.raises(ValueError, match="micro_batch_size"):
         TrainConfig(micro_batch_size=32, mini_batch_size=16)
+    with pytest.raises(ValueError, match="prompt_style"):
+        TrainConfig(prompt_style="chatty")  # rejected before any model is loaded
     cfg = TrainConfig.from_dict(TrainConfig(lr=3e-6).to_dict())
     assert cfg.lr == 3e-6 and cfg.reward.success_reward == 10.0
+    # official scripts: the baselines answer in <think>; Table 3 "w/o A^MC" keeps the meta-think prompt
+    assert [TrainConfig(algo=a).resolved_prompt_style for a in ("rlvmr", "grpo", "gigpo")] == ["meta_think", "think", "think"]
+    assert TrainConfig(algo="grpo", prompt_style="meta_think").resolved_prompt_style == "meta_think"
 
 
 def test_fused_and_reference_losses_give_the_same_gradient():

@@ -83,30 +83,35 @@ def _clean_inner(text: str) -> str:
     return _INNER_XML.sub("", text).strip()
 
 
-def _parse_strict(text: str) -> tuple[str | None, str, str, str | None, list[str]]:
+def _one_block_then_action(text: str, block: re.Pattern, kind: str) -> tuple[list[re.Match], str, str, list[str]]:
+    """The rule strict and think modes share: exactly one non-empty `block` before exactly one action,
+    no CJK. Returns the block matches, the first block's cleaned text, the action and the reasons
+    (named after `kind`: no_tag / multiple_tags / empty_tag / tag_after_action, or ..._think...)."""
     reasons: list[str] = []
     if has_cjk(text):
         reasons.append("cjk")
-    blocks = _ACTION_BLOCK.findall(text)
-    if len(blocks) == 1:
-        action = blocks[0].strip()
-    else:
-        action = ""  # ALFWorld answers "Nothing happens." to the empty command
-        reasons.append("no_action" if not blocks else "multiple_actions")
-    metas = list(_META_BLOCK.finditer(text))
-    tag, reasoning = None, ""
-    if metas:
-        tag, reasoning = metas[0].group(1).lower(), _clean_inner(metas[0].group(2))
-    if not metas:
-        reasons.append("no_tag")
-    elif len(metas) > 1:
-        reasons.append("multiple_tags")
+    actions = _ACTION_BLOCK.findall(text)
+    action = actions[0].strip() if len(actions) == 1 else ""  # ALFWorld answers "Nothing happens." to ""
+    if len(actions) != 1:
+        reasons.append("no_action" if not actions else "multiple_actions")
+    blocks = list(block.finditer(text))
+    reasoning = _clean_inner(blocks[0].group(blocks[0].lastindex)) if blocks else ""
+    if not blocks:
+        reasons.append(f"no_{kind}")
+    elif len(blocks) > 1:
+        reasons.append(f"multiple_{kind}s")
     else:
         if not reasoning:
-            reasons.append("empty_tag")
+            reasons.append(f"empty_{kind}")
         first_action = _ACTION_OPEN.search(text)
-        if first_action is not None and metas[0].start() > first_action.start():
-            reasons.append("tag_after_action")
+        if first_action is not None and blocks[0].start() > first_action.start():
+            reasons.append(f"{kind}_after_action")
+    return blocks, reasoning, action, reasons
+
+
+def _parse_strict(text: str) -> tuple[str | None, str, str, str | None, list[str]]:
+    metas, reasoning, action, reasons = _one_block_then_action(text, _META_BLOCK, "tag")
+    tag = metas[0].group(1).lower() if metas else None
     plan = None
     for m in metas:  # the plan side-output ignores validity (spec §1.2 rule 5)
         if m.group(1).lower() == "planning" and _clean_inner(m.group(2)):
@@ -116,25 +121,7 @@ def _parse_strict(text: str) -> tuple[str | None, str, str, str | None, list[str
 
 
 def _parse_think(text: str) -> tuple[str | None, str, str, str | None, list[str]]:
-    reasons: list[str] = []
-    if has_cjk(text):
-        reasons.append("cjk")
-    blocks = _ACTION_BLOCK.findall(text)
-    action = blocks[0].strip() if len(blocks) == 1 else ""
-    if len(blocks) != 1:
-        reasons.append("no_action" if not blocks else "multiple_actions")
-    thinks = list(_THINK_BLOCK.finditer(text))
-    reasoning = _clean_inner(thinks[0].group(1)) if thinks else ""
-    if not thinks:
-        reasons.append("no_think")
-    elif len(thinks) > 1:
-        reasons.append("multiple_thinks")
-    else:
-        if not reasoning:
-            reasons.append("empty_think")
-        first_action = _ACTION_OPEN.search(text)
-        if first_action is not None and thinks[0].start() > first_action.start():
-            reasons.append("think_after_action")
+    _, reasoning, action, reasons = _one_block_then_action(text, _THINK_BLOCK, "think")
     return None, reasoning, action, None, reasons
 
 

@@ -35,6 +35,7 @@ from . import advantages as adv_lib
 from .envs.base import TaskSpec
 from .loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 from .metrics import summarize
+from .prompts import STYLES
 from .rewards import RewardConfig, assign_rewards
 from .trajectory import Episode, append_episodes
 
@@ -133,6 +134,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.algo not in ALGOS:
             raise ValueError(f"algo must be one of {ALGOS}, got {self.algo!r}")
+        if self.prompt_style is not None and self.prompt_style not in STYLES:
+            raise ValueError(f"prompt_style must be None or one of {STYLES}, got {self.prompt_style!r}")
         if self.old_logprobs not in ("recompute", "sampler"):
             raise ValueError("old_logprobs must be 'recompute' or 'sampler'")
         if self.micro_batch_size < 1 or self.mini_batch_size < self.micro_batch_size:
@@ -141,6 +144,11 @@ class TrainConfig:
             self.reward = RewardConfig(**self.reward)
         if isinstance(self.loss, dict):
             self.loss = LossConfig(**self.loss)
+
+    @property
+    def resolved_prompt_style(self) -> str:
+        """The prompt style used: `prompt_style`, else meta-think for rlvmr and think for the baselines."""
+        return self.prompt_style or ("meta_think" if self.algo == "rlvmr" else "think")
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -512,7 +520,7 @@ def train(
     env_slots = (make_env_slots or (lambda: default_env_slots(config)))()
     # LoRA: sample from the adapted model itself (its state dict does not map onto a plain copy).
     generator = HFGenerator(policy, tokenizer, dtype=None if config.lora else torch.bfloat16)
-    prompt_config = PromptConfig(env=_prompt_env(config.env), style=config.prompt_style or ("meta_think" if config.algo == "rlvmr" else "think"),
+    prompt_config = PromptConfig(env=_prompt_env(config.env), style=config.resolved_prompt_style,
                                  max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
     log = MetricsLog(out_dir, enabled=rank == 0)

@@ -16,12 +16,12 @@ import contextlib
 import fcntl
 import json
 import os
-import warnings
 import shutil
 import subprocess
 import tarfile
 import tempfile
 import time
+import warnings
 from pathlib import Path
 from typing import Iterator
 
