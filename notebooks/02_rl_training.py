@@ -67,7 +67,7 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
-from rlvmr_nb.notebooks import model_label, plot_training_curves
+from rlvmr_nb.notebooks import model_label, plot_training_curves, training_curve_records
 from rlvmr_nb.trainer import TrainConfig, read_metrics, train
 from rlvmr_nb.trajectory import read_episodes
 
@@ -110,10 +110,11 @@ pd.DataFrame(history)[[c for c in columns if c in history[0]]].round(4)
 # %%
 runs = {f"{label} (this run)": history}
 by_method = {label: history}  # for Fig. 6: one curve per method
-for other in compare_with:
-    other_method = paper.display_method(json.loads((Path(other) / "config.json").read_text())["algo"])
-    runs[f"{other_method} ({Path(other).name})"] = read_metrics(other)
-    by_method.setdefault(other_method, runs[f"{other_method} ({Path(other).name})"])
+for other in map(Path, compare_with):
+    other_method = paper.display_method(json.loads((other / "config.json").read_text())["algo"])
+    other_rows = read_metrics(other)
+    runs[f"{other_method} ({other.name})"] = other_rows
+    by_method.setdefault(other_method, other_rows)
 fig = plot_training_curves(runs, title=f"{label} on {env} {level}, from {model_name}")
 written = plots.save_figure(fig, out_path, stem, formats)
 Image(filename=str(out_path / f"{stem}.png"))
@@ -137,9 +138,7 @@ tags.round(3)
 # to join and shows "no run data".
 
 # %%
-curves = {method: [{"step": r["iteration"], "train_success": r["success"], "episode_length": r["episode_length"]}
-                   for r in method_rows] for method, method_rows in by_method.items()}
-ours = paper.ours_curve_records(curves, env=env, model=model_name)
+ours = training_curve_records(by_method, env=env, model=model_name)
 written += plots.save_figure(plots.plot_fig6(ours=ours), out_path, f"{stem}_fig6", formats)
 Image(filename=str(out_path / f"{stem}_fig6.png"))
 

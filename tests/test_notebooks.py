@@ -138,6 +138,14 @@ def test_training_curves_figure():
         nbs.plot_training_curves({"RLVMR": []})
 
 
+def test_training_curve_records_map_trainer_rows_to_fig6_metrics():
+    rows = [{"iteration": i, "success": i / 4, "episode_length": 10 - i, "invalid": 0.2, "kl": None} for i in range(2)]
+    records = nbs.training_curve_records({"rlvmr": rows}, env="toy", model="m")
+    assert sorted((r["metric"], r["step"], r["value"]) for r in records) == [
+        ("episode_length", 0, 10.0), ("episode_length", 1, 9.0), ("train_success", 0, 0.0), ("train_success", 1, 0.25)]
+    assert {(r["method"], r["env"], r["model"]) for r in records} == {("RLVMR", "toy", "m")}
+
+
 def test_preset_comparison_and_coldstart_figures():
     import copy
 

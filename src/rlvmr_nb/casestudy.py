@@ -26,12 +26,12 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .metrics import NO_EFFECT_FEEDBACK, repetitive_steps
-from .plots import TAG_COLORS
+from .plots import TAG_COLORS, tag_color
 from .prompts import AgentMemory, PromptConfig
 from .trajectory import Episode, Step, iter_episodes
 
-_DARK_TAGS = ("planning", "reflection")
-_PAID_TAGS = ("planning", "explore", "reflection")  # tags with a verifiable reward (monitor: off, spec §2.2)  # white text on these backgrounds, as in plot_episode_group
+_DARK_TAGS = ("planning", "reflection")  # white text on these backgrounds, as in plot_episode_group
+_PAID_TAGS = ("planning", "explore", "reflection")  # tags with a verifiable reward (monitor: off, spec §2.2)
 _HIGHLIGHT = "#fff3c4"  # the "ours" yellow of the paper tables
 _GOOD, _BAD, _MUTED = "#1a7f37", "#c0392b", "#777777"
 _FONT = "font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; font-size: 13px;"
@@ -109,10 +109,13 @@ class Recovery:
     new_action: str
     progress: bool
     """The reflection step's action got a real answer (not a no-op, not empty)."""
-    won: bool
-    """The episode was won in the end."""
     source: str = ""
     """File the episode was read from (set by `search_runs`)."""
+
+    @property
+    def won(self) -> bool:
+        """The episode was won in the end."""
+        return self.episode.won
 
     @property
     def steps(self) -> tuple[int, int]:
@@ -181,7 +184,7 @@ def find_reflection_recoveries(episodes: Iterable[Episode], require_progress: bo
             progress = bool(s.feedback.strip()) and not is_no_effect(s.feedback)
             if require_progress and not progress:
                 continue
-            found.append(Recovery(ep, prev.t, s.t, failure, prev.action.strip(), s.action.strip(), progress, ep.won))
+            found.append(Recovery(ep, prev.t, s.t, failure, prev.action.strip(), s.action.strip(), progress))
     return found
 
 
@@ -343,9 +346,8 @@ def _clip(text: str, limit: int | None) -> str:
 def tag_chip(tag: str | None) -> str:
     """A coloured label for a meta-reasoning tag (``none`` for a missing tag)."""
     name = tag or "none"
-    color = TAG_COLORS.get(name, TAG_COLORS["none"])
     fg = "white" if name in _DARK_TAGS else "#222222"
-    return (f'<span style="background:{color}; color:{fg}; border-radius:3px; padding:1px 6px; '
+    return (f'<span style="background:{tag_color(tag)}; color:{fg}; border-radius:3px; padding:1px 6px; '
             f'font-size:11px; white-space:nowrap;">{_e(name)}</span>')
 
 
@@ -525,11 +527,6 @@ def display_episode(episode: Episode, **kwargs: Any) -> Any:
 def display_group(episodes: Sequence[Episode], **kwargs: Any) -> Any:
     """`group_html` wrapped like `display_episode`."""
     return _display(group_html(episodes, **kwargs))
-
-
-def display_matches(matches: Sequence[Loop | Recovery], limit: int | None = 20) -> Any:
-    """`matches_html` wrapped like `display_episode`."""
-    return _display(matches_html(matches, limit))
 
 
 def save_html(path: str | os.PathLike, body: str, title: str = "RLVMR case studies") -> Path:

@@ -8,9 +8,10 @@ checked-in figures (the paper's figures and tables, the tour, the case studies);
 figures`` and ``make figures`` call it.
 
 Notebook helpers that belong to no other module: `load_policy` (a model spec, a trainer checkpoint
-or a trainer run folder), and the figures only notebooks draw: `plot_training_curves` (metrics rows
-of one or several runs), `plot_preset_comparison` (GRPO-MR advantages of one group under two
-presets) and `plot_coldstart` (SFT loss and the before/after rates of the cold start).
+or a trainer run folder), `training_curve_records` (trainer metrics as the paper's Fig. 6 curves),
+and the figures only notebooks draw: `plot_training_curves` (metrics rows of one or several runs),
+`plot_preset_comparison` (GRPO-MR advantages of one group under two presets) and `plot_coldstart`
+(SFT loss and the before/after rates of the cold start).
 """
 
 from __future__ import annotations
@@ -394,6 +395,20 @@ def plot_training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]],
     if title:
         fig.suptitle(title, fontsize=11)
     return fig
+
+
+def training_curve_records(by_method: Mapping[str, Sequence[Mapping[str, Any]]], *, env: str,
+                           model: str) -> list[dict[str, Any]]:
+    """Trainer metrics rows (``{method: trainer.read_metrics(run_dir)}``) as Fig. 6 curve records.
+
+    One trainer iteration stands for one paper training step, and the trainer's ``success`` (of the
+    iteration's rollouts) for Fig. 6's training success rate; ``episode_length`` keeps its name.
+    """
+    from .paper import ours_curve_records
+
+    curves = {method: [{"step": r["iteration"], "train_success": r["success"], "episode_length": r["episode_length"]}
+                       for r in rows] for method, rows in by_method.items()}
+    return ours_curve_records(curves, env=env, model=model)
 
 
 def plot_preset_comparison(by_preset: Mapping[str, Sequence[Any]], title: str | None = None):
