@@ -41,17 +41,22 @@ RESULTS = Path(__file__).parent / "results" / "rollout_throughput.json"
 
 
 class TimedGenerator:
-    """Wraps a backend and records the wall time of each `generate` call (one call per rollout step)."""
+    """Wraps a backend and records the wall time of each `generate` call (one call per rollout step;
+    `new_run` restarts the step count for the next `run_rollouts` call)."""
 
     def __init__(self, inner) -> None:
-        self.inner, self.calls = inner, []
+        self.inner, self.calls, self.step = inner, [], 0
+
+    def new_run(self) -> None:
+        self.step = 0
 
     def generate(self, prompts, sampling):
         t0 = time.perf_counter()
         out = self.inner.generate(prompts, sampling)
-        self.calls.append({"rows": len(out), "prompt_tokens": sum(len(g.prompt_token_ids) for g in out),
+        self.calls.append({"step": self.step, "rows": len(out), "prompt_tokens": sum(len(g.prompt_token_ids) for g in out),
                            "generated_tokens": sum(len(g.token_ids) for g in out),
                            "wall_s": round(time.perf_counter() - t0, 2)})
+        self.step += 1
         return out
 
     def __getattr__(self, name):
@@ -70,6 +75,7 @@ def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: 
     else:
         eps = []
         for r in range(group):
+            generator.new_run()
             eps += run_rollouts([task], envs, generator, tok, pc, sampling,
                                 RolloutConfig(group_size=1, max_steps=steps, seed=seed + r, progress=False))
     wall = time.perf_counter() - t0
@@ -81,17 +87,16 @@ def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: 
             "generate_s": round(sum(c["wall_s"] for c in generator.calls), 2), "generate_calls": generator.calls}
 
 
-def per_step_ratios(blocks: dict[str, list[dict]], group: int) -> list[dict]:
+def per_step_ratios(blocks: dict[str, list[dict]]) -> list[dict]:
     """Seconds of generation per rollout step, batched call vs the G one-at-a-time calls (HF backend)."""
     rows = []
     for b_run, s_run in zip(blocks["batched"], blocks["sequential"]):
-        b_calls, s_calls = b_run["generate_calls"], s_run["generate_calls"]
-        steps = len(b_calls)
-        for t in range(steps):
-            seq = [c for i, c in enumerate(s_calls) if i % steps == t]  # episodes run one after another
-            b_s, s_s = b_calls[t]["wall_s"], sum(c["wall_s"] for c in seq)
+        for b_call in b_run["generate_calls"]:
+            t = b_call["step"]
+            b_s = b_call["wall_s"]
+            s_s = sum(c["wall_s"] for c in s_run["generate_calls"] if c["step"] == t)
             rows.append({"step": t, "batched_s": b_s, "sequential_s": round(s_s, 2), "ratio": round(s_s / b_s, 2),
-                         "batched_prompt_tokens": b_calls[t]["prompt_tokens"]})
+                         "batched_prompt_tokens": b_call["prompt_tokens"]})
     return rows
 
 
@@ -146,7 +151,7 @@ def main() -> None:
         doc["ratio_vllm_vs_hf_batched_tokens_per_s"] = round(rate("vllm", "generated_tokens") / rate("batched", "generated_tokens"), 2)
         doc["ratio_vllm_batched_vs_vllm_sequential_tokens_per_s"] = round(
             rate("vllm", "generated_tokens") / rate("vllm_sequential", "generated_tokens"), 2)
-    doc["per_step"] = per_step_ratios(blocks, args.group)
+    doc["per_step"] = per_step_ratios(blocks)
     if args.play30:
         envs = LocalEnvs(lambda: ALFWorldEnv(accelerate=True))
         t0 = time.perf_counter()

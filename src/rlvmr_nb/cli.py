@@ -63,12 +63,6 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_coldstart(args: argparse.Namespace) -> int:
-    from .coldstart import main as coldstart_main
-
-    return coldstart_main(args.coldstart_args)
-
-
 def _cmd_model(args: argparse.Namespace) -> int:
     from .models import ensure_embedded_model
 
@@ -140,10 +134,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--all", action="store_true", help="also rerun the cold-start, training and evaluation CPU demos")
     p.set_defaults(func=_cmd_figures)
 
-    p = sub.add_parser("coldstart", add_help=False,
-                       help="build a tagged cold-start dataset offline (e.g. -n 200 --seed 0); `coldstart --help` for options")
-    p.add_argument("coldstart_args", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_cmd_coldstart)
+    # Listed for --help only: main() hands "coldstart ..." to the cold-start parser before this one runs.
+    sub.add_parser("coldstart", add_help=False,
+                   help="build a tagged cold-start dataset offline (e.g. -n 200 --seed 0); `coldstart --help` for options")
 
     p = sub.add_parser("model", help="convert the embedded SmolLM2 GGUF once into the safetensors cache")
     p.set_defaults(func=_cmd_model)
@@ -186,7 +179,9 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included
-        return _cmd_coldstart(argparse.Namespace(coldstart_args=argv[1:]))
+        from .coldstart import main as coldstart_main
+
+        return coldstart_main(argv[1:])
     args = parser.parse_args(argv)
     return args.func(args)
 

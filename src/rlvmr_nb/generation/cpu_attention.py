@@ -47,8 +47,6 @@ def packed_gqa_sdpa_forward(
         mask = mask[:, :, :, : key.shape[2]]
         if mask.shape[1] == heads:  # a per-head mask is packed like the query; shared masks broadcast
             mask = mask.reshape(batch, kv_heads, heads // kv_heads, -1)
-        else:
-            mask = mask.expand(batch, 1, 1, -1)
     out = F.scaled_dot_product_attention(
         packed, key, value, attn_mask=mask, dropout_p=dropout if module.training else 0.0, scale=scaling
     )

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import inspect
+import os
 from typing import Any, Iterator, Sequence
 
 import torch
@@ -48,14 +49,7 @@ _STOP_TAIL_TOKENS = 16  # a stop string of <= 16 characters fits in the last 16 
 
 def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
     """Length of the longest token prefix shared by every row."""
-    if not rows:
-        return 0
-    first, n = rows[0], min(len(r) for r in rows)
-    for k in range(n):
-        tok = first[k]
-        if any(r[k] != tok for r in rows[1:]):
-            return k
-    return n
+    return len(os.path.commonprefix([list(r) for r in rows])) if rows else 0
 
 
 class _LogprobRecorder(LogitsProcessor):
@@ -233,7 +227,7 @@ class HFGenerator(Generator):
         every row stays in its suffix so each row has a last prompt position to sample from."""
         if self.min_shared_prefix == 0 or len(rows) < 2:
             return 0
-        length = min(common_prefix_length(rows), min(len(r) for r in rows) - 1)
+        length = min(common_prefix_length(rows), min(len(r) for r in rows) - 1)  # <= every row minus one
         return length if length >= self.min_shared_prefix else 0
 
     def _layout(self, rows: list[list[int]], shared: int) -> tuple[torch.Tensor, torch.Tensor]:
