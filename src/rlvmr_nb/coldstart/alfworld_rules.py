@@ -118,6 +118,10 @@ class ExpertPlan:
     examine_kind: str = ""
     """look_at_obj_in_light: the object type to examine under the lamp ('' for other tasks)."""
 
+    def subgoal_of(self, expert_index: int) -> Subgoal:
+        """The subgoal expert step `expert_index` serves."""
+        return self.subgoals[self.step_subgoal[expert_index]]
+
 
 def plan_from_actions(actions: Sequence[str], rng: random.Random) -> ExpertPlan:
     """Subgoals ``[reach_1, key_1, reach_2, key_2, ...]`` of an expert command list (see module docstring)."""
@@ -156,12 +160,11 @@ def _subgoal_texts(cmd: Command, taken: dict[str, int], rng: random.Random, exam
             find = rng.choice(["find a second {o}", "find another {o}", "look for one more {o}"]).format(o=obj)
         take = rng.choice(["take the {o}", "pick up the {o}", "take it"]).format(o=obj)
         return Subgoal(find, search_target=cmd.obj), Subgoal(take)
-    if cmd.verb in ("clean", "heat", "cool"):
+    if cmd.verb in ("clean", "heat", "cool", "move"):
         go = rng.choice(["go to the {r}", "bring it to the {r}", "carry it to the {r}"]).format(r=recep)
+        if cmd.verb == "move":
+            return Subgoal(go), Subgoal(f"put the {obj} {preposition(cmd.recep)} the {recep}")
         return Subgoal(go), Subgoal(f"{cmd.verb} the {obj} with the {recep}")
-    if cmd.verb == "move":
-        go = rng.choice(["go to the {r}", "bring it to the {r}", "carry it to the {r}"]).format(r=recep)
-        return Subgoal(go), Subgoal(f"put the {obj} {preposition(cmd.recep)} the {recep}")
     # use: the light source of look_at_obj_in_light
     find = rng.choice(["find the {o}", "locate {ao}", "find {ao}"]).format(o=obj, ao=article(obj))
     if examine:
@@ -210,7 +213,7 @@ class WorldTracker:
 
 def is_search_step(plan: ExpertPlan, expert_index: int, action: str, tracker: WorldTracker) -> bool:
     """A move made while searching for an object not seen yet (the explore situation)."""
-    goal = plan.subgoals[plan.step_subgoal[expert_index]]
+    goal = plan.subgoal_of(expert_index)
     return (
         bool(goal.search_target)
         and parse_command(action).verb in SEARCH_MOVES
@@ -400,6 +403,20 @@ class Mistake:
     """Values the reflection sentence needs (wrong/right instance, place, target kind...)."""
 
 
+def order_mistakes(
+    found: dict[str, list[Mistake]], rng: random.Random, per_kind: int = 3
+) -> list[Mistake]:
+    """The candidates the teacher replays, in order: kinds in a seeded order, up to `per_kind` of each, shuffled
+    within their kind (so no kind crowds the others out of `RuleTeacher.max_replays`)."""
+    order = list(found)
+    rng.shuffle(order)
+    out: list[Mistake] = []
+    for name in order:
+        rng.shuffle(found[name])
+        out += found[name][:per_kind]
+    return out
+
+
 def _wrong_verbs(cmd: Command) -> list[str]:
     if cmd.verb == "take":
         return [f"pick up {cmd.obj}", f"take {cmd.obj}", f"get {cmd.obj} from {cmd.recep}"]
@@ -445,21 +462,14 @@ def propose_mistakes(expert: Episode, plan: ExpertPlan, rng: random.Random, kind
                 if nxt.verb in ("clean", "heat", "cool", "move", "use") and actions[k + 1] not in admissible:
                     found["premature"].append(Mistake("premature", k, actions[k + 1], {"place": cmd.recep}))
             if "wrong_place" in found and cmd.verb == "goto" and is_search_step(plan, k, step.action, tracker):
-                target = plan.subgoals[plan.step_subgoal[k]].search_target
+                target = plan.subgoal_of(k).search_target
                 for place in tracker.unvisited(exclude=[cmd.recep]):
                     if f"go to {place}" in admissible:
                         found["wrong_place"].append(
                             Mistake("wrong_place", k, f"go to {place}", {"place": place, "k": kind(target), "dest": cmd.recep})
                         )
         tracker.update(step.action, step.feedback)
-    order = list(kinds)
-    rng.shuffle(order)
-    out: list[Mistake] = []
-    for name in order:
-        candidates = found[name]
-        rng.shuffle(candidates)
-        out += candidates[:3]
-    return out
+    return order_mistakes(found, rng)
 
 
 def mistake_took_effect(mistake: Mistake, step: Step) -> bool:
@@ -494,7 +504,7 @@ def label_steps(
         elif origin[i - 1] is None:
             labels.append(("reflection", reflection_sentence(rng, mistakes[i - 1], step.action, steps[i - 1].feedback)))
         elif is_search_step(plan, k, step.action, tracker):
-            target = plan.subgoals[plan.step_subgoal[k]].search_target
+            target = plan.subgoal_of(k).search_target
             labels.append(("explore", explore_sentence(rng, step.action, target, tracker)))
         else:
             labels.append(("monitor", monitor_sentence(rng, step.action, plan, k, tracker)))
@@ -507,7 +517,7 @@ def _mistake_label(
 ) -> tuple[str, str]:
     """The output that led to the mistake: the agent believed it was making progress."""
     if mistake.kind == "wrong_place":
-        target = plan.subgoals[plan.step_subgoal[mistake.before]].search_target
+        target = plan.subgoal_of(mistake.before).search_target
         return "explore", explore_sentence(rng, action, target, tracker)
     # A rejected phrasing cannot be parsed, so the sentence states the intended command; a premature key
     # command belongs to the subgoal after the walk it skipped.

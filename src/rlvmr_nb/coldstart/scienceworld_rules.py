@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ..prompts import INVALID_ACTION_FEEDBACK
 from ..trajectory import Episode, Step
-from .alfworld_rules import Mistake
+from .alfworld_rules import Mistake, order_mistakes
 from .phrasing import join_words, numbered_plan, say
 
 ERROR_KINDS = ("wrong_verb", "premature")
@@ -235,13 +235,7 @@ def propose_gold_mistakes(expert: Episode, rng: random.Random, kinds: Sequence[s
             found["premature"].append(Mistake("premature", k, steps[k + 1].action,
                                               {"place": nav.group("place").strip(), "room": tracker.room}))
         tracker.update(step.action, step.feedback)
-    order = list(kinds)
-    rng.shuffle(order)
-    out: list[Mistake] = []
-    for name in order:
-        rng.shuffle(found[name])
-        out += found[name][:3]
-    return out
+    return order_mistakes(found, rng)
 
 
 def gold_mistake_took_effect(mistake: Mistake, step: Step) -> bool:
