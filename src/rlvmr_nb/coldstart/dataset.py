@@ -25,7 +25,6 @@ import argparse
 import hashlib
 import json
 import os
-import random
 from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -312,22 +311,17 @@ def read_trajectories(path: str | os.PathLike) -> list[Episode]:
     return read_episodes(Path(path) / TRAJECTORIES_FILE)
 
 
-def load_coldstart_samples(
-    path: str | os.PathLike, tokenizer: Any, max_samples: int | None = None, seed: int = 0
-) -> list:
+def load_coldstart_samples(path: str | os.PathLike, tokenizer: Any) -> list:
     """`sft.SFTSample`s of a dataset folder, prompts wrapped in the tokenizer's chat template (spec §1.4).
 
-    `max_samples` keeps a seeded random subset (order preserved), for CPU-sized runs.
+    CPU-sized subsets are chosen afterwards by `experiment.select_samples` (token cap, tag-stratified).
     """
     from ..prompts import to_chat
     from ..sft import SFTSample
 
-    records = read_samples(path)
-    if max_samples is not None and max_samples < len(records):
-        keep = sorted(random.Random(seed).sample(range(len(records)), max_samples))
-        records = [records[i] for i in keep]
     return [SFTSample(prompt=to_chat(tokenizer, r["prompt"]), response=r["response"],
-                      meta={k: v for k, v in r.items() if k not in ("prompt", "response")}) for r in records]
+                      meta={k: v for k, v in r.items() if k not in ("prompt", "response")})
+            for r in read_samples(path)]
 
 
 # ------------------------------------------------------------------------------------------- command line
