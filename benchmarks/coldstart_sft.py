@@ -19,8 +19,10 @@ The file records exactly what ran.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported
 
@@ -67,9 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = coldstart_sft_experiment(config)
     doc["load_average_at_start"] = [round(x, 2) for x in load]
     doc["command"] = " ".join([sys.executable, *sys.argv])
-    import json
-    from pathlib import Path
-
+    # rewritten with the two fields above, which only this script knows
     Path(args.out).write_text(json.dumps(doc, indent=2, default=float) + "\n")
     b, a = doc["before"], doc["after"]
     print(f"format-valid {b['format_valid_rate']:.3f} -> {a['format_valid_rate']:.3f}; admissible "
