@@ -176,7 +176,7 @@ steps.pivot_table(index="episode", columns="reward_class", values="r_MR", aggfun
 by_preset = {}
 for name in PRESETS:
     eps = copy.deepcopy(group)
-    assign_rewards(eps, RewardConfig(format_penalty_channel="outcome" if name == "official_code" else "step"))
+    assign_rewards(eps, RewardConfig.for_preset(name))
     grpo_mr_advantages(eps, name)
     by_preset[name] = eps
 compare = pd.DataFrame(casestudy.step_records(by_preset["official_code"]))[["episode", "t", "tag", "action"]]

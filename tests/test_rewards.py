@@ -88,3 +88,13 @@ def test_assign_rewards_fills_steps():
     eps = assign_rewards(worked_example())
     assert [s.tag_type for s in eps[0].steps] == ["planning", "explore", "none"]
     assert [s.score for s in eps[1].steps] == pytest.approx([0.0, -0.1, 0.0])
+
+
+def test_reward_config_for_each_advantage_preset():
+    from rlvmr_nb.rewards import RewardConfig
+
+    assert RewardConfig.for_preset("official_code").format_penalty_channel == "outcome"
+    assert RewardConfig.for_preset("paper").format_penalty_channel == "step"
+    assert RewardConfig.for_preset("paper", format_penalty=0.2).format_penalty == 0.2
+    with pytest.raises(ValueError, match="preset"):
+        RewardConfig.for_preset("papers")

@@ -26,11 +26,10 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from .metrics import NO_EFFECT_FEEDBACK, repetitive_steps
-from .plots import TAG_COLORS, tag_color
+from .plots import DARK_TAGS, TAG_COLORS, tag_color
 from .prompts import AgentMemory, PromptConfig
 from .trajectory import Episode, Step, iter_episodes
 
-_DARK_TAGS = ("planning", "reflection")  # white text on these backgrounds, as in plot_episode_group
 _PAID_TAGS = ("planning", "explore", "reflection")  # tags with a verifiable reward (monitor: off, spec §2.2)
 _HIGHLIGHT = "#fff3c4"  # the "ours" yellow of the paper tables
 _GOOD, _BAD, _MUTED = "#1a7f37", "#c0392b", "#777777"
@@ -346,7 +345,7 @@ def _clip(text: str, limit: int | None) -> str:
 def tag_chip(tag: str | None) -> str:
     """A coloured label for a meta-reasoning tag (``none`` for a missing tag)."""
     name = tag or "none"
-    fg = "white" if name in _DARK_TAGS else "#222222"
+    fg = "white" if name in DARK_TAGS else "#222222"
     return (f'<span style="background:{tag_color(tag)}; color:{fg}; border-radius:3px; padding:1px 6px; '
             f'font-size:11px; white-space:nowrap;">{_e(name)}</span>')
 

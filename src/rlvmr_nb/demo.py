@@ -59,8 +59,7 @@ def step_table(episodes: list[Episode]) -> str:
 def run_demo(out_dir: str | Path = "figures", path: str | Path | None = None, preset: str = "official_code") -> DemoResult:
     """Parse the example group, assign RLVMR rewards and GRPO-MR advantages, draw and save the figure."""
     episodes = reparse(read_episodes(path or example_group_path()))
-    channel = "outcome" if preset == "official_code" else "step"
-    assign_rewards(episodes, RewardConfig(format_penalty_channel=channel))
+    assign_rewards(episodes, RewardConfig.for_preset(preset))
     grpo_mr_advantages(episodes, preset)
     figure = None
     try:

@@ -324,16 +324,12 @@ def load_policy(spec: str | os.PathLike, seed: int = 0) -> tuple[Any, Any, dict[
         return model, tokenizer, {"spec": str(spec)}
     import torch
 
-    from .trainer import TrainConfig
+    from .trainer import TrainConfig, wrap_lora
 
     config = TrainConfig.from_dict(json.loads((ckpt / "config.json").read_text()))
     model, tokenizer = load_model(config.model, seed=config.seed)
     if config.lora:
-        from peft import LoraConfig, get_peft_model
-
-        # The same adapter layout trainer.train builds, so the saved keys match.
-        model = get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r,
-                                                 target_modules="all-linear", task_type="CAUSAL_LM"))
+        model = wrap_lora(model, config)  # the layout trainer.train saved
     model.load_state_dict(torch.load(ckpt / "model.pt", weights_only=True))
     if config.lora:
         model = model.merge_and_unload()

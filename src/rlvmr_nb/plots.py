@@ -30,7 +30,7 @@ from .paper import ours_for_model, pivot, select
 from .paper.tables import TABLES, TableData, table1, table2, table3, table4, table5
 
 __all__ = [
-    "DEFAULT_FORMATS", "FIGURES", "METHOD_COLORS", "TAG_COLORS", "as_ours", "figure_stem", "make_all_paper_figures", "method_color",
+    "DARK_TAGS", "DEFAULT_FORMATS", "FIGURES", "METHOD_COLORS", "TAG_COLORS", "as_ours", "figure_stem", "make_all_paper_figures", "method_color",
     "plot_episode_group", "plot_fig1", "plot_fig3", "plot_fig5", "plot_fig6", "plot_table", "save_figure",
     "save_table", "table1", "table2", "table3", "table4", "table5", "tag_color",
 ]
@@ -54,6 +54,9 @@ TAG_COLORS: dict[str, str] = {
     "none": "#d9d9d9",
 }
 """Meta-reasoning tag -> colour (spec §1.1); 'none' = no/invalid tag."""
+
+DARK_TAGS: tuple[str, ...] = ("planning", "reflection")
+"""Tags whose colour is dark enough to need white text on it (figures and HTML case studies)."""
 
 DEFAULT_FORMATS = ("png", "pdf")
 OURS_HATCH = "////"
@@ -452,7 +455,7 @@ def _draw_tag_strip(ax: Any, steps: Sequence[Any], n_steps: int) -> None:
         tag = s.tag or s.tag_type or "none"
         ax.add_patch(Rectangle((s.t - 0.45, 0), 0.9, 1, color=tag_color(tag)))
         ax.text(s.t, 0.5, (tag[0].upper() if tag != "none" else "-"), ha="center", va="center", fontsize=7,
-                color="white" if tag in ("planning", "reflection") else "black")
+                color="white" if tag in DARK_TAGS else "black")
         if not s.valid:
             ax.plot([s.t], [1.25], marker="x", color="#c0392b", markersize=5, clip_on=False)
     ax.set_xlim(-0.6, n_steps - 0.4)

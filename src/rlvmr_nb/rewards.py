@@ -49,6 +49,14 @@ class RewardConfig:
     official_regex_bug: bool = False
     """Compare actions with the official non-DOTALL regex (digitalhuman#14); ablations only."""
 
+    @classmethod
+    def for_preset(cls, preset: str, **overrides) -> "RewardConfig":
+        """The reward setting that goes with an advantage preset (`advantages.PRESETS`): the official code
+        puts the format penalty in the outcome score, the paper in the step reward."""
+        if preset not in ("official_code", "paper"):
+            raise ValueError(f"unknown preset {preset!r}; choose 'official_code' or 'paper'")
+        return cls(**{"format_penalty_channel": "outcome" if preset == "official_code" else "step", **overrides})
+
     def __post_init__(self) -> None:
         if self.format_penalty_channel not in PENALTY_CHANNELS:
             raise ValueError(

@@ -283,6 +283,15 @@ def micro_batch_loss(
     return grpo_loss(logp, old, ref, adv, mask, entropy if config.loss.entropy_coef else None, config.loss)
 
 
+def wrap_lora(model, config: TrainConfig):
+    """The trainer's LoRA adapters (rank `lora_r`, alpha 2·r, every linear layer). Loading a LoRA checkpoint
+    must build the same layout for its saved keys to match, so both go through here."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r,
+                                            target_modules="all-linear", task_type="CAUSAL_LM"))
+
+
 def _stack(samples: Sequence[StepSample], attr: str, width: int) -> torch.Tensor:
     out = torch.zeros((len(samples), width))
     for i, s in enumerate(samples):
@@ -490,10 +499,7 @@ def train(
         policy, tokenizer = load_model(config.model)
     reference = _make_reference(policy, config)
     if config.lora:
-        from peft import LoraConfig, get_peft_model
-
-        policy = get_peft_model(policy, LoraConfig(r=config.lora_r, lora_alpha=2 * config.lora_r,
-                                                   target_modules="all-linear", task_type="CAUSAL_LM"))
+        policy = wrap_lora(policy, config)
     if config.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
