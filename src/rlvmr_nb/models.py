@@ -227,6 +227,26 @@ def resolve_tokenizer(spec: str, cache_dir: str | os.PathLike | None = None) -> 
     return tok
 
 
+def checkpoint_source(spec: str) -> Path | str:
+    """Where the weights of a (non-tiny) model spec live: a local checkpoint folder (``embedded:`` models
+    are converted to one first) or, for anything else, the hub id itself."""
+    spec = spec.strip()
+    if spec.startswith(TINY_PREFIX):
+        raise ModelLoadError(f"{spec!r} is built in memory and has no checkpoint; load it with load_model")
+    if spec.startswith(EMBEDDED_PREFIX):
+        return ensure_embedded_model(_split_prefixed(spec, EMBEDDED_PREFIX))
+    directory = Path(spec).expanduser()
+    if directory.is_dir():
+        if not (directory / "config.json").is_file():
+            raise ModelLoadError(
+                f"{directory} has no config.json, so it is not a saved transformers checkpoint "
+                "(save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))."
+            )
+        return directory
+    _check_not_missing_path(spec)
+    return spec
+
+
 def _check_not_missing_path(spec: str) -> None:
     if _looks_like_path(spec):
         raise ModelLoadError(f"model directory {spec!r} does not exist. {ALTERNATIVES_HINT}")
@@ -326,18 +346,8 @@ def load_model(
         arch = _tiny_arch(spec)
         tokenizer = resolve_tokenizer(spec)
         return tiny_random_model(arch, tokenizer, seed=seed, dtype=dtype), tokenizer
-    if spec.startswith(EMBEDDED_PREFIX):
-        directory: Path | None = ensure_embedded_model(_split_prefixed(spec, EMBEDDED_PREFIX))
-    elif Path(spec).expanduser().is_dir():
-        directory = Path(spec).expanduser()
-        if not (directory / "config.json").is_file():
-            raise ModelLoadError(
-                f"{directory} has no config.json, so it is not a saved transformers checkpoint "
-                "(save one with model.save_pretrained(dir) and tokenizer.save_pretrained(dir))."
-            )
-    else:
-        _check_not_missing_path(spec)
-        directory = None
+    source = checkpoint_source(spec)
+    directory = source if isinstance(source, Path) else None
     if directory is not None:
         tokenizer = resolve_tokenizer(str(directory))
         model = AutoModelForCausalLM.from_pretrained(str(directory), dtype=dtype, local_files_only=True)

@@ -67,14 +67,7 @@ def import_fast_language_model() -> Any:
 def unsloth_model_name(spec: str) -> str:
     """The ``model_name`` for `FastLanguageModel.from_pretrained` from a `models.load_model` spec: a local
     checkpoint directory (``embedded:`` models are converted to one first) or a hub id."""
-    from .models import (
-        EMBEDDED_PREFIX,
-        TINY_PREFIX,
-        ModelLoadError,
-        _check_not_missing_path,
-        _split_prefixed,
-        ensure_embedded_model,
-    )
+    from .models import TINY_PREFIX, ModelLoadError, checkpoint_source
 
     spec = spec.strip()
     if spec.startswith(TINY_PREFIX):
@@ -83,15 +76,7 @@ def unsloth_model_name(spec: str) -> str:
             "(model.save_pretrained(dir); tokenizer.save_pretrained(dir)) and pass that folder, or use "
             "backend='transformers'."
         )
-    if spec.startswith(EMBEDDED_PREFIX):
-        return str(ensure_embedded_model(_split_prefixed(spec, EMBEDDED_PREFIX)))
-    path = Path(spec).expanduser()
-    if path.is_dir():
-        if not (path / "config.json").is_file():
-            raise ModelLoadError(f"{path} has no config.json, so it is not a saved transformers checkpoint.")
-        return str(path)
-    _check_not_missing_path(spec)
-    return spec  # a hub id
+    return str(checkpoint_source(spec))
 
 
 def load_unsloth_model(spec: str, config: SFTConfig) -> tuple[Any, Any]:

@@ -37,6 +37,7 @@ from .loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 from .metrics import summarize
 from .prompts import STYLES
 from .rewards import RewardConfig, assign_rewards
+from .sft import autocast_context
 from .trajectory import Episode, append_episodes
 
 ALGOS = ("rlvmr", "grpo", "gigpo")
@@ -112,7 +113,7 @@ class TrainConfig:
     logprob_chunk_size: int | None = None
     """Tokens per vocabulary chunk of the fused kernel (None: ~256 MiB of fp32 logits per chunk)."""
     bf16_autocast: bool = True
-    """bf16 autocast for forward/backward on CPU (fp32 master weights)."""
+    """bf16 autocast for forward/backward (fp32 master weights): on CPU, or a CUDA GPU with bf16 support."""
     gradient_checkpointing: bool = False
     """Recompute activations in backward (saves memory)."""
     lora: bool = False
@@ -242,7 +243,7 @@ class ResponseScorer(torch.nn.Module):
 
     def forward(self, ids: torch.Tensor, attn: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.autocast and ids.device.type == "cpu"):
+        with autocast_context(ids.device, self.autocast):
             hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
         h = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])).float()
         return h, self.model.get_output_embeddings().weight
