@@ -255,7 +255,9 @@ def run_demo_chain(
 ) -> dict[str, dict[str, Any]]:
     """Run `DEMO_NOTEBOOKS` with ``configs/demo/`` and return name -> {executed copy, seconds}.
 
-    The chain writes the run folders to ``runs/demo/`` and its figures to ``figures/demo/``. A second
+    A notebook without a file in ``configs/demo/`` runs with its usual ``configs/<name>.json`` (the tour,
+    which then rewrites its checked-in figures in ``figures/``). The chain writes the run folders to
+    ``runs/demo/`` and the cold-start and training figures to ``figures/demo/``. A second
     call resumes: the trainer continues from its last checkpoint, and a finished run only redraws.
     """
     import time
@@ -266,8 +268,10 @@ def run_demo_chain(
     done: dict[str, dict[str, Any]] = {}
     for name in DEMO_NOTEBOOKS:
         params = folder / f"{name}.json"
+        if not params.is_file():  # no demo-specific file: the notebook's usual parameters (the tour)
+            params = config_path(name, configs_dir=folder.parent)
         if not params.is_file():
-            raise FileNotFoundError(f"no demo parameter file {params}")
+            raise FileNotFoundError(f"no parameter file for {name} in {folder} or {folder.parent}")
         if progress:
             print(f"--- {name} ({params})", flush=True)
         start = time.perf_counter()
