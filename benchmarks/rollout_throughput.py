@@ -5,6 +5,8 @@ Modes, measured in alternating blocks in one run so machine load hits them alike
   batched          one `run_rollouts` call with G rollouts of a task: each step generates for all active
                    episodes at once (the HF backend also prefills the rows' shared prompt prefix once)
   sequential       the same G episodes one after another (G=1 calls)
+  batched_sdpa     (--ablate) the batched mode with transformers' own sdpa attention: the shared prefix's
+                   KV cache repeated per row instead of kept once (cascade attention), no packed-GQA decode
   vllm             the batched mode with the vLLM backend (if its venv exists)
   vllm_sequential  the sequential mode with the vLLM backend
 
@@ -107,6 +109,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=32)
     ap.add_argument("--blocks", type=int, default=1, help="alternating measurement blocks per mode")
     ap.add_argument("--no-vllm", action="store_true")
+    ap.add_argument("--ablate", action="store_true", help="also measure batched_sdpa (see the modes above)")
     ap.add_argument("--play30", action="store_true")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
@@ -115,6 +118,8 @@ def main() -> None:
     task = alfworld_tasks("valid_seen")[0]
     hf = HFGenerator(model, tok, max_batch_size=args.group)
     generators = {"batched": hf, "sequential": hf}
+    if args.ablate:
+        generators["batched_sdpa"] = HFGenerator(model, tok, max_batch_size=args.group, cpu_attention=False)
     if not args.no_vllm:
         try:
             from rlvmr_nb.generation.vllm_backend import VLLMGenerator
@@ -147,6 +152,9 @@ def main() -> None:
         "provenance": provenance(0),
         "load_avg": os.getloadavg(),
     }
+    if "batched_sdpa" in blocks:
+        doc["ratio_batched_vs_batched_sdpa_tokens_per_s"] = round(
+            rate("batched", "generated_tokens") / rate("batched_sdpa", "generated_tokens"), 2)
     if "vllm" in blocks:
         doc["ratio_vllm_vs_hf_batched_tokens_per_s"] = round(rate("vllm", "generated_tokens") / rate("batched", "generated_tokens"), 2)
         doc["ratio_vllm_batched_vs_vllm_sequential_tokens_per_s"] = round(

@@ -296,13 +296,17 @@ def test_common_prefix_length():
     assert common_prefix_length([]) == 0
 
 
+@pytest.mark.parametrize("cpu_attention", [False, True], ids=["repeated-prefix", "cascade"])
 @pytest.mark.parametrize("fixture", ["tiny_llama", "tiny_qwen2"])
-def test_shared_prefix_prefill_matches_unshared(fixture, smollm2_tokenizer, request):
-    model = copy.deepcopy(request.getfixturevalue(fixture))
+def test_shared_prefix_prefill_matches_unshared(fixture, cpu_attention, smollm2_tokenizer, request):
     tok = smollm2_tokenizer
     prompts = _group_prompts(tok)
-    shared_gen = make_generator("hf", model, tok, dtype=None, min_shared_prefix=8)
-    plain_gen = make_generator("hf", model, tok, dtype=None, min_shared_prefix=0)
+    # cascade: the prefix's KV cache is kept once and attended separately (shared_prefix)
+    model = copy.deepcopy(request.getfixturevalue(fixture))
+    shared_gen = make_generator("hf", model, tok, dtype=None, min_shared_prefix=8, cpu_attention=cpu_attention)
+    assert shared_gen._cascade is cpu_attention
+    plain_gen = make_generator("hf", copy.deepcopy(request.getfixturevalue(fixture)), tok, dtype=None,
+                               min_shared_prefix=0, cpu_attention=False)
     rows = [shared_gen._encode(p) for p in prompts]
     shared_len = shared_gen.shared_prefix_length(rows)
     assert 50 < shared_len < min(len(r) for r in rows)  # the sharing path really runs
@@ -318,6 +322,39 @@ def test_shared_prefix_prefill_matches_unshared(fixture, smollm2_tokenizer, requ
     for g in shared_gen.generate(prompts, SamplingConfig(max_new_tokens=12, seed=6)):
         ref = rescore_logprobs(model, g.prompt_token_ids, g.token_ids)
         assert max(abs(x - y) for x, y in zip(g.logprobs, ref)) < FP32_LOGPROB_TOL
+
+
+@pytest.mark.parametrize("kv_heads", [1, 3])
+def test_cascade_attention_equals_sdpa_over_the_concatenated_cache(kv_heads):
+    """Prefix kept once + rows' part, merged by log-sum-exp == one SDPA over ``prefix | pad | suffix``."""
+    from rlvmr_nb.generation.shared_prefix import _PrefixThenRowsLayer, cascade_attention
+
+    gen = torch.Generator().manual_seed(0)
+    batch, heads, dim, prefix_len, suffix_len = 3, 6, 16, 11, 9
+    real = [9, 4, 7]  # suffix tokens per row; the rest of the suffix width is left padding
+    prefix_k, prefix_v = (torch.randn(1, kv_heads, prefix_len, dim, generator=gen, dtype=torch.float64) for _ in "kv")
+    rows_k, rows_v = (torch.randn(batch, kv_heads, suffix_len + 1, dim, generator=gen, dtype=torch.float64) for _ in "kv")
+    keep = torch.zeros(batch, 1, suffix_len + 1, prefix_len + suffix_len + 1, dtype=torch.bool)
+    for row, length in enumerate(real):  # prefix | pad | causal suffix; the last column: one decoded token
+        first = prefix_len + suffix_len - length
+        cols, queries = torch.arange(keep.shape[-1]), torch.arange(suffix_len + 1) + prefix_len
+        keep[row, 0] = (cols[None] <= queries[:, None]) & ((cols[None] < prefix_len) | (cols[None] >= first))
+    layer = _PrefixThenRowsLayer(prefix_k, prefix_v)
+    full_k = torch.cat([prefix_k.expand(batch, -1, -1, -1), rows_k], 2).repeat_interleave(heads // kv_heads, 1)
+    full_v = torch.cat([prefix_v.expand(batch, -1, -1, -1), rows_v], 2).repeat_interleave(heads // kv_heads, 1)
+    query = torch.randn(batch, heads, suffix_len + 1, dim, generator=gen, dtype=torch.float64)
+    reference = torch.nn.functional.scaled_dot_product_attention(query, full_k, full_v, attn_mask=keep).transpose(1, 2)
+    # prefill: the suffix queries over prefix + suffix (padding queries come back as zeros)
+    prefill = cascade_attention(layer, query[:, :, :suffix_len], rows_k[:, :, :suffix_len], rows_v[:, :, :suffix_len],
+                                keep[:, :, :suffix_len, : prefix_len + suffix_len], scaling=None)
+    for row, length in enumerate(real):
+        torch.testing.assert_close(prefill[row, suffix_len - length :], reference[row, suffix_len - length : suffix_len])
+        assert not prefill[row, : suffix_len - length].any()
+    # decode: one query per row over everything, with and without a mask
+    decode = cascade_attention(layer, query[:, :, -1:], rows_k, rows_v, keep[:, :, -1:], scaling=None)
+    torch.testing.assert_close(decode, reference[:, -1:])
+    unmasked = torch.nn.functional.scaled_dot_product_attention(query[:, :, -1:], full_k, full_v).transpose(1, 2)
+    torch.testing.assert_close(cascade_attention(layer, query[:, :, -1:], rows_k, rows_v, None, scaling=None), unmasked)
 
 
 def test_packed_gqa_decode_matches_sdpa_with_and_without_mask(fresh_tiny_llama):

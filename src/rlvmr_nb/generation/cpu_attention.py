@@ -11,6 +11,9 @@ are exactly the unpadded case.
 are folded onto their key/value head ("packed GQA") and plain SDPA runs on the kv heads. Same
 mathematics, no ``repeat_kv`` copy, no slow kernel. Register it once with `register()`; a model opts
 in with ``model.set_attn_implementation(ATTENTION_NAME)``.
+
+While `shared_prefix.active` holds a `SharedPrefixCache`, the same function computes cascade attention
+over the one shared copy of a group's prompt prefix (see `shared_prefix`).
 """
 
 from __future__ import annotations
@@ -37,6 +40,13 @@ def packed_gqa_sdpa_forward(
     returns [B, q, H, D]."""
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
+    from rlvmr_nb.generation import shared_prefix
+
+    prefix = shared_prefix.active_prefix(module)
+    if prefix is not None:  # key/value hold only the rows' part: the prefix must be attended separately
+        if not shared_prefix.supports(query, kwargs) or dropout:
+            raise RuntimeError("shared-prefix attention supports plain softmax attention on CPU only")
+        return shared_prefix.cascade_attention(prefix, query, key, value, attention_mask, scaling), None
     batch, heads, q_len, dim = query.shape
     kv_heads = key.shape[1]
     if q_len != 1 or kv_heads == heads or kwargs.get("position_bias") is not None:

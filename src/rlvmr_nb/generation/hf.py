@@ -15,10 +15,12 @@ step's scores.
 Shared-prefix prefill. A rollout group is G copies of one task: at step 0 the G prompts are
 identical, later they share the instructions, the task and the first observation. Prefill (not
 decoding) dominates on CPU with ~1k-token prompts, so each chunk's longest common token prefix is
-run once at batch size 1, its KV cache repeated G times, and only the per-row suffixes are prefilled,
+run once at batch size 1 and only the per-row suffixes are prefilled,
 laid out as ``prefix | pad | suffix`` (middle padding; transformers derives position ids from the
 attention mask's cumulative sum, so every suffix continues at the prefix's length). Mathematically
-the same computation; tested token-for-token against the unshared path.
+the same computation; tested token-for-token against the unshared path. With `cpu_attention` the
+prefix's KV cache is kept once and attended by cascade attention (`shared_prefix`); otherwise it is
+repeated G times.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from rlvmr_nb.generation import shared_prefix
 from rlvmr_nb.generation.base import Generation, Generator, Prompt, SamplingConfig
+from rlvmr_nb.generation.cpu_attention import ATTENTION_NAME, register
+from rlvmr_nb.generation.shared_prefix import SharedPrefixCache
 
 _STOP_TAIL_TOKENS = 16  # a stop string of <= 16 characters fits in the last 16 tokens
 
@@ -125,9 +130,10 @@ class HFGenerator(Generator):
         progress: show a tqdm bar over chunks.
         min_shared_prefix: prefill a chunk's common token prefix once when it is at least this long
             (and the chunk has >= 2 rows); 0 disables prefix sharing.
-        packed_gqa_decode: on CPU, decode grouped-query models with `cpu_attention` (prefill is
-            unchanged). None: only on the generator's private copy, never altering a model shared
-            with the caller; True: also on a shared model.
+        cpu_attention: on CPU, attend with `cpu_attention`: packed-GQA decoding, and cascade
+            attention over a chunk's shared prefix kept once instead of once per row
+            (`shared_prefix`). None: only on the generator's private copy, never altering a model
+            shared with the caller; True: also on a shared model; False: transformers' ``sdpa``.
 
     Seeding: chunk k of a call is sampled under ``seed + k``, so seeded results are reproducible
     for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead).
@@ -143,7 +149,7 @@ class HFGenerator(Generator):
         extra_logits_processors: Sequence[Any] = (),
         progress: bool = False,
         min_shared_prefix: int = 64,
-        packed_gqa_decode: bool | None = None,
+        cpu_attention: bool | None = None,
     ) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token")
@@ -165,11 +171,9 @@ class HFGenerator(Generator):
             raise ValueError(f"min_shared_prefix must be >= 0, got {min_shared_prefix}")
         self.min_shared_prefix = min_shared_prefix
         on_cpu = next(self.model.parameters()).device.type == "cpu"
-        if packed_gqa_decode is None:
-            packed_gqa_decode = self.model is not model
-        if packed_gqa_decode and on_cpu and getattr(self.model.config, "_attn_implementation", None) == "sdpa":
-            from rlvmr_nb.generation.cpu_attention import register
-
+        if cpu_attention is None:
+            cpu_attention = self.model is not model
+        if cpu_attention and on_cpu and getattr(self.model.config, "_attn_implementation", None) == "sdpa":
             self.model.set_attn_implementation(register())
 
     @property
@@ -244,14 +248,26 @@ class HFGenerator(Generator):
             attention_mask[i, width - (len(r) - shared) :] = 1
         return input_ids, attention_mask
 
+    @property
+    def _cascade(self) -> bool:
+        """Whether the model's attention can read one shared copy of a prefix (`shared_prefix`): our
+        CPU attention and full (not sliding-window) attention in every layer."""
+        config = self.model.config
+        layer_types = getattr(config, "layer_types", None)
+        full = all(t == "full_attention" for t in layer_types) if layer_types else getattr(config, "sliding_window", None) is None
+        return full and getattr(config, "_attn_implementation", None) == ATTENTION_NAME
+
     def _prefix_cache(self, prefix: list[int], batch: int) -> Any:
-        """KV cache of `prefix` computed once at batch size 1, repeated `batch` times."""
+        """KV cache of `prefix` computed once at batch size 1: kept once (`SharedPrefixCache`) when
+        the model attends with `cpu_attention`, else repeated `batch` times."""
         ids = torch.tensor([prefix], dtype=torch.long)
         # Only the cache is wanted: skip the vocabulary projection of every prefix token where the model
         # allows it (~20 % of SmolLM2's FLOPs per token, and a [1, P, vocab] fp32 tensor).
         keep = {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(self.model.forward).parameters else {}
         out = self.model(input_ids=ids, use_cache=True, **keep)
         cache = out.past_key_values
+        if self._cascade:
+            return SharedPrefixCache(cache)
         cache.batch_repeat_interleave(batch)
         return cache
 
@@ -290,6 +306,8 @@ class HFGenerator(Generator):
                 stack.enter_context(torch.random.fork_rng(devices=[]))
                 torch.manual_seed(seed)
             cache = {"past_key_values": self._prefix_cache(rows[0][:shared], len(rows))} if shared else {}
+            if isinstance(cache.get("past_key_values"), SharedPrefixCache):
+                stack.enter_context(shared_prefix.active(cache["past_key_values"]))
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
