@@ -30,7 +30,7 @@ from rlvmr_nb.coldstart.teachers import task_of
 from rlvmr_nb.envs.base import TaskSpec
 from rlvmr_nb.prompts import AgentMemory, PromptConfig
 from rlvmr_nb.tags import META_TAGS, parse_output
-from rlvmr_nb.trajectory import Episode, Step
+from rlvmr_nb.trajectory import Episode, Step, read_episodes
 
 L2_HELDOUT = {"pick_cool_then_place_in_recep", "pick_two_obj_and_place"}
 
@@ -332,6 +332,10 @@ def test_tiny_sft_experiment_raises_format_validity(l2_dataset, tmp_path):
     assert doc["sft"]["loss_last"] < 0.5 * doc["sft"]["loss_first"] and doc["sft"]["samples"]["used"] == 1
     assert doc["before"]["format_valid_rate"] == 0.0 and 0.0 <= doc["after"]["format_valid_rate"] <= 1.0
     saved = json.loads((tmp_path / "coldstart.json").read_text())
+    # what the model wrote is kept: the evaluation episodes sit next to the results file
+    after = read_episodes(tmp_path / "coldstart.episodes" / "eval_after.episodes.jsonl")
+    assert saved["eval"]["episodes_dir"] == str(tmp_path / "coldstart.episodes") and len(after) == 2
+    assert sum(len(e.steps) for e in after) == pytest.approx(doc["after"]["episode_length"] * 2)
     assert saved["eval"]["split"] == "L0/test" and len(saved["eval"]["tasks"]) == 2
     assert saved["provenance"]["versions"]["torch"] and saved["dataset"]["manifest"]["level"] == "L2"
 

@@ -57,6 +57,9 @@ class ColdStartExperimentConfig:
     results_path: str | None = "benchmarks/results/coldstart.json"
     model_out_dir: str | None = None
     """Save the fine-tuned model here (loadable by the trainer via `load_model(dir)`)."""
+    episodes_dir: str | None = None
+    """Save the held-out evaluation episodes here (``eval_before`` / ``eval_after.episodes.jsonl``) to read
+    what the model wrote; None: next to `results_path` when that is set."""
 
 
 def select_samples(
@@ -148,6 +151,7 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
     from ..models import describe_model
     from ..sft import load_sft_model, train_sft
+    from ..trajectory import write_episodes
     from .dataset import build_coldstart_dataset, load_coldstart_samples, read_manifest
 
     t_start, cpu_start = time.time(), time.process_time()
@@ -166,17 +170,24 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
                                            config.stratify_tags)
     probe = [s.prompt for s in samples[: config.train_prompt_probe]]
 
-    def measure() -> tuple[dict | None, float | None, float]:
+    episodes_dir = config.episodes_dir or (str(Path(config.results_path).with_suffix("")) + ".episodes"
+                                           if config.results_path else None)
+
+    def measure(name: str) -> tuple[dict | None, float | None, float]:
         t = time.time()
-        summary = evaluate_policy(model, tokenizer, eval_cfg, tasks=tasks, progress=progress)[1] if config.run_eval else None
+        summary = None
+        if config.run_eval:
+            episodes, summary = evaluate_policy(model, tokenizer, eval_cfg, tasks=tasks, progress=progress)
+            if episodes_dir:
+                write_episodes(Path(episodes_dir) / f"{name}.episodes.jsonl", episodes)
         rate = format_valid_rate(model, tokenizer, probe, config.train_probe_max_new_tokens) if probe else None
         return summary, rate, time.time() - t
 
-    before, probe_before, before_s = measure()
+    before, probe_before, before_s = measure("eval_before")
     t0, c0 = time.time(), time.process_time()
     model, records = train_sft(model, tokenizer, samples, config.sft, out_dir=config.model_out_dir, progress=progress)
     sft_s, sft_cpu_s = time.time() - t0, time.process_time() - c0
-    after, probe_after, after_s = measure()
+    after, probe_after, after_s = measure("eval_after")
 
     doc = {
         "what": "cold-start SFT: strict format-valid and admissible-action rates on held-out games, before vs after",
@@ -184,7 +195,8 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
         "after": policy_figures(after) if after else None,
         "training_prompt_probe": {"prompts": len(probe), "format_valid_before": probe_before,
                                   "format_valid_after": probe_after, "decoding": "greedy"} if probe else None,
-        "eval": {**asdict(eval_cfg), "tasks": [t.task_id for t in tasks], "split": tasks[0].split if tasks else None},
+        "eval": {**asdict(eval_cfg), "tasks": [t.task_id for t in tasks], "split": tasks[0].split if tasks else None,
+                 "episodes_dir": episodes_dir if config.run_eval else None},
         "sft": {
             "config": asdict(config.sft),
             "samples": sample_stats,
