@@ -353,6 +353,8 @@ def test_cascade_attention_equals_sdpa_over_the_concatenated_cache(kv_heads):
     # decode: one query per row over everything, with and without a mask
     decode = cascade_attention(layer, query[:, :, -1:], rows_k, rows_v, keep[:, :, -1:], scaling=None)
     torch.testing.assert_close(decode, reference[:, -1:])
+    additive = torch.zeros(keep.shape, dtype=query.dtype).masked_fill(~keep, float("-inf"))
+    torch.testing.assert_close(cascade_attention(layer, query[:, :, -1:], rows_k, rows_v, additive[:, :, -1:], None), decode)
     unmasked = torch.nn.functional.scaled_dot_product_attention(query[:, :, -1:], full_k, full_v).transpose(1, 2)
     torch.testing.assert_close(cascade_attention(layer, query[:, :, -1:], rows_k, rows_v, None, scaling=None), unmasked)
 

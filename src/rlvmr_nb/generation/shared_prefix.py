@@ -84,9 +84,14 @@ def active_prefix(module: torch.nn.Module) -> _PrefixThenRowsLayer | None:
 _flash = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
 
 
+def _keep(mask: torch.Tensor) -> torch.Tensor:
+    """Boolean keep-mask from a boolean or additive (0 = attend) mask."""
+    return mask if mask.dtype == torch.bool else mask == 0
+
+
 def _additive(mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Boolean keep-mask -> additive mask in the query dtype (what the CPU flash kernel takes)."""
-    return torch.zeros(mask.shape, dtype=dtype).masked_fill_(~mask, float("-inf"))
+    """Additive mask in the query dtype (what the CPU flash kernel takes)."""
+    return torch.zeros(mask.shape, dtype=dtype).masked_fill_(~_keep(mask), float("-inf"))
 
 
 def _merge(out_a: torch.Tensor, lse_a: torch.Tensor, out_b: torch.Tensor, lse_b: torch.Tensor) -> torch.Tensor:
@@ -106,7 +111,7 @@ def cascade_attention(
 ) -> torch.Tensor:
     """Attention of `query` [B, H, q, D] over ``prefix | rows`` where `key`/`value` [B, Hkv, L, D] hold
     only the rows' part; `attention_mask` is the boolean [B, 1, q, P + L] mask of the full layout
-    (None: nothing masked). Returns [B, q, H, D] like transformers' attention functions.
+    (None: nothing masked; an additive mask works too). Returns [B, q, H, D] like transformers' attention functions.
 
     The prefix is visible to every real query; the rows' part is causal with left padding, exactly
     as the mask says. Prefill queries on padding (never read) get zeros."""
@@ -131,7 +136,7 @@ def cascade_attention(
     #     attention of each row's real tokens over themselves, without the padding columns.
     if q_len != rows_len:
         raise ValueError(f"shared-prefix prefill expects the rows' whole suffix at once ({q_len} != {rows_len})")
-    real = [rows_len] * batch if rows_mask is None else rows_mask[:, 0, -1, :].sum(-1).tolist()
+    real = [rows_len] * batch if rows_mask is None else _keep(rows_mask[:, 0, -1, :]).sum(-1).tolist()
     out = torch.zeros(batch, heads, q_len, dim, dtype=torch.float32)
     for row, length in enumerate(real):
         start = rows_len - int(length)
