@@ -359,6 +359,22 @@ def test_cascade_attention_equals_sdpa_over_the_concatenated_cache(kv_heads):
     torch.testing.assert_close(cascade_attention(layer, query[:, :, -1:], rows_k, rows_v, None, scaling=None), unmasked)
 
 
+def test_shared_prefix_layer_grows_in_place_and_past_its_headroom():
+    from rlvmr_nb.generation.shared_prefix import _PrefixThenRowsLayer
+
+    prefix = torch.randn(1, 2, 5, 4)
+    layer = _PrefixThenRowsLayer(prefix, prefix, headroom=2)
+    chunks = [torch.randn(3, 2, n, 4) for n in (4, 1, 1, 1)]  # prefill, then decode past the 2 spare positions
+    buffers = []
+    for i, chunk in enumerate(chunks):
+        keys, values = layer.update(chunk, -chunk)
+        expected = torch.cat(chunks[: i + 1], dim=2)
+        assert torch.equal(keys, expected) and torch.equal(values, -expected)
+        assert layer.get_seq_length() == 5 + expected.shape[2]
+        buffers.append(keys.data_ptr())
+    assert buffers[0] == buffers[1] == buffers[2] != buffers[3]  # written in place until the headroom ran out
+
+
 def test_packed_gqa_decode_matches_sdpa_with_and_without_mask(fresh_tiny_llama):
     from rlvmr_nb.generation.cpu_attention import register
 

@@ -257,7 +257,7 @@ class HFGenerator(Generator):
         full = all(t == "full_attention" for t in layer_types) if layer_types else getattr(config, "sliding_window", None) is None
         return full and getattr(config, "_attn_implementation", None) == ATTENTION_NAME
 
-    def _prefix_cache(self, prefix: list[int], batch: int) -> Any:
+    def _prefix_cache(self, prefix: list[int], batch: int, headroom: int = 0) -> Any:
         """KV cache of `prefix` computed once at batch size 1: kept once (`SharedPrefixCache`) when
         the model attends with `cpu_attention`, else repeated `batch` times."""
         ids = torch.tensor([prefix], dtype=torch.long)
@@ -267,7 +267,7 @@ class HFGenerator(Generator):
         out = self.model(input_ids=ids, use_cache=True, **keep)
         cache = out.past_key_values
         if self._cascade:
-            return SharedPrefixCache(cache)
+            return SharedPrefixCache(cache, headroom=headroom)
         cache.batch_repeat_interleave(batch)
         return cache
 
@@ -305,7 +305,7 @@ class HFGenerator(Generator):
             if seed is not None:  # seed without disturbing the caller's global RNG stream
                 stack.enter_context(torch.random.fork_rng(devices=[]))
                 torch.manual_seed(seed)
-            cache = {"past_key_values": self._prefix_cache(rows[0][:shared], len(rows))} if shared else {}
+            cache = {"past_key_values": self._prefix_cache(rows[0][:shared], len(rows), sampling.max_new_tokens)} if shared else {}
             if isinstance(cache.get("past_key_values"), SharedPrefixCache):
                 stack.enter_context(shared_prefix.active(cache["past_key_values"]))
             sequences = self.model.generate(

@@ -37,9 +37,30 @@ class _PrefixThenRowsLayer(DynamicLayer):
     `update` appends to (and returns) only the rows' part; sequence length and mask sizes count the
     prefix too, so positions and attention masks are those of the full ``prefix | rows`` layout."""
 
-    def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor) -> None:
+    def __init__(self, prefix_keys: torch.Tensor, prefix_values: torch.Tensor, headroom: int = 0) -> None:
         super().__init__()
         self.prefix_keys, self.prefix_values = prefix_keys, prefix_values
+        self.headroom = headroom
+        self._key_buffer: torch.Tensor | None = None
+        self._value_buffer: torch.Tensor | None = None
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append to the rows' part. The rows live in buffers with `headroom` spare positions, so a decode
+        step writes one position instead of copying the whole cache (``torch.cat``) as `DynamicLayer` does."""
+        if not self.is_initialized:
+            self.lazy_initialization(key_states, value_states)
+        old = self.keys.shape[-2] if self.keys.numel() else 0
+        new = old + key_states.shape[-2]
+        if self._key_buffer is None or new > self._key_buffer.shape[-2]:
+            shape = (*key_states.shape[:-2], new + self.headroom, key_states.shape[-1])
+            self._key_buffer, self._value_buffer = key_states.new_empty(shape), value_states.new_empty(shape)
+            if old:
+                self._key_buffer[..., :old, :] = self.keys
+                self._value_buffer[..., :old, :] = self.values
+        self._key_buffer[..., old:new, :] = key_states
+        self._value_buffer[..., old:new, :] = value_states
+        self.keys, self.values = self._key_buffer[..., :new, :], self._value_buffer[..., :new, :]
+        return self.keys, self.values
 
     def get_seq_length(self) -> int:
         rows = 0 if not self.is_initialized or self.keys.numel() == 0 else self.keys.shape[-2]
@@ -52,8 +73,10 @@ class _PrefixThenRowsLayer(DynamicLayer):
 class SharedPrefixCache(DynamicCache):
     """KV cache = one shared prefix (computed at batch size 1) + each row's tokens after it."""
 
-    def __init__(self, prefix: Cache) -> None:
-        layers = [_PrefixThenRowsLayer(layer.keys, layer.values) for layer in prefix.layers]
+    def __init__(self, prefix: Cache, headroom: int = 0) -> None:
+        """`prefix`: the cache of the prefix at batch size 1. `headroom`: positions reserved beyond the rows'
+        first update (the tokens to be generated), so decoding never reallocates."""
+        layers = [_PrefixThenRowsLayer(layer.keys, layer.values, headroom) for layer in prefix.layers]
         if any(layer.prefix_keys.shape[0] != 1 for layer in layers):
             raise ValueError("the prefix cache must have batch size 1")
         Cache.__init__(self, layers=layers)
