@@ -14,7 +14,8 @@ Besides whole-run tokens/s, `per_step` compares, for each rollout step t, the ba
 with the sum of the G one-at-a-time calls of the same step: step 0 prompts are identical across the
 group, later ones share only the instructions, the task and the first observation.
 
-Also `--play30`: the policy plays one real game for 30 steps; the episode is saved and re-read.
+Every mode first runs once untimed (1 step, 8 tokens). Also `--play30`: the policy plays one real game
+for 30 steps; the episode is saved and re-read.
 
     .venv/bin/python benchmarks/rollout_throughput.py --group 8 --steps 3 --tokens 32 --blocks 1 --play30
 """
@@ -129,6 +130,11 @@ def main() -> None:
         except Exception as exc:  # no vLLM venv: measured modes say so
             print(f"vLLM backend unavailable: {exc}")
     blocks: dict[str, list[dict]] = {m: [] for m in generators}
+    # One untimed short run per mode first: the first call of a process pays one-off costs (kernel
+    # selection, allocator growth) that would otherwise land on whichever mode happens to run first.
+    for mode, gen in generators.items():
+        sequential = mode.endswith("sequential")
+        measure(gen, tok, task, 2 if sequential else args.group, 1, 8, not sequential, seed=10_000)
     for b in range(args.blocks):
         for mode, gen in generators.items():
             res = measure(gen, tok, task, args.group, args.steps, args.tokens, not mode.endswith("sequential"), seed=b)
