@@ -25,7 +25,8 @@ from ..sft import SFTConfig, SFTSample, tokenize_sample
 
 @dataclass
 class ColdStartExperimentConfig:
-    """What `coldstart_sft_experiment` runs. Defaults: the CPU-sized SmolLM2 run of benchmarks/coldstart_sft.py."""
+    """What `coldstart_sft_experiment` runs. Defaults: SmolLM2 with the paper's SFT (`SFTConfig`) on every sample;
+    benchmarks/coldstart_sft.py sets the CPU-sized run (160 samples, 1 epoch at lr 1e-4, batch 1)."""
 
     model: str = "embedded:smollm2-135m-instruct"
     """Model spec for `models.load_model`."""
