@@ -305,13 +305,13 @@ class HFGenerator(Generator):
             if seed is not None:  # seed without disturbing the caller's global RNG stream
                 stack.enter_context(torch.random.fork_rng(devices=[]))
                 torch.manual_seed(seed)
-            cache = {"past_key_values": self._prefix_cache(rows[0][:shared], len(rows), sampling.max_new_tokens)} if shared else {}
-            if isinstance(cache.get("past_key_values"), SharedPrefixCache):
-                stack.enter_context(shared_prefix.active(cache["past_key_values"]))
+            cache = self._prefix_cache(rows[0][:shared], len(rows), sampling.max_new_tokens) if shared else None
+            if isinstance(cache, SharedPrefixCache):
+                stack.enter_context(shared_prefix.active(cache))
             sequences = self.model.generate(
                 input_ids=input_ids,
                 attention_mask=attention_mask,
-                **cache,
+                past_key_values=cache,
                 generation_config=config,
                 logits_processor=LogitsProcessorList(processors),
                 stopping_criteria=StoppingCriteriaList([stopper] if sampling.stop else []),
