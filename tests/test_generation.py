@@ -143,6 +143,22 @@ def test_seeded_sampling_is_reproducible_and_n_is_prompt_major(tiny_llama, smoll
     assert torch.equal(state, torch.random.get_rng_state())  # seeding leaves the global RNG alone
 
 
+def test_sampler_draws_the_softmax_distribution():
+    from rlvmr_nb.generation.hf import _ExponentialRaceSampler
+
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0])  # zero-probability tokens inside and at the end
+    n = 40_000
+    scores = probs.log().expand(n, -1).clone()
+    out = _ExponentialRaceSampler(torch.Generator().manual_seed(0))(None, scores)
+    assert torch.equal((out == 0).sum(-1), torch.ones(n, dtype=torch.long))  # one finite score per row...
+    assert torch.isinf(out).sum() == n * 4  # ...the others -inf, so greedy decoding emits the draw
+    freq = torch.bincount(out.argmax(-1), minlength=5).float() / n
+    assert freq[1] == 0 and freq[4] == 0
+    assert (freq - probs).abs().max() < 0.012  # > 4 standard errors (<= 0.0025 each) at n = 40k
+    again = _ExponentialRaceSampler(torch.Generator().manual_seed(0))(None, scores)
+    assert torch.equal(out, again)
+
+
 def test_token_id_prompts_and_bad_input(tiny_llama, smollm2_tokenizer):
     tok = smollm2_tokenizer
     gen = make_generator("hf", tiny_llama, tok, dtype=None)
@@ -406,3 +422,9 @@ def test_generator_leaves_a_shared_model_attention_alone(fresh_tiny_llama, smoll
     private = make_generator("hf", model, smollm2_tokenizer, dtype=torch.bfloat16)
     assert private.model.config._attn_implementation == ATTENTION_NAME
     assert model.config._attn_implementation == "sdpa"
+    # the private copy's vocabulary head takes a contiguous copy of its input; the caller's model is untouched
+    assert private.model.get_output_embeddings()._forward_pre_hooks
+    assert not model.get_output_embeddings()._forward_pre_hooks
+    hidden = torch.randn(4, 9, model.config.hidden_size, dtype=torch.bfloat16)[:, -1:, :]  # a strided view
+    head = private.model.get_output_embeddings()
+    assert torch.equal(head(hidden), torch.nn.functional.linear(hidden.contiguous(), head.weight))
