@@ -17,6 +17,11 @@ group, later ones share only the instructions, the task and the first observatio
 Every mode first runs once untimed (1 step, 8 tokens). Also `--play30`: the policy plays one real game
 for 30 steps; the episode is saved and re-read.
 
+`--equal-work` (HF modes only) bans EOS and drops the ``</action>`` stop, so every call generates exactly
+`--tokens` per row and both modes do the same work. With stops left on, how often the sampled rows end
+early differs between the modes' draws and moves the ratio: an early stop saves a one-at-a-time call
+its remaining decode steps, while a batched call runs until its longest row ends.
+
     .venv/bin/python benchmarks/rollout_throughput.py --group 8 --steps 3 --tokens 32 --blocks 1 --play30
 """
 
@@ -66,11 +71,25 @@ class TimedGenerator:
         return getattr(self.inner, name)
 
 
-def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: bool, seed: int) -> dict:
+class BanTokens:
+    """Logits processor that gives `ids` probability 0 (here: EOS, for --equal-work)."""
+
+    def __init__(self, ids) -> None:
+        self.ids = list(ids)
+
+    def __call__(self, input_ids, scores):
+        scores[:, self.ids] = float("-inf")
+        return scores
+
+
+def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: bool, seed: int,
+            equal_work: bool = False) -> dict:
     generator = TimedGenerator(generator)
     envs = LocalEnvs(lambda: ALFWorldEnv(accelerate=True))
     pc = PromptConfig(env="alfworld", max_prompt_tokens=6000)
     sampling = SamplingConfig(temperature=1.0, max_new_tokens=tokens)
+    if equal_work:
+        sampling = sampling.replace(stop=())
     t0 = time.perf_counter()
     if batched:
         eps = run_rollouts([task], envs, generator, tok, pc, sampling,
@@ -112,15 +131,22 @@ def main() -> None:
     ap.add_argument("--no-vllm", action="store_true")
     ap.add_argument("--ablate", action="store_true", help="also measure batched_sdpa (see the modes above)")
     ap.add_argument("--play30", action="store_true")
+    ap.add_argument("--equal-work", action="store_true",
+                    help="HF modes only: no EOS, no stop string, every row generates exactly --tokens (see above)")
     ap.add_argument("--out", default=str(RESULTS))
     args = ap.parse_args()
 
     model, tok = load_model("embedded:smollm2-135m-instruct")
     task = alfworld_tasks("valid_seen")[0]
+    if args.equal_work and (not args.no_vllm or args.play30):
+        raise SystemExit("--equal-work measures the HF modes only; add --no-vllm and drop --play30")
     hf = HFGenerator(model, tok, max_batch_size=args.group)
     generators = {"batched": hf, "sequential": hf}
     if args.ablate:
         generators["batched_sdpa"] = HFGenerator(model, tok, max_batch_size=args.group, cpu_attention=False)
+    if args.equal_work:
+        for gen in set(generators.values()):
+            gen.extra_logits_processors.append(BanTokens(gen.eos_ids))
     if not args.no_vllm:
         try:
             from rlvmr_nb.generation.vllm_backend import VLLMGenerator
@@ -137,7 +163,8 @@ def main() -> None:
         measure(gen, tok, task, 2 if sequential else args.group, 1, 8, not sequential, seed=10_000)
     for b in range(args.blocks):
         for mode, gen in generators.items():
-            res = measure(gen, tok, task, args.group, args.steps, args.tokens, not mode.endswith("sequential"), seed=b)
+            res = measure(gen, tok, task, args.group, args.steps, args.tokens, not mode.endswith("sequential"), seed=b,
+                          equal_work=args.equal_work)
             blocks[mode].append(res)
             print(mode, b, res, flush=True)
 
