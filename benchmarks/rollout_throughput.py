@@ -35,6 +35,8 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+from transformers import SuppressTokensLogitsProcessor  # noqa: E402
+
 from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks  # noqa: E402
 from rlvmr_nb.evaluate import provenance  # noqa: E402
 from rlvmr_nb.generation.base import SamplingConfig  # noqa: E402
@@ -69,17 +71,6 @@ class TimedGenerator:
 
     def __getattr__(self, name):
         return getattr(self.inner, name)
-
-
-class BanTokens:
-    """Logits processor that gives `ids` probability 0 (here: EOS, for --equal-work)."""
-
-    def __init__(self, ids) -> None:
-        self.ids = list(ids)
-
-    def __call__(self, input_ids, scores):
-        scores[:, self.ids] = float("-inf")
-        return scores
 
 
 def measure(generator, tok, task, group: int, steps: int, tokens: int, batched: bool, seed: int,
@@ -146,7 +137,7 @@ def main() -> None:
         generators["batched_sdpa"] = HFGenerator(model, tok, max_batch_size=args.group, cpu_attention=False)
     if args.equal_work:
         for gen in set(generators.values()):
-            gen.extra_logits_processors.append(BanTokens(gen.eos_ids))
+            gen.extra_logits_processors.append(SuppressTokensLogitsProcessor(gen.eos_ids))
     if not args.no_vllm:
         try:
             from rlvmr_nb.generation.vllm_backend import VLLMGenerator
