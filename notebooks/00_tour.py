@@ -52,7 +52,7 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, metrics, plots
-from rlvmr_nb.advantages import PRESETS, grpo_mr_advantages
+from rlvmr_nb.advantages import PRESETS, grpo_mr_advantages, with_advantages
 from rlvmr_nb.demo import example_group_path, reparse
 from rlvmr_nb.notebooks import plot_preset_comparison
 from rlvmr_nb.rewards import RewardConfig, assign_rewards
@@ -177,8 +177,7 @@ by_preset = {}
 for name in PRESETS:
     eps = copy.deepcopy(group)
     assign_rewards(eps, RewardConfig.for_preset(name))
-    grpo_mr_advantages(eps, name)
-    by_preset[name] = eps
+    by_preset[name] = with_advantages(eps, grpo_mr_advantages(eps, name))
 compare = pd.DataFrame(casestudy.step_records(by_preset["official_code"]))[["episode", "t", "tag", "action"]]
 for name, eps in by_preset.items():
     compare[f"A ({name})"] = [s.advantage for ep in eps for s in ep.steps]

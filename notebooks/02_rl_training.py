@@ -67,8 +67,9 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
-from rlvmr_nb.notebooks import model_label, plot_training_curves, training_curve_records
-from rlvmr_nb.trainer import TrainConfig, read_metrics, train
+from rlvmr_nb.notebooks import plot_training_curves, training_curve_records
+from rlvmr_nb.runs import model_label, read_metrics
+from rlvmr_nb.trainer import TrainConfig, train
 from rlvmr_nb.trajectory import read_episodes
 
 run_dir = Path(runs_root) / f"{algo}_{env}_{level}_seed{seed}"
@@ -151,7 +152,7 @@ Image(filename=str(out_path / f"{stem}_fig6.png"))
 
 # %%
 episodes = read_episodes(run_dir / "episodes.jsonl")
-last = [ep for ep in episodes if ep.group_id.startswith(f"it{history[-1]['iteration']}-")]
+last = [ep for ep in episodes if ep.info.get("iteration") == history[-1]["iteration"]]
 ranked = sorted(last, key=lambda ep: (ep.won, -ep.length))
 for ep in (ranked[-1], ranked[0]):
     display(casestudy.display_episode(ep, feedback_chars=160))

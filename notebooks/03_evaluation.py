@@ -61,7 +61,7 @@ from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
 from rlvmr_nb.evaluate import EvalConfig, evaluate_policy, write_results
-from rlvmr_nb.notebooks import load_policy, model_label
+from rlvmr_nb.runs import load_policy, model_label
 
 model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
 method_label = paper.display_method(method)

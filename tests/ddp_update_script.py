@@ -1,4 +1,8 @@
-"""One PPO update on a fixed global batch, single-process or under torchrun (gloo): params written by rank 0."""
+"""One PPO update on a fixed global batch, single-process or under torchrun (gloo): params written by rank 0.
+
+argv: output path, number of samples (default 16), micro-batch size (default 2). With 18 samples, mini-batch 8
+and micro-batch 2 the last mini-batch has one micro-batch, which two ranks cannot share evenly: the case that
+used to hang DDP (ranks making different numbers of backward calls)."""
 
 import os
 import random
@@ -8,27 +12,34 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
+from rlvmr_nb import distributed as dist  # noqa: E402
 from rlvmr_nb.loss import LossConfig  # noqa: E402
 from rlvmr_nb.models import load_model  # noqa: E402
+from rlvmr_nb.step_samples import ResponseScorer, response_logprobs  # noqa: E402
+from rlvmr_nb.trainer import TrainConfig, ppo_update  # noqa: E402
 from trainer_helpers import random_samples  # noqa: E402
-from rlvmr_nb.trainer import ResponseScorer, TrainConfig, _dist_rank_world, fill_logprobs, ppo_update  # noqa: E402
 
 torch.set_num_threads(1)
-rank, world = _dist_rank_world()
+out = sys.argv[1]
+n_samples = int(sys.argv[2]) if len(sys.argv) > 2 else 16
+micro = int(sys.argv[3]) if len(sys.argv) > 3 else 2
+rank, world = dist.rank_world()
 model, tok = load_model("tiny-random:llama", seed=0)
-samples = random_samples(16, seed=0)
-cfg = TrainConfig(lr=1e-3, mini_batch_size=8, micro_batch_size=2, bf16_autocast=False, loss=LossConfig(entropy_coef=0.001))
-fill_logprobs(model, samples, "old_logprobs", tok.pad_token_id, cfg)
-ref = {k: v.clone() for k, v in model.state_dict().items()}
-for s in samples:  # a reference policy slightly off the current one, so the KL term has a gradient
-    s.ref_logprobs = s.old_logprobs - 0.05
+samples = random_samples(n_samples, seed=0)
+cfg = TrainConfig(lr=1e-3, mini_batch_size=8, micro_batch_size=micro, bf16_autocast=False,
+                  loss=LossConfig(entropy_coef=0.001))
+for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, cfg.scoring)):
+    s.old_logprobs = logp
+    s.ref_logprobs = logp - 0.05  # a reference policy slightly off the current one, so the KL term has a gradient
 before = {k: v.clone() for k, v in model.state_dict().items()}
 scorer = ResponseScorer(model, autocast=False)
 train_model = torch.nn.parallel.DistributedDataParallel(scorer) if world > 1 else scorer
 opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
 model.train()
-ppo_update(train_model, opt, samples, tok.pad_token_id, cfg, random.Random(0), rank, world)
+plan = dist.schedule_update(len(samples), cfg.mini_batch_size, cfg.micro_batch_size, cfg.ppo_epochs,
+                            random.Random(0), rank, world)
+ppo_update(train_model, opt, samples, plan, tok.pad_token_id, cfg, world)
 if rank == 0:
-    torch.save({"before": before, "after": {k: v.detach().clone() for k, v in model.state_dict().items()}}, sys.argv[1])
+    torch.save({"before": before, "after": {k: v.detach().clone() for k, v in model.state_dict().items()}}, out)
 if world > 1:
     torch.distributed.destroy_process_group()

@@ -26,3 +26,19 @@ class DoorEnv:
 
 def door_tasks(n: int = 4) -> list[TaskSpec]:
     return [TaskSpec(task_id=f"door-{i}", env="door", split="train", task_type="door") for i in range(n)]
+
+
+def door_level_tasks(role: str, level: str) -> list[TaskSpec]:
+    """The registry's task lists for the door task (no levels)."""
+    return door_tasks(4)
+
+
+def register_door_env() -> None:
+    """Make 'door' a registered env (prompted like ALFWorld), as any user-added world would be."""
+    from rlvmr_nb.envs.registry import EnvSpec, register_env
+
+    register_env(EnvSpec(name="door", env_class=DoorEnv, task_lists=door_level_tasks, prompt_family="alfworld",
+                         description="one-step test task: open the right door"), replace=True)
+
+
+register_door_env()

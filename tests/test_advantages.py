@@ -6,7 +6,7 @@ from hypothesis import given, settings, strategies as st
 
 from rlvmr_nb.advantages import (
     AdvantageConfig, discounted_returns, gigpo_advantages, group_normalise, grpo_advantages,
-    grpo_mr_advantages, meta_reasoning_advantage, outcome_advantage, preset,
+    grpo_mr_advantages, meta_reasoning_advantage, outcome_advantage, preset, with_advantages,
 )
 from rlvmr_nb.rewards import RewardConfig, assign_rewards
 
@@ -22,7 +22,9 @@ def test_worked_example_spec_3_7_official_code():
     assert a_mr == pytest.approx([0.707, 1.0, 0.0, -0.707, 0.0, 1.0], abs=1e-3)
     adv = grpo_mr_advantages(eps, "official_code")
     assert adv == pytest.approx([1.620, 1.913, 0.913, -1.614, -0.925, 0.093], abs=1e-3)
-    assert [s.advantage for s in eps[1].steps] == pytest.approx([-1.614, -0.925, 0.093], abs=1e-3)
+    assert all(s.advantage is None for ep in eps for s in ep.steps), "estimators must not write into the episodes"
+    annotated = with_advantages(eps, adv)
+    assert [s.advantage for s in annotated[1].steps] == pytest.approx([-1.614, -0.925, 0.093], abs=1e-3)
 
 
 def test_degenerate_all_fail_group_penalty_amplified():

@@ -93,40 +93,6 @@ def test_a_failing_cell_names_the_error_and_the_copy(tmp_path):
 # ------------------------------------------------------------------------------------------ helpers
 
 
-@pytest.mark.parametrize("spec, label", [
-    ("embedded:smollm2-135m-instruct", "smollm2-135m-instruct"),
-    ("tiny-random:llama", "tiny-random-llama"),
-    ("Qwen/Qwen2.5-1.5B-Instruct", "Qwen2.5-1.5B-Instruct"),
-    ("runs/coldstart/alfworld-L0-n10-seed0/sft", "alfworld-L0-n10-seed0-sft"),  # 'sft' alone says nothing
-    ("runs/rlvmr_alfworld_L0_seed0/", "rlvmr_alfworld_L0_seed0"),
-    ("runs/rlvmr_alfworld_L0_seed0/ckpt-00004", "rlvmr_alfworld_L0_seed0-ckpt-00004"),
-])
-def test_model_labels_are_short_and_safe_in_file_names(spec, label):
-    assert nbs.model_label(spec) == label
-
-
-def test_load_policy_from_spec_checkpoint_and_run_folder(tmp_path):
-    torch = pytest.importorskip("torch")
-    from rlvmr_nb.models import load_model
-    from rlvmr_nb.trainer import TrainConfig, save_checkpoint
-
-    model, _ = load_model("tiny-random:llama", seed=0)
-    with torch.no_grad():
-        model.model.norm.weight.fill_(0.5)  # a trained weight that differs from the initial model
-    config = TrainConfig(model="tiny-random:llama", algo="grpo", out_dir=str(tmp_path))
-    (tmp_path / "config.json").write_text("{}")  # the trainer's run folder has one too
-    ckpt = save_checkpoint(tmp_path, 3, model, torch.optim.AdamW(model.parameters()), config)
-    for spec in (ckpt, tmp_path):
-        loaded, tok, info = nbs.load_policy(spec)
-        assert torch.all(loaded.model.norm.weight == 0.5) and info["checkpoint"] == "ckpt-00003"
-        assert info["algo"] == "grpo" and tok is not None
-    plain, _, info = nbs.load_policy("tiny-random:llama")
-    assert not torch.all(plain.model.norm.weight == 0.5) and info == {"spec": "tiny-random:llama"}
-    (tmp_path / "empty" / "ckpt-00001").mkdir(parents=True)
-    with pytest.raises(FileNotFoundError, match="no complete trainer checkpoint"):
-        nbs.load_policy(tmp_path / "empty")
-
-
 def test_training_curves_figure():
     rows = [{"iteration": i, "success": i / 4, "episode_length": 10 - i, "invalid": 0.2, "repetitive": 0.1}
             for i in range(4)]
@@ -149,17 +115,17 @@ def test_training_curve_records_map_trainer_rows_to_fig6_metrics():
 def test_preset_comparison_and_coldstart_figures():
     import copy
 
-    from rlvmr_nb.advantages import grpo_mr_advantages
+    from rlvmr_nb.advantages import grpo_mr_advantages, with_advantages
     from rlvmr_nb.demo import example_group_path, reparse
-    from rlvmr_nb.rewards import assign_rewards
+    from rlvmr_nb.rewards import RewardConfig, assign_rewards
     from rlvmr_nb.trajectory import read_episodes
 
     group = reparse(read_episodes(example_group_path()))
     assign_rewards(group)
-    a = copy.deepcopy(group)
-    grpo_mr_advantages(a, "official_code")
+    a = with_advantages(group, grpo_mr_advantages(group, "official_code"))
     b = copy.deepcopy(group)
-    grpo_mr_advantages(b, "paper")
+    assign_rewards(b, RewardConfig.for_preset("paper"))
+    b = with_advantages(b, grpo_mr_advantages(b, "paper"))
     fig = nbs.plot_preset_comparison({"official_code": a, "paper": b})
     assert len(fig.axes) == 4 and fig.axes[0].get_title(loc="left").startswith("r0-direct: won")
     with pytest.raises(ValueError, match="same rollouts"):

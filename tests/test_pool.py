@@ -254,9 +254,21 @@ def test_shutdown_leaves_no_child_processes(tasks):
     assert wait_dead(pids) == []
 
 
-def test_registry_resolves_names_and_module_paths():
-    assert resolve_env_factory("toy") is ToyEnv
+def test_pool_resolves_names_specs_and_module_paths():
+    assert isinstance(resolve_env_factory("toy")(), ToyEnv)
     assert resolve_env_factory("rlvmr_nb.envs.toy:ToyEnv") is ToyEnv
+
+
+def test_an_env_registered_at_run_time_reaches_spawned_workers():
+    from rlvmr_nb.envs.registry import EnvSpec, register_env
+
+    register_env(EnvSpec(name="toy-slow", env_class="rlvmr_nb.envs.toy:ToyEnv", task_lists="rlvmr_nb.envs.toy:level_tasks",
+                         env_kwargs={"max_steps": 2}), replace=True)
+    with EnvPool("toy-slow", num_workers=1) as pool:
+        pool.reset([TaskSpec("put:0", "toy")])
+        first = pool.step({0: "look"})[0]
+        second = pool.step({0: "look"})[0]
+    assert not first.done and second.done, "the registry's env_kwargs (max_steps=2) did not reach the worker"
 
 
 # ----- ScienceWorld: a real JVM per slot ---------------------------------------------------------------

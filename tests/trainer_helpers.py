@@ -49,7 +49,7 @@ def door_slots():
 
 def random_samples(n: int = 16, seed: int = 0):
     """Step samples with random prompt/response token ids and advantages (sampler log-probs 0)."""
-    from rlvmr_nb.trainer import StepSample
+    from rlvmr_nb.step_samples import StepSample
 
     gen = torch.Generator().manual_seed(seed)
     samples = []

@@ -1,8 +1,11 @@
 """Advantage estimators: GRPO-MR (RLVMR, two presets), GRPO and GiGPO baselines.
 
-All estimators return one scalar per step sample, in flat order (episodes in order, steps in
-order); the trainer broadcasts it to every response token of the step (spec §3.2). They read the
-reward fields `rewards.assign_rewards` filled (`score`, `mr_reward`, `tag_type`).
+All estimators are pure: they return one scalar per step sample, in flat order (episodes in order,
+steps in order), and change nothing; the trainer broadcasts each value to every response token of its
+step (docs/method.md, 'Advantages'). They read the reward fields `rewards.assign_rewards` filled
+(`score`, `mr_reward`, `tag_type`). `with_advantages` returns copies of episodes carrying the values,
+for logs, tables and figures. `compute_advantages(algo, ...)` is the one place an algorithm name picks
+its estimator (`ESTIMATORS`).
 
 Presets of GRPO-MR (spec §3.2–3.4, §10 items 1–2):
 
@@ -20,8 +23,8 @@ uses mean 0 and std 1, so its advantage is its raw value.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, replace
-from typing import Hashable, Sequence
+from dataclasses import dataclass, fields, replace
+from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
@@ -32,8 +35,12 @@ EPS = 1e-6
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """How GRPO-MR normalises and combines its two channels. Use `preset()` for the named settings."""
+    """How GRPO-MR (and the outcome channel of the baselines) normalises and combines advantages.
+    Use `preset()` for the named settings."""
 
+    preset: str = "official_code"
+    """The named setting these fields started from ('official_code' or 'paper'). It also decides where the
+    format penalty goes (`rewards.RewardConfig.for_preset`), so the trainer refuses a mismatched pair."""
     outcome_unit: str = "step"
     """'step': statistics over step samples (code); 'trajectory': one value per trajectory (paper Eq. 2)."""
     outcome_scope: str = "group"
@@ -45,7 +52,13 @@ class AdvantageConfig:
     mr_weight: float = 1.0
     """w of the 'sum' combination (code step_advantage_w; 1.0 in the RLVMR scripts, config default 0.5)."""
     alpha: float = 0.5
-    """α of the 'convex' combination (paper: 0.5)."""
+    """α of the 'convex' combination (paper: 0.5). α = 0 drops the outcome channel (Table 3 "w/o A^T")."""
+    outcome_weight: float = 1.0
+    """Weight of the outcome channel in the 'sum' combination (code: 1). 0 gives Table 3's "w/o A^T"."""
+    gamma: float = 0.95
+    """GiGPO: discount of the step returns that anchor-state groups compare (verl-agent default 0.95)."""
+    step_weight: float = 1.0
+    """GiGPO: ω, weight of the anchor-state step advantage (verl-agent step_advantage_w, 1.0)."""
     std_norm: bool = True
     """Divide by the std ('mean_std_norm'); False = subtract the mean only ('mean_norm')."""
     eps: float = EPS
@@ -60,14 +73,39 @@ class AdvantageConfig:
         ):
             if value not in allowed:
                 raise ValueError(f"AdvantageConfig.{name} must be one of {allowed}, got {value!r}")
+        if self.preset not in PENALTY_CHANNEL_OF_PRESET:
+            raise ValueError(f"AdvantageConfig.preset must be one of {sorted(PENALTY_CHANNEL_OF_PRESET)}, got {self.preset!r}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {self.alpha}")
+        if not 0.0 <= self.gamma <= 1.0:
+            raise ValueError(f"gamma must lie in [0, 1], got {self.gamma}")
+        for name in ("mr_weight", "outcome_weight", "step_weight"):
+            value = getattr(self, name)
+            if not (np.isfinite(value) and value >= 0):
+                raise ValueError(f"AdvantageConfig.{name} must be a finite number >= 0, got {value}")
+        if not (np.isfinite(self.eps) and self.eps > 0):
+            raise ValueError(f"AdvantageConfig.eps must be > 0 (it keeps (x - mean) / (std + eps) finite), got {self.eps}")
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "AdvantageConfig":
+        """A config from a JSON dict: the named `preset` first, the other keys on top of it."""
+        d = dict(d)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - known)
+        if unknown:
+            raise ValueError(f"unknown advantage option(s) {unknown}; known: {sorted(known)}")
+        return preset(d.pop("preset", "official_code"), **d)
+
+
+PENALTY_CHANNEL_OF_PRESET: dict[str, str] = {"official_code": "outcome", "paper": "step"}
+"""Where each preset puts the 0.1 format penalty (`rewards.RewardConfig.format_penalty_channel`): the
+official code subtracts it from the outcome score, the paper adds it to the step reward (paper §3.4.1)."""
 
 
 PRESETS: dict[str, AdvantageConfig] = {
     "official_code": AdvantageConfig(),
     "paper": AdvantageConfig(
-        outcome_unit="trajectory", outcome_scope="batch", mr_scope="batch", combine="convex", alpha=0.5
+        preset="paper", outcome_unit="trajectory", outcome_scope="batch", mr_scope="batch", combine="convex", alpha=0.5
     ),
 }
 
@@ -159,27 +197,22 @@ def meta_reasoning_advantage(
 
 
 def grpo_mr_advantages(episodes: Sequence[Episode], config: AdvantageConfig | str = "official_code") -> np.ndarray:
-    """GRPO-MR advantages (spec §3.2–3.4; paper Eqs. 2–4), one per step sample, also stored in
-    `Step.advantage`."""
+    """GRPO-MR advantages (paper Eqs. 2–4; docs/method.md, 'Advantages'), one per step sample."""
     cfg = preset(config) if isinstance(config, str) else config
     a_out = outcome_advantage(episodes, cfg.outcome_unit, cfg.outcome_scope, cfg.std_norm, cfg.eps)
     a_mr = meta_reasoning_advantage(episodes, cfg.mr_scope, cfg.std_norm, cfg.eps)
     if cfg.combine == "sum":
-        adv = a_out + cfg.mr_weight * a_mr
-    else:
-        adv = cfg.alpha * a_out + (1.0 - cfg.alpha) * a_mr
-    _store(episodes, adv)
-    return adv
+        return cfg.outcome_weight * a_out + cfg.mr_weight * a_mr
+    return cfg.alpha * a_out + (1.0 - cfg.alpha) * a_mr
 
 
 def grpo_advantages(
     episodes: Sequence[Episode], unit: str = "trajectory", scope: str = "group", std_norm: bool = True
 ) -> np.ndarray:
-    """GRPO baseline (Table 1): outcome advantage only, one value per trajectory within its group
-    by default (as verl-agent does for multi-turn GRPO). Stored in `Step.advantage`."""
-    adv = outcome_advantage(episodes, unit, scope, std_norm)
-    _store(episodes, adv)
-    return adv
+    """GRPO baseline (Table 1): the outcome advantage only. `unit='step'` normalises over the group's step
+    samples (verl-agent's default for multi-turn GRPO, ``compute_mean_std_cross_steps``; the trainer's
+    default through `AdvantageConfig.outcome_unit`), `unit='trajectory'` one value per trajectory."""
+    return outcome_advantage(episodes, unit, scope, std_norm)
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
@@ -198,6 +231,7 @@ def gigpo_advantages(
     format_penalty: float = 0.1,
     std_norm: bool = True,
     eps: float = EPS,
+    unit: str = "trajectory",
 ) -> np.ndarray:
     """GiGPO baseline (Feng et al. 2025, verl-agent): episode-level A^E (trajectory outcome normalised
     within the group) plus ω·A^S, where A^S normalises the discounted step return (γ = 0.95) among all
@@ -206,7 +240,7 @@ def gigpo_advantages(
     Step rewards are the env rewards (`Step.env_reward`, r_s at the winning step) minus
     `format_penalty` for each malformed step (the ALFWorld baseline scripts keep the 0.1 penalty).
     """
-    a_episode = outcome_advantage(episodes, "trajectory", "group", std_norm, eps)
+    a_episode = outcome_advantage(episodes, unit, "group", std_norm, eps)
     returns: list[float] = []
     keys: list[tuple[str, str]] = []
     for ep in episodes:
@@ -214,14 +248,45 @@ def gigpo_advantages(
         returns.extend(discounted_returns(step_rewards, gamma))
         keys.extend((ep.group_id, s.observation) for s in ep.steps)
     a_step = group_normalise(returns, keys, eps, std_norm)
-    adv = a_episode + step_weight * a_step
-    _store(episodes, adv)
+    return a_episode + step_weight * a_step
+
+
+Estimator = Callable[[Sequence[Episode], AdvantageConfig, float], np.ndarray]
+
+ESTIMATORS: dict[str, Estimator] = {
+    "rlvmr": lambda eps, cfg, penalty: grpo_mr_advantages(eps, cfg),
+    "grpo": lambda eps, cfg, penalty: outcome_advantage(eps, cfg.outcome_unit, cfg.outcome_scope, cfg.std_norm, cfg.eps),
+    "gigpo": lambda eps, cfg, penalty: gigpo_advantages(eps, cfg.gamma, cfg.step_weight, penalty, cfg.std_norm,
+                                                       cfg.eps, unit=cfg.outcome_unit),
+}
+"""Algorithm name -> advantage estimator ``(episodes, config, format_penalty) -> one value per step``:
+GRPO-MR (RLVMR) and the two Table 1 baselines."""
+
+
+def compute_advantages(
+    algo: str, episodes: Sequence[Episode], config: AdvantageConfig, format_penalty: float = 0.1
+) -> np.ndarray:
+    """The advantage of every step sample of `episodes` under `algo`'s estimator (rewards assigned)."""
+    if algo not in ESTIMATORS:
+        raise ValueError(f"unknown algo {algo!r}; choose one of {sorted(ESTIMATORS)}")
+    adv = np.asarray(ESTIMATORS[algo](episodes, config, format_penalty), dtype=np.float64)
+    if not np.all(np.isfinite(adv)):
+        bad = int(np.sum(~np.isfinite(adv)))
+        raise FloatingPointError(f"{bad} of {adv.size} advantages are not finite ({algo}); check the rewards "
+                                 "(NaN or inf scores) and AdvantageConfig.eps")
     return adv
 
 
-def _store(episodes: Sequence[Episode], adv: np.ndarray) -> None:
-    i = 0
+def with_advantages(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[Episode]:
+    """Copies of `episodes` whose steps carry `advantages` (flat order) in `Step.advantage`, for logs and
+    figures. The inputs are left untouched; step contents are shared, not copied."""
+    flat = list(advantages)
+    n_steps = sum(len(ep.steps) for ep in episodes)
+    if len(flat) != n_steps:
+        raise ValueError(f"{len(flat)} advantages for {n_steps} steps")
+    out, i = [], 0
     for ep in episodes:
-        for s in ep.steps:
-            s.advantage = float(adv[i])
-            i += 1
+        steps = [replace(s, advantage=float(a)) for s, a in zip(ep.steps, flat[i : i + len(ep.steps)])]
+        out.append(replace(ep, steps=steps))
+        i += len(ep.steps)
+    return out

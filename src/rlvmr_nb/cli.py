@@ -30,26 +30,36 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    if args.env == "alfworld":
-        from .envs.alfworld_data import default_source, install_alfworld_data
+    from .envs.registry import get_env
 
-        path = install_alfworld_data(args.source or default_source(), dest=args.dest, force=args.force)
-        print(f"ALFWorld data ready at {path}\nexport ALFWORLD_DATA={path}")
-        return 0
-    raise SystemExit(f"unknown data target {args.env!r}")
+    spec = get_env(args.env)
+    path = spec.install_data(args.source, dest=args.dest, force=args.force)
+    print(f"{args.env} data ready at {path}")
+    if spec.data_env_var:
+        print(f"export {spec.data_env_var}={path}")
+    return 0
+
+
+def _check_alfworld_walkthroughs(args: argparse.Namespace) -> tuple[dict, bool]:
+    from .envs.alfworld_experts import replay_all_walkthroughs
+
+    report = replay_all_walkthroughs()
+    return report, report["won"] == report["games"]
+
+
+def _check_scienceworld_gold(args: argparse.Namespace) -> tuple[dict, bool]:
+    from .envs.scienceworld import replay_gold_sample
+
+    report = replay_gold_sample(per_task=args.per_task)
+    return report, report["n_ok"] == report["n"]
+
+
+CHECKS = {"alfworld-walkthroughs": _check_alfworld_walkthroughs, "scienceworld-gold": _check_scienceworld_gold}
+"""`rlvmr-nb check <name>`: replays of the worlds' own experts on the real engines."""
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    if args.what == "alfworld-walkthroughs":
-        from .envs.alfworld_experts import replay_all_walkthroughs
-
-        report = replay_all_walkthroughs()
-        ok = report["won"] == report["games"]
-    else:
-        from .envs.scienceworld import replay_gold_sample
-
-        report = replay_gold_sample(per_task=args.per_task)
-        ok = report["n_ok"] == report["n"]
+    report, ok = CHECKS[args.what](args)
     print(json.dumps(report, indent=2, default=str))
     return 0 if ok else 1
 
@@ -71,6 +81,7 @@ def _cmd_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from .advantages import preset
     from .loss import LossConfig
     from .trainer import TrainConfig, train
 
@@ -80,7 +91,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
         lr=args.lr, mini_batch_size=args.mini_batch_size, micro_batch_size=args.micro_batch_size,
         save_every=args.save_every, resume=args.resume, env_workers=args.env_workers, lora=args.lora,
-        loss=LossConfig(kl_coef=args.kl_coef),
+        prompt_style=args.prompt_style, advantage=preset(args.preset), loss=LossConfig(kl_coef=args.kl_coef),
     )
     rows = train(cfg)
     for row in rows:
@@ -92,20 +103,23 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import EvalConfig, evaluate_policy, write_results
-    from .models import load_model
+    from .runs import load_policy
 
     cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=args.seed,
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
                      env_workers=args.env_workers)
-    model, tok = load_model(args.model)
+    model, tok, described = load_policy(args.model, seed=args.seed)
     episodes, summary = evaluate_policy(model, tok, cfg)
-    path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model})
+    path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model, "policy": described})
     print(json.dumps(summary, indent=2, default=float))
     print(f"results: {path}")
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .envs.registry import env_names, get_env
+    from .validation import non_negative_float, non_negative_int, positive_float, positive_int
+
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -118,15 +132,15 @@ def main(argv: list[str] | None = None) -> int:
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("data", help="install environment data (ALFWorld game files)")
-    p.add_argument("env", choices=["alfworld"])
+    p.add_argument("env", choices=[n for n in env_names() if get_env(n).data_installer])
     p.add_argument("--source", default=None, help="archive or folder with json_2.1.1 (default: shared copy, else alfworld-download)")
     p.add_argument("--dest", default=None, help="target folder (default: $RLVMR_CACHE/alfworld)")
     p.add_argument("--force", action="store_true", help="reinstall even if the cache is complete")
     p.set_defaults(func=_cmd_data)
 
     p = sub.add_parser("check", help="replay experts on the real engines (ALFWorld walkthroughs, ScienceWorld gold paths)")
-    p.add_argument("what", choices=["alfworld-walkthroughs", "scienceworld-gold"])
-    p.add_argument("--per-task", type=int, default=1, help="ScienceWorld variations per task")
+    p.add_argument("what", choices=sorted(CHECKS))
+    p.add_argument("--per-task", type=positive_int, default=1, help="ScienceWorld variations per task")
     p.set_defaults(func=_cmd_check)
 
     p = sub.add_parser("figures", help="run the figure notebooks with papermill (paper figures/tables, tour, case studies)")
@@ -143,37 +157,42 @@ def main(argv: list[str] | None = None) -> int:
 
     p = sub.add_parser("train", help="GRPO-MR (or GRPO/GiGPO) training; resumes from out/ automatically")
     p.add_argument("--algo", default="rlvmr", choices=["rlvmr", "grpo", "gigpo"])
-    p.add_argument("--env", default="alfworld", choices=["alfworld", "scienceworld", "toy"])
+    p.add_argument("--env", default="alfworld", choices=env_names())
     p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
     p.add_argument("--model", default="embedded:smollm2-135m-instruct")
     p.add_argument("--out", default="runs/rlvmr")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--iterations", type=int, default=100)
-    p.add_argument("--tasks", type=int, default=16, help="tasks per iteration (paper: 16)")
-    p.add_argument("--group-size", type=int, default=8, help="rollouts per task (paper: 8)")
-    p.add_argument("--max-steps", type=int, default=30)
-    p.add_argument("--max-new-tokens", type=int, default=1024)
-    p.add_argument("--max-prompt-tokens", type=int, default=6000)
-    p.add_argument("--lr", type=float, default=1e-6)
-    p.add_argument("--kl-coef", type=float, default=0.01)
-    p.add_argument("--mini-batch-size", type=int, default=256)
-    p.add_argument("--micro-batch-size", type=int, default=16)
-    p.add_argument("--save-every", type=int, default=5)
-    p.add_argument("--resume", default="auto")
-    p.add_argument("--env-workers", type=int, default=0)
+    p.add_argument("--iterations", type=positive_int, default=100)
+    p.add_argument("--tasks", type=positive_int, default=16, help="tasks per iteration (paper: 16)")
+    p.add_argument("--group-size", type=positive_int, default=8, help="rollouts per task (paper: 8)")
+    p.add_argument("--max-steps", type=positive_int, default=30)
+    p.add_argument("--max-new-tokens", type=positive_int, default=1024)
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=6000)
+    p.add_argument("--lr", type=positive_float, default=1e-6)
+    p.add_argument("--kl-coef", type=non_negative_float, default=0.01)
+    p.add_argument("--preset", default="official_code", choices=["official_code", "paper"],
+                   help="GRPO-MR advantage + format-penalty semantics (docs/method.md, 'Paper vs official code')")
+    p.add_argument("--prompt-style", default=None, choices=["meta_think", "think", "react"],
+                   help="default: meta_think for rlvmr, think for grpo/gigpo")
+    p.add_argument("--mini-batch-size", type=positive_int, default=256)
+    p.add_argument("--micro-batch-size", type=positive_int, default=16)
+    p.add_argument("--save-every", type=positive_int, default=5)
+    p.add_argument("--resume", default="auto", help="'auto' (newest intact checkpoint), 'never' or a ckpt folder")
+    p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--lora", action="store_true")
     p.set_defaults(func=_cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a model/checkpoint on a fixed split; writes a results JSON")
-    p.add_argument("--model", default="embedded:smollm2-135m-instruct")
-    p.add_argument("--env", default="alfworld", choices=["alfworld", "scienceworld", "toy"])
+    p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")
+    p.add_argument("--model", default="embedded:smollm2-135m-instruct",
+                   help="model spec, saved model folder, trainer checkpoint ckpt-XXXXX or run folder")
+    p.add_argument("--env", default="alfworld", choices=env_names())
     p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
-    p.add_argument("--max-tasks", type=int, default=None)
+    p.add_argument("--max-tasks", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max-steps", type=int, default=30)
-    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--max-steps", type=positive_int, default=30)
+    p.add_argument("--max-new-tokens", type=positive_int, default=256)
     p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
-    p.add_argument("--env-workers", type=int, default=0)
+    p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--out", default="runs/eval/results.json")
     p.set_defaults(func=_cmd_eval)
 
@@ -183,7 +202,13 @@ def main(argv: list[str] | None = None) -> int:
 
         return coldstart_main(argv[1:])
     args = parser.parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except (ValueError, FileNotFoundError) as e:  # bad settings or paths: say what, not a traceback
+        if os.environ.get("RLVMR_DEBUG"):
+            raise
+        print(f"rlvmr-nb {args.command}: error: {e}\n(set RLVMR_DEBUG=1 to see the traceback)", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

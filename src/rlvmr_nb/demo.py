@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .advantages import grpo_mr_advantages
+from .advantages import grpo_mr_advantages, with_advantages
 from .metrics import summarize
 from .rewards import RewardConfig, assign_rewards
 from .tags import parse_output
@@ -60,7 +60,7 @@ def run_demo(out_dir: str | Path = "figures", path: str | Path | None = None, pr
     """Parse the example group, assign RLVMR rewards and GRPO-MR advantages, draw and save the figure."""
     episodes = reparse(read_episodes(path or example_group_path()))
     assign_rewards(episodes, RewardConfig.for_preset(preset))
-    grpo_mr_advantages(episodes, preset)
+    episodes = with_advantages(episodes, grpo_mr_advantages(episodes, preset))
     figure = None
     try:
         from .plots import plot_episode_group

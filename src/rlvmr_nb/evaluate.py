@@ -17,8 +17,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
 
+from .envs import registry
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
 from .envs.base import TaskSpec
+from .envs.registry import get_env
 from .metrics import summarize
 from .trajectory import Episode, write_episodes
 
@@ -27,7 +29,7 @@ class EvalConfig:
     """What to evaluate and how."""
 
     env: str = "alfworld"
-    """'alfworld', 'scienceworld' or 'toy'."""
+    """A registered env (`envs.registry`): 'alfworld', 'scienceworld' or 'toy'."""
     level: str = "L0"
     """L0 / L1 / L2 (paper §2.1); selects the evaluation split."""
     max_tasks: int | None = None
@@ -52,20 +54,7 @@ class EvalConfig:
 
 def eval_tasks(config: EvalConfig) -> list[TaskSpec]:
     """The evaluation task list for (env, level): full split in a fixed order, or a seeded subset."""
-    if config.env == "alfworld":
-        from .envs.alfworld import alfworld_tasks
-
-        tasks = alfworld_tasks("test", level=config.level)
-    elif config.env == "scienceworld":
-        from .envs.scienceworld_splits import scienceworld_tasks
-
-        tasks = scienceworld_tasks(config.level, "test")
-    elif config.env == "toy":
-        from .envs.toy import toy_tasks
-
-        tasks = toy_tasks(16, split="test")
-    else:
-        raise ValueError(f"unknown env {config.env!r}; choose alfworld, scienceworld or toy")
+    tasks = get_env(config.env).tasks("test", config.level)
     if config.max_tasks is not None and config.max_tasks < len(tasks):
         tasks = seeded_subset(tasks, config.max_tasks, config.seed)
     return tasks
@@ -84,17 +73,14 @@ def evaluate_policy(
     from .generation.hf import HFGenerator
     from .prompts import PromptConfig
     from .rollout import RolloutConfig, run_rollouts
-    from .trainer import TrainConfig, default_env_slots
 
     tasks = list(tasks if tasks is not None else eval_tasks(config))
     if not tasks:
         raise ValueError("no evaluation tasks")
-    env_slots = make_env_slots() if make_env_slots else default_env_slots(
-        TrainConfig(env=config.env, env_workers=config.env_workers)
-    )
+    spec = get_env(config.env)
+    env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
     generator = HFGenerator(model, tokenizer)
-    prompt_config = PromptConfig(env="scienceworld" if config.env == "scienceworld" else "alfworld",
-                                 style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
+    prompt_config = PromptConfig(env=spec.prompt_family, style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
     episodes: list[Episode] = []
     try:

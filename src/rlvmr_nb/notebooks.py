@@ -281,67 +281,6 @@ def run_demo_chain(
 
 
 # --------------------------------------------------------------------------------------------
-# Loading a policy to evaluate
-# --------------------------------------------------------------------------------------------
-
-
-def model_label(spec: str | os.PathLike) -> str:
-    """A short, file-name-safe name of a model spec for titles, legends and result folders.
-
-    ``'embedded:smollm2-135m-instruct'`` -> ``'smollm2-135m-instruct'``, ``'tiny-random:llama'`` ->
-    ``'tiny-random-llama'``, ``'Qwen/Qwen2.5-1.5B-Instruct'`` -> ``'Qwen2.5-1.5B-Instruct'``, a folder ->
-    its name, prefixed by its parent's when the name alone says nothing
-    (``runs/coldstart/alfworld-L0-n10-seed0/sft`` -> ``'alfworld-L0-n10-seed0-sft'``).
-    """
-    text = str(spec).rstrip("/")
-    if ":" in text and not Path(text).exists():
-        prefix, rest = text.split(":", 1)
-        return rest if prefix == "embedded" else f"{prefix}-{Path(rest).name}"
-    path = Path(text)
-    generic = path.name in ("sft", "model", "final") or path.name.startswith("ckpt-")
-    return f"{path.parent.name}-{path.name}" if generic and path.parent.name else path.name
-
-
-def load_policy(spec: str | os.PathLike, seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
-    """(model, tokenizer, description) from a model spec, a trainer checkpoint or a trainer run folder.
-
-    * a `models.load_model` spec (``embedded:smollm2-135m-instruct``, ``tiny-random:llama``, a hub id,
-      a saved transformers folder such as the cold-start SFT output);
-    * a trainer checkpoint ``ckpt-XXXXX/`` (``model.pt`` + ``config.json``): the run's initial model
-      with the checkpoint's weights loaded (LoRA adapters are merged);
-    * a trainer run folder: its newest complete checkpoint.
-    """
-    from .models import load_model
-
-    path = Path(spec).expanduser()
-    ckpt = None
-    if path.is_dir() and (path / "model.pt").is_file():
-        ckpt = path
-    elif path.is_dir() and any(path.glob("ckpt-*")):
-        from .trainer import latest_checkpoint
-
-        ckpt = latest_checkpoint(path)
-        if ckpt is None:
-            raise FileNotFoundError(f"{path} holds no complete trainer checkpoint (ckpt-*/ with model.pt and state.pt)")
-    if ckpt is None:
-        model, tokenizer = load_model(str(spec), seed=seed)
-        return model, tokenizer, {"spec": str(spec)}
-    import torch
-
-    from .trainer import TrainConfig, wrap_lora
-
-    config = TrainConfig.from_dict(json.loads((ckpt / "config.json").read_text()))
-    model, tokenizer = load_model(config.model, seed=config.seed)
-    if config.lora:
-        model = wrap_lora(model, config)  # the layout trainer.train saved
-    model.load_state_dict(torch.load(ckpt / "model.pt", weights_only=True))
-    if config.lora:
-        model = model.merge_and_unload()
-    return model.eval(), tokenizer, {"spec": str(ckpt), "base_model": config.model, "algo": config.algo,
-                                     "checkpoint": ckpt.name}
-
-
-# --------------------------------------------------------------------------------------------
 # Figures only the notebooks draw
 # --------------------------------------------------------------------------------------------
 

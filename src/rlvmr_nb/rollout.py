@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Protocol, Sequence
+from typing import Any, Mapping, Protocol, Sequence
 
-from .envs.base import Reset, StepResult, TaskSpec, TextEnv
+from .envs.base import Reset, StepResult, TaskSpec
+from .envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
 from .generation.base import Generator, SamplingConfig
 from .prompts import AgentMemory, PromptConfig, to_chat
 from .tags import parse_output
-from .trajectory import Episode, Step
+from .trajectory import Episode, Step, episode_id, group_id
 
 
 class EnvSlots(Protocol):
@@ -31,30 +32,6 @@ class EnvSlots(Protocol):
     def reset(self, tasks: Sequence[TaskSpec]) -> list[Any]: ...
 
     def step(self, actions: Mapping[int, str]) -> Mapping[int, Any]: ...
-
-
-class LocalEnvs:
-    """In-process `EnvSlots`: one env object per slot, stepped one after another.
-
-    Enough for tests, notebooks and single-env CPU runs; use `envs.pool.EnvPool` to step slow engines
-    in parallel processes."""
-
-    def __init__(self, make_env: Callable[[], TextEnv]):
-        self._make_env = make_env
-        self._envs: list[TextEnv] = []
-
-    def reset(self, tasks: Sequence[TaskSpec]) -> list[Any]:
-        while len(self._envs) < len(tasks):
-            self._envs.append(self._make_env())
-        return [env.reset(task) for env, task in zip(self._envs, tasks)]
-
-    def step(self, actions: Mapping[int, str]) -> dict[int, Any]:
-        return {slot: self._envs[slot].step(action) for slot, action in actions.items()}
-
-    def close(self) -> None:
-        for env in self._envs:
-            env.close()
-        self._envs.clear()
 
 
 @dataclass
@@ -116,8 +93,8 @@ def run_rollouts(
             env=task.env,
             split=task.split,
             task_type=task.task_type,
-            group_id=f"it{iteration}-g{slot_groups[i]}",
-            episode_id=f"it{iteration}-g{slot_groups[i]}-r{i % G}",
+            group_id=group_id(iteration, slot_groups[i]),
+            episode_id=episode_id(iteration, slot_groups[i], i % G),
             seed=config.seed,
             info={"iteration": iteration},
         )

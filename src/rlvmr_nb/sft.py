@@ -1,4 +1,4 @@
-"""Supervised fine-tuning for the cold start (paper §3.3, App. A.2; spec §4.2).
+"""Supervised fine-tuning for the cold start (paper §3.3, App. A.2; docs/method.md, 'Cold start').
 
 Response-only next-token cross-entropy on step-level (prompt, response) pairs; the prompt is the
 chat-formatted user message, the response the tagged step (``<tag>…</tag>\\n<action>…</action>\\n``)
@@ -16,74 +16,20 @@ so that it comes from the loader the backend needs.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import math
 import os
 import random
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-
-@dataclass
-class SFTConfig:
-    """Cold-start SFT hyper-parameters (spec §4.2)."""
-
-    epochs: int = 5
-    """Passes over the data (paper: 5)."""
-    lr: float = 1e-5
-    """Peak learning rate (paper: 1e-5)."""
-    warmup_ratio: float = 0.1
-    """Linear warm-up share of all optimiser steps before the cosine decay (paper: 10 %)."""
-    betas: tuple[float, float] = (0.9, 0.95)
-    """AdamW betas (verl SFT)."""
-    weight_decay: float = 0.01
-    """AdamW weight decay."""
-    grad_clip: float = 1.0
-    """Max global grad norm."""
-    batch_size: int = 16
-    """Samples per optimiser step (paper: 16 per GPU × 8 GPUs = 128; lower on CPU)."""
-    micro_batch_size: int = 4
-    """Samples per forward/backward; batch_size / micro_batch_size accumulation steps."""
-    max_length: int = 2048
-    """Max prompt+response tokens (paper ALFWorld 1.5B: 2048). Longer samples raise, as in the code
-    (truncation='error'), unless `truncate_prompt_left` is set."""
-    truncate_prompt_left: bool = False
-    """Drop the oldest prompt tokens instead of raising on over-long samples."""
-    lora: bool = False
-    """Train LoRA adapters instead of all weights (peft)."""
-    lora_r: int = 16
-    """LoRA rank."""
-    lora_alpha: int = 32
-    """LoRA scaling α."""
-    bf16_autocast: bool = True
-    """bf16 autocast on CPU (≈1.4× faster here, AMX) and on CUDA GPUs that support bf16; fp32 master weights."""
-    gradient_checkpointing: bool = False
-    """Trade compute for activation memory."""
-    seed: int = 0
-    """Shuffling and init seed."""
-    backend: str = "transformers"
-    """'transformers' (CPU and GPU) or 'unsloth' (CUDA only; optional dependency, `sft_unsloth`)."""
-    load_in_4bit: bool = False
-    """backend='unsloth' only: QLoRA on 4-bit base weights (needs lora=True); checkpoints are saved merged in 16 bit."""
-
-
-BACKENDS: tuple[str, ...] = ("transformers", "unsloth")
-
-
-def check_config(config: SFTConfig) -> None:
-    """Reject backend/option combinations that cannot work, before any model work."""
-    if config.backend not in BACKENDS:
-        raise ValueError(f"unknown SFT backend {config.backend!r}; choose one of {BACKENDS}")
-    if config.load_in_4bit and config.backend != "unsloth":
-        raise ValueError("load_in_4bit is an option of backend='unsloth' (QLoRA on CUDA); set load_in_4bit=False")
-    if config.load_in_4bit and not config.lora:
-        raise ValueError("4-bit base weights can only be trained through LoRA adapters; set lora=True or load_in_4bit=False")
+from .devices import autocast_context
+from .runs.policy import save_pretrained_policy
+from .sft_config import BACKENDS, SFTConfig, check_config, write_sft_run_files  # noqa: F401  (re-exported)
 
 
 def load_sft_model(spec: str, config: SFTConfig, seed: int = 0) -> tuple:
@@ -155,15 +101,6 @@ def cosine_with_warmup(step: int, total: int, warmup: int) -> float:
         return (step + 1) / warmup
     progress = (step - warmup) / max(1, total - warmup)
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
-
-
-def autocast_context(device: torch.device, enabled: bool) -> contextlib.AbstractContextManager:
-    """bf16 autocast on the device the model lives on: CPU (AMX) or a CUDA GPU with bf16 support."""
-    if enabled and device.type == "cpu":
-        return torch.autocast("cpu", dtype=torch.bfloat16)
-    if enabled and device.type == "cuda" and torch.cuda.is_bf16_supported():
-        return torch.autocast("cuda", dtype=torch.bfloat16)
-    return contextlib.nullcontext()
 
 
 def train_sft(
@@ -276,20 +213,6 @@ def run_sft_loop(
 
 
 def save_sft(model, tokenizer, out_dir: str | os.PathLike, config: SFTConfig, records: list[dict]) -> Path:
-    """Save weights (merged when LoRA, so the trainer loads a plain model), tokenizer, config, log."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    if hasattr(model, "merge_and_unload"):
-        model = model.merge_and_unload()
-    model.save_pretrained(out)
-    tokenizer.save_pretrained(out)
-    return write_run_files(out, config, records)
-
-
-def write_run_files(out: Path, config: SFTConfig, records: list[dict]) -> Path:
-    """sft_config.json and sft_log.jsonl next to the saved weights."""
-    (out / "sft_config.json").write_text(json.dumps(asdict(config), indent=2))
-    with open(out / "sft_log.jsonl", "w") as f:
-        for r in records:
-            f.write(json.dumps(r) + "\n")
-    return out
+    """Save weights (merged when LoRA, so the trainer loads a plain model), tokenizer, config and log."""
+    out = save_pretrained_policy(model, tokenizer, out_dir)
+    return write_sft_run_files(out, config, records)

@@ -28,7 +28,8 @@ from typing import Any
 
 import torch
 
-from .sft import SFTConfig, save_sft, write_run_files
+from .runs.policy import save_pretrained_policy
+from .sft_config import SFTConfig, write_sft_run_files
 
 LORA_TARGET_MODULES: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 """Every linear layer of a Llama/Qwen2 block: what peft's ``"all-linear"`` selects on the transformers path
@@ -124,13 +125,13 @@ def save_unsloth_sft(model: Any, tokenizer: Any, out_dir: str | os.PathLike, con
                      records: list[dict]) -> Path:
     """A plain 16-bit transformers checkpoint that `models.load_model` (and so the RL trainer) reads.
 
-    16-bit bases: the same path as the transformers backend (`sft.save_sft`: peft ``merge_and_unload``).
+    16-bit bases: the same path as the transformers backend (`runs.save_pretrained_policy`: peft ``merge_and_unload``).
     4-bit bases: Unsloth's ``save_pretrained_merged(..., save_method="merged_16bit")``, which dequantizes
     before merging the adapters.
     """
     if not config.load_in_4bit:
-        return save_sft(model, tokenizer, out_dir, config, records)
+        return write_sft_run_files(save_pretrained_policy(model, tokenizer, out_dir), config, records)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained_merged(str(out), tokenizer, save_method="merged_16bit")
-    return write_run_files(out, config, records)
+    return write_sft_run_files(out, config, records)

@@ -188,3 +188,27 @@ def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
 def read_episodes(path: str | os.PathLike) -> list[Episode]:
     """Read all episodes of a JSONL file."""
     return list(iter_episodes(path))
+
+
+# ----- rollout ids: the one place that builds and parses them ----------------------------------------------
+
+
+def group_id(iteration: int, group: int) -> str:
+    """Id shared by the G rollouts of one task in one iteration (the GRPO group): ``'it3-g5'``."""
+    return f"it{iteration}-g{group}"
+
+
+def episode_id(iteration: int, group: int, rollout: int) -> str:
+    """Id of rollout `rollout` of group `group` in iteration `iteration`: ``'it3-g5-r7'``."""
+    return f"{group_id(iteration, group)}-r{rollout}"
+
+
+def parse_episode_id(text: str) -> tuple[int, int, int]:
+    """``'it3-g5-r7'`` → ``(3, 5, 7)``; a ValueError for anything else (e.g. an expert's ``'expert:…'``)."""
+    parts = text.split("-")
+    if len(parts) != 3 or not (parts[0][:2] == "it" and parts[1][:1] == "g" and parts[2][:1] == "r"):
+        raise ValueError(f"not a rollout episode id (itN-gK-rJ): {text!r}")
+    try:
+        return int(parts[0][2:]), int(parts[1][1:]), int(parts[2][1:])
+    except ValueError:
+        raise ValueError(f"not a rollout episode id (itN-gK-rJ): {text!r}") from None

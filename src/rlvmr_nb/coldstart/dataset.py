@@ -30,15 +30,15 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 from ..envs.base import TaskSpec
+from ..envs.registry import get_env
 from ..prompts import AgentMemory, PromptConfig
 from ..tags import META_TAGS
 from ..trajectory import Episode, read_episodes, write_episodes
 from .experts import (
-    ALFWORLD_EXPERTS,
-    ENVS,
     MAX_TRAJECTORY_STEPS,
     assert_no_heldout,
     candidate_order,
+    coldstart_envs,
     expert_episode,
     heldout_task_types,
     TrajectoryTooLong,
@@ -49,8 +49,6 @@ from .teachers import AnnotationRejected, Teacher, make_teacher
 
 FORMAT = "rlvmr-nb-coldstart/1"
 SAMPLES_FILE, TRAJECTORIES_FILE, MANIFEST_FILE = "samples.jsonl", "trajectories.jsonl", "manifest.json"
-DEFAULT_TRAJECTORIES = {"alfworld": 200, "scienceworld": 60}
-"""Paper: 200 trajectories. ScienceWorld gets fewer by default: gold generation takes seconds per task."""
 MIN_TAG_SHARE = 0.05
 """Every tag must be at least this share of the trained steps (issue 5 acceptance)."""
 MAX_TYPE_FAILURES = 6
@@ -109,7 +107,7 @@ def build_coldstart_dataset(
     teacher: str | Teacher = "rule",
     out_dir: str | os.PathLike | None = None,
     *,
-    expert: str = "mixed",
+    expert: str | None = None,
     handcoded_share: float = 0.5,
     show_admissible: bool = True,
     min_tag_share: float = MIN_TAG_SHARE,
@@ -135,11 +133,10 @@ def build_coldstart_dataset(
         tasks: candidate tasks instead of the full training split (still leakage-checked).
         env_instance: an environment to reuse (tests); it is not closed.
     """
-    if env not in ENVS:
-        raise ValueError(f"unknown env {env!r}; choose one of {ENVS}")
-    if env == "alfworld" and expert not in ALFWORLD_EXPERTS:
-        raise ValueError(f"unknown ALFWorld expert {expert!r}; choose one of {ALFWORLD_EXPERTS}")
-    n = DEFAULT_TRAJECTORIES[env] if n_trajectories is None else int(n_trajectories)
+    kit = get_env(env).coldstart()  # a clear error for worlds without experts
+    expert = expert or kit.experts[0]
+    kit.check_expert(expert)
+    n = kit.default_trajectories if n_trajectories is None else int(n_trajectories)
     if n < 1:
         raise ValueError(f"n_trajectories must be >= 1, got {n}")
     teacher_obj = make_teacher(teacher, seed=seed)
@@ -259,8 +256,7 @@ def _manifest(
         "seed": seed,
         "source": {
             "split": f"{level}/train",
-            "expert": "scienceworld gold paths" if env == "scienceworld" else expert,
-            "handcoded_share": handcoded_share if env == "alfworld" and expert == "mixed" else None,
+            **get_env(env).coldstart().describe_expert(expert, handcoded_share),
             "experts_used": dict(sorted(experts_used.items())),
             "heldout_task_types_excluded": sorted(heldout_task_types(env, level)),
             "max_trajectory_steps": MAX_TRAJECTORY_STEPS,
@@ -330,13 +326,14 @@ def load_coldstart_samples(path: str | os.PathLike, tokenizer: Any) -> list:
 def main(argv: Sequence[str] | None = None) -> int:
     """``rlvmr-nb coldstart``: build a tagged cold-start dataset and print its manifest summary."""
     p = argparse.ArgumentParser(prog="rlvmr-nb coldstart", description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", choices=ENVS, default="alfworld")
+    p.add_argument("--env", choices=coldstart_envs(), default="alfworld")
     p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
     p.add_argument("-n", "--trajectories", type=int, default=None,
                    help="trajectories to keep (default: 200 ALFWorld, 60 ScienceWorld)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--teacher", choices=["rule", "llm"], default="rule")
-    p.add_argument("--expert", choices=ALFWORLD_EXPERTS, default="mixed", help="ALFWorld expert")
+    p.add_argument("--expert", default=None,
+                   help="ALFWorld: mixed (default) | walkthrough | handcoded; ScienceWorld: gold (the only one)")
     p.add_argument("--error-rate", type=float, default=0.8, help="rule teacher: share of trajectories with a mistake")
     p.add_argument("--no-admissible", action="store_true",
                    help="official cold-start prompts without the admissible list (default: the RL prompt format)")

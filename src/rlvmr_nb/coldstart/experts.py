@@ -20,47 +20,37 @@ from collections import defaultdict
 from typing import Any, Iterator, Sequence
 
 from ..envs.base import TaskSpec
+from ..envs.registry import check_level, get_env
 from ..trajectory import Episode, Step
+from .kits import SCIENCEWORLD_LONG_GOLD_TASKS, ColdStartKit  # noqa: F401  (re-exported)
 
-ENVS = ("alfworld", "scienceworld")
 ALFWORLD_EXPERTS = ("walkthrough", "handcoded", "mixed")
 MAX_TRAJECTORY_STEPS = 29
-"""Longest kept trajectory: the official builder keeps only trajectories with < 30 steps (spec §4.1.2)."""
-
-SCIENCEWORLD_LONG_GOLD_TASKS: tuple[str, ...] = (
-    "grow-fruit",
-    "inclined-plane-determine-angle",
-    "inclined-plane-friction-named-surfaces",
-    "inclined-plane-friction-unnamed-surfaces",
-    "mendelian-genetics-known-plant",
-    "mendelian-genetics-unknown-plant",
-)
-"""ScienceWorld tasks whose gold paths are always far over 30 steps (environment probe: mendelian ~148,
-grow-fruit ~60-95, inclined planes 60-184), so generating them (up to 78 s each) only to reject them is
-skipped. Other tasks are length-checked one by one."""
+"""Longest kept trajectory: the official builder keeps only trajectories with < 30 steps (paper §3.3)."""
 
 
 class TrajectoryTooLong(ValueError):
-    """The expert needed 30 or more steps; the cold start keeps shorter trajectories (spec §4.1.2)."""
+    """The expert needed 30 or more steps; the cold start keeps shorter trajectories (paper §3.3)."""
 
 
 class LeakageError(AssertionError):
     """A held-out task type reached the cold-start candidates of a level that must not see it."""
 
 
+def coldstart_envs() -> list[str]:
+    """The registered worlds that have a cold-start kit (experts and rule teacher)."""
+    from .kits import kit_names
+
+    return list(kit_names())
+
+
+def _kit(env: str) -> ColdStartKit:
+    return get_env(env).coldstart()
+
+
 def heldout_task_types(env: str, level: str) -> frozenset[str]:
-    """Task types a level's policy must never train on (spec §6.1): empty for L0/L1."""
-    level = _level_key(level)
-    if env == "alfworld":
-        from ..envs.alfworld import LEVELS, TASK_TYPES
-
-        train_ids = set(LEVELS[level]["train"][1])
-        return frozenset(name for i, name in TASK_TYPES.items() if i not in train_ids)
-    if env == "scienceworld":
-        from ..envs.scienceworld_splits import L2_HELDOUT_TASKS
-
-        return frozenset(L2_HELDOUT_TASKS) if level == "L2" else frozenset()
-    raise ValueError(f"unknown env {env!r}; choose one of {ENVS}")
+    """Task types a level's policy must never train on (paper §2.1): empty for L0/L1."""
+    return get_env(env).heldout_task_types(level)
 
 
 def assert_no_heldout(tasks: Sequence[TaskSpec] | Sequence[Episode], env: str, level: str) -> None:
@@ -76,18 +66,10 @@ def assert_no_heldout(tasks: Sequence[TaskSpec] | Sequence[Episode], env: str, l
 
 def training_tasks(env: str, level: str) -> list[TaskSpec]:
     """The level's training split in its fixed order (ALFWorld: 3,553 games, L2 types 1-4 only; ScienceWorld:
-    the level's train variations), checked for held-out types."""
-    level = _level_key(level)
-    if env == "alfworld":
-        from ..envs.alfworld import alfworld_tasks
-
-        tasks = alfworld_tasks("train", level=level)
-    elif env == "scienceworld":
-        from ..envs.scienceworld_splits import scienceworld_tasks
-
-        tasks = [t for t in scienceworld_tasks(level, "train") if t.task_type not in SCIENCEWORLD_LONG_GOLD_TASKS]
-    else:
-        raise ValueError(f"unknown env {env!r}; choose one of {ENVS}")
+    the level's train variations without the tasks whose gold paths are always too long), checked for
+    held-out types."""
+    skip = set(_kit(env).skip_task_types)
+    tasks = [t for t in get_env(env).tasks("train", check_level(level)) if t.task_type not in skip]
     assert_no_heldout(tasks, env, level)
     return tasks
 
@@ -110,47 +92,27 @@ def candidate_order(tasks: Sequence[TaskSpec], seed: int) -> Iterator[TaskSpec]:
                 yield queue[i]
 
 
-def make_expert_env(env: str, expert: str = "mixed") -> Any:
+def make_expert_env(env: str, expert: str | None = None) -> Any:
     """The environment the experts (and the teachers' replays) run in."""
-    if env == "alfworld":
-        from ..envs.alfworld import ALFWorldEnv
-
-        if expert not in ALFWORLD_EXPERTS:
-            raise ValueError(f"unknown ALFWorld expert {expert!r}; choose one of {ALFWORLD_EXPERTS}")
-        return ALFWorldEnv(accelerate=True, handcoded_expert=expert != "walkthrough")
-    if env == "scienceworld":
-        from ..envs.scienceworld import ScienceWorldEnv
-
-        return ScienceWorldEnv()
-    raise ValueError(f"unknown env {env!r}; choose one of {ENVS}")
+    kit = _kit(env)
+    expert = expert or kit.experts[0]
+    kit.check_expert(expert)
+    return kit.make_expert_env(expert)
 
 
 def expert_episode(
-    env_name: str, task: TaskSpec, env: Any, expert: str = "mixed", seed: int = 0, handcoded_share: float = 0.5
+    env_name: str, task: TaskSpec, env: Any, expert: str | None = None, seed: int = 0, handcoded_share: float = 0.5
 ) -> Episode:
     """One winning expert trajectory of `task` (raises ValueError when the expert cannot provide one).
 
     ALFWorld ``expert='mixed'`` plays the hand-coded expert with probability `handcoded_share` (seeded by
-    `seed` and the task id), else the walkthrough. The episode id is deterministic.
+    `seed` and the task id), else the walkthrough; ScienceWorld replays the gold path. The episode id is
+    deterministic.
     """
-    if env_name == "alfworld":
-        from ..envs.alfworld_experts import play_expert
-
-        if expert not in ALFWORLD_EXPERTS:
-            raise ValueError(f"unknown ALFWorld expert {expert!r}; choose one of {ALFWORLD_EXPERTS}")
-        chosen = expert
-        if expert == "mixed":
-            coin = random.Random(f"{seed}:{task.task_id}").random()
-            chosen = "handcoded" if coin < handcoded_share else "walkthrough"
-        episode = play_expert(task, chosen, env=env, max_steps=MAX_TRAJECTORY_STEPS, seed=seed)
-        episode.info.setdefault("expert", chosen)
-    elif env_name == "scienceworld":
-        from ..envs.scienceworld import scienceworld_gold_episode
-
-        episode = scienceworld_gold_episode(task, env=env)
-        episode.info["expert"] = "gold"
-    else:
-        raise ValueError(f"unknown env {env_name!r}; choose one of {ENVS}")
+    kit = _kit(env_name)
+    expert = expert or kit.experts[0]
+    kit.check_expert(expert)
+    episode = kit.expert_episode(task, env, expert, seed, handcoded_share)
     if not episode.won:
         raise ValueError(f"expert did not win {task.task_id}")
     if episode.length > MAX_TRAJECTORY_STEPS:
@@ -172,7 +134,8 @@ def replay(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], temp
 
     reset = env.reset(task)
     observation = reset.observation
-    admissible = list(reset.admissible_actions) if env_name == "alfworld" else []
+    from_env = _kit(env_name).admissible_from_env
+    admissible = list(reset.admissible_actions) if from_env else []
     available = reset.info.get("available_actions")
     episode = Episode(
         task_id=task.task_id, env=env_name, split=task.split, task_type=template.task_type,
@@ -182,7 +145,7 @@ def replay(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], temp
     for t, action in enumerate(actions):
         result = env.step(action)
         extra: dict[str, Any] = {}
-        if env_name == "scienceworld":
+        if not from_env:
             extra = {"available_actions": available, "score": result.info.get("score"),
                      "score_delta": result.reward}
             is_admissible = result.observation.strip() != INVALID_ACTION_FEEDBACK
@@ -193,16 +156,9 @@ def replay(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], temp
             feedback=result.observation, done=result.done, won=result.won, extra=extra,
         ))
         observation = result.observation
-        admissible = list(result.admissible_actions) if env_name == "alfworld" else []
+        admissible = list(result.admissible_actions) if from_env else []
         available = result.info.get("available_actions")
         if result.done:
             break
     episode.won = bool(episode.steps) and episode.steps[-1].won
     return episode
-
-
-def _level_key(level: str) -> str:
-    key = str(level).upper()
-    if key not in ("L0", "L1", "L2"):
-        raise ValueError(f"unknown level {level!r}; choose L0, L1 or L2")
-    return key

@@ -30,10 +30,9 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, Sequence
 
 from ..envs.base import TaskSpec
+from ..envs.registry import get_env
 from ..tags import META_TAGS, format_step, parse_output
 from ..trajectory import Episode, Step
-from . import alfworld_rules as alf
-from . import scienceworld_rules as sw
 from .experts import MAX_TRAJECTORY_STEPS, replay
 
 
@@ -111,16 +110,10 @@ class RuleTeacher:
         if not expert.steps or not expert.won:
             raise AnnotationRejected(f"{expert.task_id}: the rule teacher needs a winning expert trajectory")
         rng = random.Random(f"rule:{self.seed}:{expert.task_id}")
-        if expert.env == "alfworld":
-            plan: Any = alf.plan_from_actions([s.action for s in expert.steps], rng)
-            candidates = alf.propose_mistakes(expert, plan, rng)
-            took_effect, label = alf.mistake_took_effect, alf.label_steps
-        elif expert.env == "scienceworld":
-            plan = sw.plan_from_gold(expert)
-            candidates = sw.propose_gold_mistakes(expert, rng)
-            took_effect, label = sw.gold_mistake_took_effect, sw.label_gold_steps
-        else:
-            raise ValueError(f"the rule teacher knows alfworld and scienceworld, not {expert.env!r}")
+        rules = get_env(expert.env).coldstart().rules
+        plan: Any = rules.plan(expert, rng)
+        candidates = rules.propose_mistakes(expert, plan, rng)
+        took_effect, label = rules.took_effect, rules.label_steps
         actions = [s.action for s in expert.steps]
         wanted = int(rng.random() < self.error_rate)
         if len(actions) >= self.second_mistake_min_steps:
@@ -193,7 +186,7 @@ _JSON_LIST = re.compile(r"\[.*\]", re.DOTALL)
 
 def annotation_prompt(expert: Episode) -> str:
     """The tagging request for one successful trajectory (our wording of spec §4.1.3)."""
-    guide = _TAG_GUIDE["scienceworld" if expert.env == "scienceworld" else "alfworld"]
+    guide = _TAG_GUIDE[get_env(expert.env).prompt_family]
     lines = [
         "I will show you a successful trajectory of an agent solving a task in a text environment. Supplement "
         "its reasoning: for every step, write the thought that led to the action, as ONE concise sentence "

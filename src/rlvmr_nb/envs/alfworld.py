@@ -139,6 +139,17 @@ def alfworld_tasks(
     ]
 
 
+def level_tasks(role: str, level: str) -> list[TaskSpec]:
+    """The registry's task lists: `role` ('train' / 'test') of `level` (paper §2.1, App. A.1)."""
+    return alfworld_tasks(role, level=level)
+
+
+def heldout_task_types(level: str) -> frozenset[str]:
+    """Task types held out of `level`'s training split: cool and pick-two for L2 (paper §2.1), none else."""
+    train_ids = set(LEVELS[level.upper()]["train"][1])
+    return frozenset(name for i, name in TASK_TYPES.items() if i not in train_ids)
+
+
 def seeded_subset(tasks: Sequence[TaskSpec], n: int, seed: int) -> list[TaskSpec]:
     """A fixed random sample of ``n`` tasks, kept in the input order.
 

@@ -338,3 +338,9 @@ def _run_alfworld_download(into: Path) -> None:
             f"alfworld-download failed (exit {exc.returncode}); it needs network access to GitHub. Offline, pass "
             "the game archive or an unpacked json_2.1.1 directory as source instead"
         ) from exc
+
+
+def install(source: str | os.PathLike | None = None, dest: str | os.PathLike | None = None, force: bool = False) -> Path:
+    """The registry's data installer (`rlvmr-nb data alfworld`): from `source`, else the shared archive when
+    there is one, else ``alfworld-download``."""
+    return install_alfworld_data(source or default_source(), dest=dest, force=force)

@@ -13,7 +13,6 @@ Two experts:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import random
 import time

@@ -36,13 +36,11 @@ exit by themselves if the parent dies (their pipe closes), and ScienceWorld JVMs
 
 from __future__ import annotations
 
-import importlib
 import multiprocessing as mp
 import os
 import pickle
 import signal
 import time
-import traceback
 import weakref
 from dataclasses import dataclass, replace
 from functools import partial
@@ -51,168 +49,16 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec, TextEnv
 from rlvmr_nb.envs.lazy import LazyActionList, StaleActionsError
-
-ENV_REGISTRY: dict[str, str] = {
-    "toy": "rlvmr_nb.envs.toy:ToyEnv",
-    "scienceworld": "rlvmr_nb.envs.scienceworld:ScienceWorldEnv",
-    "alfworld": "rlvmr_nb.envs.alfworld:ALFWorldEnv",
-}
-"""Env name -> 'module:Class'. `register_env` adds names; a 'module:attr' string also works directly."""
-
-CONFIG_ERRORS: tuple[type[BaseException], ...] = (ValueError, LookupError, TypeError, ImportError, FileNotFoundError)
-"""Exceptions from reset/env construction that mean 'fix your input/setup', raised in the caller."""
+from rlvmr_nb.envs.pool_worker import (  # noqa: F401  (Aborted, RemoteTraceback, CONFIG_ERRORS: public here too)
+    CONFIG_ERRORS,
+    Aborted,
+    RemoteTraceback,
+    _worker_main,
+    resolve_env_factory,
+)
+from rlvmr_nb.envs.registry import get_env
 
 _CLOSE_GRACE_S = 10.0
-
-
-def register_env(name: str, target: str) -> None:
-    """Make `EnvPool(name)` build envs from `target` ('package.module:ClassOrFactory')."""
-    if ":" not in target:
-        raise ValueError(f"env target {target!r} must look like 'package.module:ClassName'")
-    ENV_REGISTRY[name] = target
-
-
-def resolve_env_factory(env: str | Callable[..., TextEnv]) -> Callable[..., TextEnv]:
-    """An env factory from a registered name, a 'module:attr' string or a callable."""
-    if callable(env):
-        return env
-    target = ENV_REGISTRY.get(env, env)
-    module_name, sep, attr = target.partition(":")
-    if not sep:
-        raise ValueError(f"unknown env {env!r}; use one of {sorted(ENV_REGISTRY)} or 'package.module:ClassName'")
-    module = importlib.import_module(module_name)
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"{module_name} has no {attr!r} (env {env!r})") from None
-
-
-@dataclass(frozen=True)
-class Aborted:
-    """A slot's episode was cut by an infrastructure fault: exclude it from metrics, never count it as a failure."""
-
-    slot: int
-    kind: str
-    """'env_error' | 'worker_died' | 'timeout' | 'lost' (worker restarted while the episode was live)."""
-    reason: str
-    """Human-readable cause (exit code, timeout, the env's traceback)."""
-    task_id: str = ""
-
-
-class RemoteTraceback(Exception):
-    """Carries a worker-side traceback as the `__cause__` of an exception re-raised in the caller."""
-
-    def __init__(self, tb: str) -> None:
-        super().__init__(tb)
-        self.tb = tb
-
-    def __str__(self) -> str:
-        return f"\n--- worker traceback ---\n{self.tb}"
-
-
-# ----- worker process ---------------------------------------------------------------------------------
-def _worker_main(conn: Connection, env_spec: Any, env_kwargs: dict[str, Any], prefetch: bool) -> None:
-    """Worker loop: one env per slot; replies one message per slot so the parent can time each step."""
-    try:
-        os.setpgrp()  # own process group: the parent can SIGKILL us together with our JVMs
-    except OSError:
-        pass
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle; it then closes us
-    factory = resolve_env_factory(env_spec)
-    envs: dict[int, TextEnv] = {}
-    unread: dict[int, LazyActionList] = {}  # each slot's current, not-yet-read lazy admissible list
-    try:
-        while True:
-            if prefetch and not conn.poll(0):
-                pending = [s for s, lazy in unread.items() if not lazy.loaded]
-                if pending:
-                    try:
-                        len(unread[pending[0]])  # compute while the parent is busy elsewhere
-                    except Exception:  # noqa: BLE001 - the real request will report it
-                        unread.pop(pending[0], None)
-                    continue
-            try:
-                op, items = conn.recv()
-            except (EOFError, OSError):
-                return  # parent is gone
-            if op == "close":
-                return
-            for slot, arg in items:
-                reply = _serve(op, slot, arg, envs, unread, factory, env_kwargs)
-                try:
-                    conn.send(reply)
-                except (OSError, EOFError):
-                    return  # parent is gone
-                except Exception as e:  # noqa: BLE001 - an unpicklable result must not kill the worker
-                    conn.send(("err", slot, RuntimeError(f"reply could not be pickled: {e}"), traceback.format_exc()))
-    finally:
-        for env in envs.values():
-            _close_quietly(env)
-
-
-def _serve(
-    op: str,
-    slot: int,
-    arg: Any,
-    envs: dict[int, TextEnv],
-    unread: dict[int, LazyActionList],
-    factory: Callable[..., TextEnv],
-    env_kwargs: dict[str, Any],
-) -> tuple:
-    try:
-        if op == "reset":
-            unread.pop(slot, None)
-            if slot not in envs:
-                envs[slot] = factory(**env_kwargs)
-            return _pack(slot, envs[slot].reset(arg), unread)
-        if op == "step":
-            unread.pop(slot, None)
-            return _pack(slot, envs[slot].step(arg), unread)
-        if op == "admissible":
-            lazy = unread.get(slot)
-            actions = list(lazy) if lazy is not None else list(envs[slot].admissible_actions())  # type: ignore[attr-defined]
-            return ("ok", slot, actions, False)
-        if op == "call":
-            name, args, kwargs = arg
-            attr = getattr(envs[slot], name)
-            return ("ok", slot, attr(*args, **kwargs) if callable(attr) else attr, False)
-        if op == "release":
-            unread.pop(slot, None)
-            env = envs.pop(slot, None)
-            if env is not None:
-                _close_quietly(env)
-            return ("ok", slot, None, False)
-        raise ValueError(f"unknown pool op {op!r}")
-    except Exception as e:  # noqa: BLE001 - every env failure is reported, never kills the worker
-        tb = traceback.format_exc()
-        config = op in ("reset", "call") and isinstance(e, CONFIG_ERRORS + ((AttributeError,) if op == "call" else ()))
-        if not config:
-            unread.pop(slot, None)
-            env = envs.pop(slot, None)  # a failed env is not trusted again; the next reset makes a new one
-            if env is not None:
-                _close_quietly(env)
-        try:
-            exc: BaseException = pickle.loads(pickle.dumps(e))
-        except Exception:  # noqa: BLE001
-            exc = RuntimeError(f"{type(e).__name__}: {e}")
-        return ("raise" if config else "err", slot, exc, tb)
-
-
-def _pack(slot: int, result: Reset | StepResult, unread: dict[int, LazyActionList]) -> tuple:
-    actions = result.admissible_actions
-    if isinstance(actions, LazyActionList) and not actions.loaded:
-        unread[slot] = actions  # served later by an 'admissible' request (or prefetched)
-        return ("ok", slot, replace(result, admissible_actions=[]), True)
-    if not isinstance(actions, list):
-        result = replace(result, admissible_actions=list(actions))
-    return ("ok", slot, result, False)
-
-
-def _close_quietly(env: TextEnv) -> None:
-    try:
-        env.close()
-    except Exception:  # noqa: BLE001 - shutting down; the process-group kill is the backstop
-        pass
 
 
 # ----- parent side ------------------------------------------------------------------------------------
@@ -266,8 +112,9 @@ def _shutdown_workers(workers: list[_Worker]) -> None:
 class EnvPool:
     """N worker processes stepping any `TextEnv` in parallel; see the module docstring.
 
-    `env` is a registered name ('toy', 'scienceworld', 'alfworld'), a 'module:Class' string or a
-    picklable top-level callable; `env_kwargs` (picklable) are passed to it in the worker.
+    `env` is a registered name ('toy', 'scienceworld', 'alfworld'; `envs.registry`, whose default
+    constructor arguments apply), an `EnvSpec`, a 'module:Class' string or a picklable top-level callable;
+    `env_kwargs` (picklable) are passed to it in the worker.
     """
 
     def __init__(
@@ -285,6 +132,8 @@ class EnvPool:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         if step_timeout <= 0 or reset_timeout <= 0:
             raise ValueError("step_timeout and reset_timeout must be > 0 seconds")
+        if isinstance(env, str) and ":" not in env:
+            env = get_env(env)  # the spec travels to the workers, so envs registered at run time work there too
         resolve_env_factory(env)  # fail here, in the caller, on unknown names or missing modules
         self._env_spec = env
         self._env_kwargs = dict(env_kwargs or {})

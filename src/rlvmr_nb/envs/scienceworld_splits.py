@@ -192,3 +192,13 @@ def scienceworld_tasks(
         pairs = rng.sample(pairs, min(n, len(pairs)))
     split_label = f"{key}/{split}"
     return [make_task(TASK_NAMES[t], v, split_label) for t, v in sorted(pairs)]
+
+
+def level_tasks(role: str, level: str) -> list[TaskSpec]:
+    """The registry's task lists: `role` ('train' / 'test') of `level` (paper §2.1, App. A.1)."""
+    return scienceworld_tasks(level, role)
+
+
+def heldout_task_types(level: str) -> frozenset[str]:
+    """Tasks held out of `level`'s training split: the L2 held-out tasks (paper §2.1), none for L0/L1."""
+    return frozenset(L2_HELDOUT_TASKS) if _normalise_level(level) == "L2" else frozenset()

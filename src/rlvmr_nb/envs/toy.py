@@ -238,6 +238,11 @@ def toy_tasks(n: int = 8, *, kinds: tuple[str, ...] = TASK_KINDS, start: int = 0
     ]
 
 
+def level_tasks(role: str, level: str) -> list[TaskSpec]:
+    """The registry's task lists. The toy game has no levels: 8 training tasks, 16 test tasks after them."""
+    return toy_tasks(8, split="train") if role == "train" else toy_tasks(16, split="test")
+
+
 class ToyEnv:
     """`TextEnv` over the toy game. `max_steps` ends an episode (done, not won) after that many steps."""
 

@@ -1,0 +1,31 @@
+"""Run folders: everything a training, SFT or evaluation run leaves on disk, and how to read it back.
+
+One run folder (``out_dir``) holds:
+
+* ``config.json`` — the run's settings (`write_config`);
+* ``ckpt-XXXXX/`` — checkpoints after iteration XXXXX: ``model.pt`` (weights), ``state.pt`` (optimizer and
+  torch RNG, tensors only), ``rng.json`` (Python and NumPy RNG), ``config.json`` (`checkpoints`);
+* ``metrics.jsonl`` / ``metrics.csv`` / ``tensorboard/`` — one row per iteration (`logs`);
+* ``episodes.jsonl`` — every rollout, one episode per line (`trajectory.append_episodes`);
+* an SFT output folder: a saved transformers model + ``sft_config.json`` + ``sft_log.jsonl`` (`policy`).
+
+`policy.load_policy` turns any of these (or a model spec) back into ``(model, tokenizer)``.
+"""
+
+from .checkpoints import (
+    CheckpointError,
+    latest_checkpoint,
+    list_checkpoints,
+    load_checkpoint,
+    restore_run,
+    resume_checkpoint,
+    save_checkpoint,
+)
+from .logs import METRIC_COLUMNS, MetricsLog, read_metrics, truncate_logs
+from .policy import load_policy, model_label, save_pretrained_policy, wrap_lora, write_config, write_jsonl
+
+__all__ = [
+    "CheckpointError", "METRIC_COLUMNS", "MetricsLog", "latest_checkpoint", "list_checkpoints", "load_checkpoint",
+    "load_policy", "model_label", "read_metrics", "restore_run", "resume_checkpoint", "save_checkpoint", "save_pretrained_policy",
+    "truncate_logs", "wrap_lora", "write_config", "write_jsonl",
+]

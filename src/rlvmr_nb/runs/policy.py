@@ -1,0 +1,118 @@
+"""Policies in run folders: LoRA layout, saving a trained model, and loading any run's policy back.
+
+`load_policy` is what evaluation, the CLI and the notebooks call with whatever a user points at: a model
+spec (`models.load_model`), a saved transformers folder (the cold-start SFT output), a trainer checkpoint
+``ckpt-XXXXX/``, or a trainer run folder (its newest intact checkpoint).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+
+def wrap_lora(model: Any, r: int) -> Any:
+    """The trainer's LoRA adapters (rank `r`, alpha 2·r, every linear layer). Loading a LoRA checkpoint
+    must build the same layout for its saved keys to match, so training and loading both come here."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear", task_type="CAUSAL_LM"))
+
+
+def write_config(out_dir: str | os.PathLike, config: Mapping[str, Any], name: str = "config.json") -> Path:
+    """Dump a run's settings as JSON (atomically: a reader never sees half a file)."""
+    path = Path(out_dir) / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(dict(config), indent=2, default=str))
+    os.replace(tmp, path)
+    return path
+
+
+def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> Path:
+    """One JSON object per line (a training log), written atomically."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(tmp, "w") as f:
+        for r in records:
+            f.write(json.dumps(dict(r)) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def save_pretrained_policy(model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> Path:
+    """Save weights (LoRA adapters merged, so any loader gets a plain model) and tokenizer."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if hasattr(model, "merge_and_unload"):
+        model = model.merge_and_unload()
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def model_label(spec: str | os.PathLike) -> str:
+    """A short, file-name-safe name of a model spec for titles, legends and result folders.
+
+    ``'embedded:smollm2-135m-instruct'`` -> ``'smollm2-135m-instruct'``, ``'tiny-random:llama'`` ->
+    ``'tiny-random-llama'``, ``'Qwen/Qwen2.5-1.5B-Instruct'`` -> ``'Qwen2.5-1.5B-Instruct'``, a folder ->
+    its name, prefixed by its parent's when the name alone says nothing
+    (``runs/coldstart/alfworld-L0-n10-seed0/sft`` -> ``'alfworld-L0-n10-seed0-sft'``).
+    """
+    text = str(spec).rstrip("/")
+    if ":" in text and not Path(text).exists():
+        prefix, rest = text.split(":", 1)
+        return rest if prefix == "embedded" else f"{prefix}-{Path(rest).name}"
+    path = Path(text)
+    generic = path.name in ("sft", "model", "final") or path.name.startswith("ckpt-")
+    return f"{path.parent.name}-{path.name}" if generic and path.parent.name else path.name
+
+
+def _checkpoints_named(path: Path) -> list[Path]:
+    """Checkpoints a folder names, newest first: itself, or a run folder's complete ones (empty: not a
+    trainer folder)."""
+    from .checkpoints import CHECKPOINT_PREFIX, list_checkpoints
+
+    if path.is_dir() and (path / "model.pt").is_file():
+        return [path]
+    if path.is_dir() and any(path.glob(f"{CHECKPOINT_PREFIX}*")):
+        ckpts = list_checkpoints(path)
+        if not ckpts:
+            raise FileNotFoundError(f"{path} holds no complete trainer checkpoint (ckpt-*/ with model.pt and state.pt)")
+        return list(reversed(ckpts))
+    return []
+
+
+def load_policy(spec: str | os.PathLike, seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
+    """``(model, tokenizer, description)`` from a model spec, a saved model folder, a trainer checkpoint or
+    a trainer run folder (its newest intact checkpoint; a damaged newer one is skipped with a warning).
+
+    A checkpoint is rebuilt from its run's initial model (``config.json``'s ``model``) with the
+    checkpoint's weights loaded (LoRA adapters merged)."""
+    from ..models import load_model
+    from .checkpoints import CheckpointError, read_checkpoint
+
+    candidates = _checkpoints_named(Path(spec).expanduser())
+    if not candidates:
+        model, tokenizer = load_model(str(spec), seed=seed)
+        return model, tokenizer, {"spec": str(spec)}
+    for candidate in candidates:
+        try:
+            parts = read_checkpoint(candidate)
+            break
+        except CheckpointError as e:
+            if candidate == candidates[-1]:
+                raise
+            warnings.warn(f"skipping a damaged checkpoint: {e}", RuntimeWarning, stacklevel=2)
+    config = parts["config.json"]
+    model, tokenizer = load_model(config["model"], seed=int(config.get("seed", 0)))
+    if config.get("lora"):
+        model = wrap_lora(model, int(config.get("lora_r", 16)))  # the layout the trainer saved
+    model.load_state_dict(parts["model.pt"])
+    if config.get("lora"):
+        model = model.merge_and_unload()
+    return model.eval(), tokenizer, {"spec": str(candidate), "base_model": config["model"],
+                                     "algo": config.get("algo"), "checkpoint": candidate.name}

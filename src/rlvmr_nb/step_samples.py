@@ -1,0 +1,179 @@
+"""Step samples: one training sample per agent step, and the per-token log-probs of their responses.
+
+Every active step of a rollout is its own sample (paper App. A.2: prompt = the whole serialised context,
+response = that step's output). `ResponseScorer` runs the decoder and keeps only the hidden states that
+predict response tokens; the vocabulary projection happens afterwards, in the fused chunked kernel
+(`kernels.fused_grpo_loss`) or the plain reference (`loss.reference_logprobs_from_hidden`), so prompt
+positions never meet ``lm_head`` and the fused path never holds [tokens × vocab] logits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+import torch
+
+from .devices import autocast_context
+from .loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
+from .trajectory import Episode
+
+
+@dataclass
+class StepSample:
+    """One step as a training sample."""
+
+    prompt_ids: list[int]
+    response_ids: list[int]
+    advantage: float
+    """The step's advantage, broadcast to every response token (paper Eq. 5)."""
+    sampler_logprobs: list[float]
+    """Per-token log-probs the rollout engine reported when it sampled the response."""
+    old_logprobs: torch.Tensor | None = None
+    """Per-token log-probs of the policy before this iteration's update, recomputed by the trainer."""
+    ref_logprobs: torch.Tensor | None = None
+    """Per-token log-probs of the frozen reference policy (the KL term's anchor)."""
+
+
+@dataclass(frozen=True)
+class ScoringOptions:
+    """How response log-probs and the loss are computed (from `trainer.TrainConfig`)."""
+
+    temperature: float = 1.0
+    """Logits are divided by the sampling temperature before the softmax, as the sampler did."""
+    chunk_size: int | None = None
+    """Tokens per vocabulary chunk of the fused kernel (None: automatic)."""
+    autocast: bool = True
+    """bf16 autocast of the decoder (fp32 master weights)."""
+    fused: bool = True
+    """Fused chunked lm_head + loss (True) or the plain reference that materialises the logits (False)."""
+    micro_batch_size: int = 16
+    """Samples per forward pass when log-probs are computed without gradient."""
+
+
+def episodes_to_samples(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[StepSample]:
+    """One sample per step that produced response tokens; `advantages` holds one value per step of
+    `episodes` in flat order (as `advantages.compute_advantages` returns it)."""
+    n_steps = sum(len(ep.steps) for ep in episodes)
+    if len(advantages) != n_steps:
+        raise ValueError(f"{len(advantages)} advantages for {n_steps} steps")
+    out, i = [], 0
+    for ep in episodes:
+        for s in ep.steps:
+            if s.response_token_ids:
+                out.append(StepSample(list(s.prompt_token_ids), list(s.response_token_ids), float(advantages[i]),
+                                      list(s.response_logprobs or [])))
+            i += 1
+    return out
+
+
+class Packed(NamedTuple):
+    """A right-padded micro-batch: input ids/attention [B, L], response targets/mask [B, Tr], and the
+    positions whose hidden states predict each response token [B, Tr]."""
+
+    ids: torch.Tensor
+    attn: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    index: torch.Tensor
+
+
+def pack(samples: Sequence[StepSample], pad_id: int, device: torch.device | str = "cpu") -> Packed:
+    """Right-pad `samples` into tensors on `device` (see `Packed`)."""
+    width = max(len(s.prompt_ids) + len(s.response_ids) for s in samples)
+    resp = max(len(s.response_ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(samples), width), dtype=torch.long)
+    targets = torch.zeros((len(samples), resp), dtype=torch.long)
+    mask = torch.zeros((len(samples), resp), dtype=torch.bool)
+    index = torch.zeros((len(samples), resp), dtype=torch.long)
+    for i, s in enumerate(samples):
+        seq = s.prompt_ids + s.response_ids
+        n = len(s.response_ids)
+        ids[i, : len(seq)] = torch.tensor(seq)
+        attn[i, : len(seq)] = 1
+        targets[i, :n] = torch.tensor(s.response_ids)
+        mask[i, :n] = True
+        # hidden state p predicts token p + 1; response token j sits at len(prompt) + j
+        index[i, :n] = torch.arange(n) + len(s.prompt_ids) - 1
+    return Packed(*(t.to(device) for t in (ids, attn, targets, mask, index)))
+
+
+class ResponseScorer(torch.nn.Module):
+    """Final hidden states at the positions that predict response tokens, plus the lm_head weight.
+
+    A module so DDP/FSDP can wrap it (gradients must flow through the wrapper's forward)."""
+
+    def __init__(self, model: Any, autocast: bool = True):
+        super().__init__()
+        self.model = model
+        self.autocast = autocast
+
+    def forward(self, ids: torch.Tensor, attn: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
+        with autocast_context(ids.device, self.autocast):
+            hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+        h = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])).float()
+        return h, self.model.get_output_embeddings().weight
+
+
+def model_device(model: Any) -> torch.device:
+    return next(model.parameters()).device
+
+
+@torch.no_grad()
+def response_logprobs(model: Any, samples: Sequence[StepSample], pad_id: int, options: ScoringOptions) -> list[torch.Tensor]:
+    """No-grad per-token log-probs of every sample's response under `model` (old policy or reference),
+    chunked over the vocabulary; returned on the CPU, one tensor per sample."""
+    from .kernels import chunked_logprobs
+
+    scorer = ResponseScorer(model, options.autocast)
+    device = model_device(model)
+    out: list[torch.Tensor] = []
+    for i in range(0, len(samples), options.micro_batch_size):
+        chunk = samples[i : i + options.micro_batch_size]
+        batch = pack(chunk, pad_id, device)
+        h, weight = scorer(batch.ids, batch.attn, batch.index)
+        logp = chunked_logprobs(h, weight.float(), batch.targets, options.temperature, options.chunk_size, mask=batch.mask)
+        out += [logp[row, : len(s.response_ids)].float().cpu().clone() for row, s in enumerate(chunk)]
+    return out
+
+
+def with_logprobs(samples: Sequence[StepSample], attr: str, values: Sequence[torch.Tensor]) -> list[StepSample]:
+    """Copies of `samples` with `attr` ('old_logprobs' or 'ref_logprobs') set from `values`."""
+    if len(values) != len(samples):
+        raise ValueError(f"{len(values)} log-prob rows for {len(samples)} samples")
+    return [replace(s, **{attr: v}) for s, v in zip(samples, values)]
+
+
+def _stack(samples: Sequence[StepSample], attr: str, width: int, device: torch.device) -> torch.Tensor:
+    out = torch.zeros((len(samples), width))
+    for i, s in enumerate(samples):
+        v = getattr(s, attr)
+        v = torch.as_tensor(np.asarray(v, dtype=np.float32)) if not isinstance(v, torch.Tensor) else v
+        out[i, : len(v)] = v
+    return out.to(device)
+
+
+def micro_batch_loss(
+    scorer: torch.nn.Module, samples: Sequence[StepSample], pad_id: int, loss_config: LossConfig,
+    options: ScoringOptions, old_attr: str = "old_logprobs",
+) -> tuple[torch.Tensor, dict]:
+    """GRPO-MR loss of one micro-batch (paper Eq. 5): the fused chunked kernel, or the plain reference."""
+    device = next(scorer.parameters()).device
+    batch = pack(samples, pad_id, device)
+    h, weight = scorer(batch.ids, batch.attn, batch.index)
+    width = batch.mask.shape[1]
+    old = _stack(samples, old_attr, width, device)
+    ref = _stack(samples, "ref_logprobs", width, device) if loss_config.kl_coef else None
+    adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device)
+    if options.fused:
+        from .kernels import fused_grpo_loss
+
+        out = fused_grpo_loss(h, weight, batch.targets, old, ref, adv, batch.mask, config=loss_config,
+                              temperature=options.temperature, chunk_size=options.chunk_size)
+        return out.loss, out.metrics
+    logp, entropy = reference_logprobs_from_hidden(h, weight.float(), batch.targets, options.temperature,
+                                                   return_entropy=True)
+    return grpo_loss(logp, old, ref, adv, batch.mask, entropy if loss_config.entropy_coef else None, loss_config)
