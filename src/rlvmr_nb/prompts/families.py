@@ -33,13 +33,13 @@ class PromptFamily:
     """Reads the task sentence out of the first observation, for families whose first observation states
     the task (ALFWorld): the first prompt then has no separate task line and `AgentMemory.record` fills
     the memory's task from it. None: the task is given to the memory and shown on the first step too."""
-    history: Callable[[Sequence["HistoryEntry"], "PromptConfig"], list[str]]
+    history: Callable[[Sequence[HistoryEntry], PromptConfig], list[str]]
     """Formats the (observation, action) history lines of the think and meta-think styles."""
     recent_outputs_with_observation: bool
     """The meta-think prompt's repeated full outputs also show the observation each one answered."""
     action_templates: Callable[[bool], str] | None
     """The fixed action-template block (argument: the cold-start merged variant), or None for no block."""
-    available_actions: Callable[[Sequence[str], "str | Sequence[str] | None"], list[str]]
+    available_actions: Callable[[Sequence[str], str | Sequence[str] | None], list[str]]
     """Lines that list the actions possible now, from (admissible list, available-actions text or list);
     shown when `PromptConfig.show_admissible` is True."""
     meta_think_parser_mode: str
