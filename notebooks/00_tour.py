@@ -54,7 +54,7 @@ from IPython.display import Image, display
 from rlvmr_nb import casestudy, metrics, plots
 from rlvmr_nb.advantages import PRESETS, grpo_mr_advantages
 from rlvmr_nb.demo import example_group_path, reparse
-from rlvmr_nb.notebooks import plot_preset_comparison
+from rlvmr_nb.plots import plot_preset_comparison
 from rlvmr_nb.rewards import RewardConfig, assign_rewards
 from rlvmr_nb.tags import parse_output
 from rlvmr_nb.trajectory import read_episodes
