@@ -1,4 +1,4 @@
-"""ScienceWorld: L0/L1/L2 split lists (spec §6.3), the env adapter, gold-path replay (issue 3)."""
+"""ScienceWorld: L0/L1/L2 split lists (paper App. A.1), the env adapter, gold-path replay."""
 
 from __future__ import annotations
 
@@ -264,7 +264,7 @@ def test_bad_task_ids_fail_clearly(env):
 @needs_java
 @pytest.mark.parametrize("task_id", ["lifespan-longest-lived:3", "find-living-thing:7", "boil:0"])
 def test_gold_path_replays_to_score_100(env, task_id):
-    from rlvmr_nb.envs.scienceworld import scienceworld_gold_episode
+    from rlvmr_nb.envs.scienceworld_gold import scienceworld_gold_episode
 
     episode = scienceworld_gold_episode(task_id, env=env, with_admissible=task_id.startswith("lifespan"))
     assert episode.won and episode.info["final_score"] == 100
@@ -287,7 +287,7 @@ def test_gold_paths_for_a_broader_sample(env):
     use-thermometer (in no split) is left out: some of its simulator gold paths are wrong (the substance
     warms past the threshold after the path was planned), see benchmarks/results/envs_scienceworld.json.
     """
-    from rlvmr_nb.envs.scienceworld import replay_gold_sample
+    from rlvmr_nb.envs.scienceworld_gold import replay_gold_sample
 
     names = ["melt", "chemistry-mix", "find-plant", "grow-plant", "identify-life-stages-1",
              "inclined-plane-determine-angle", "measure-melting-point-known-substance", "power-component",
