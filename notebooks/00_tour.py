@@ -154,7 +154,7 @@ steps.pivot_table(index="episode", columns="reward_class", values="r_MR", aggfun
 # ## 5. Advantages: the official code vs the paper
 #
 # GRPO compares the rollouts of one task with each other. GRPO-MR does so on two channels and
-# adds them up (spec §3):
+# adds them up (paper Eqs. 2-4; `docs/method.md`, Advantages):
 #
 # * **outcome**: the score normalised within the group, `(x − mean) / (std + ε)`;
 # * **meta-reasoning**: r_MR normalised within each tag class, so a paid `<explore>` is compared

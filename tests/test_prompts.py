@@ -1,4 +1,5 @@
-"""Prompt rendering (spec §1.4), plan memory (§1.3) and token-budget truncation (§1.5)."""
+"""Prompt rendering (paper App. C), plan memory and token-budget truncation (`docs/method.md`, Plan memory
+and Prompts)."""
 
 from __future__ import annotations
 
@@ -186,7 +187,7 @@ Follow this plan closely.
 
 
 def test_scienceworld_second_step_is_labelled_step_1_not_step_0():
-    """The official code labels the one history entry of the second step 'Step 0' (spec §1.4); we don't."""
+    """The official code labels the one history entry of the second step 'Step 0'; we don't."""
     memory = AgentMemory(task="Boil water.", config=PromptConfig(env="scienceworld"))
     memory.record("hallway", "<monitor>go</monitor><action>open door to kitchen</action>")
     text = memory.render("door open", ["go to kitchen"])
@@ -231,7 +232,7 @@ def test_helpers():
         PromptConfig(style="cot")
 
 
-# ---- plan memory (spec §1.3) ------------------------------------------------------------------
+# ---- plan memory ----------------------------------------------------------------------------
 
 
 def test_first_step_plan_propagates_to_later_prompts():
@@ -265,7 +266,7 @@ def test_record_returns_parse_and_uses_sent_action():
     assert [e.step for e in memory.entries] == [1, 2]
 
 
-# ---- truncation (spec §1.5) -------------------------------------------------------------------
+# ---- truncation (`docs/method.md`, Prompts: Budget) ------------------------------------------
 
 pytest.importorskip("transformers")
 from model_fixtures import smollm2_tokenizer  # noqa: E402,F401  (fixture)
@@ -378,13 +379,13 @@ def _golden_cases():
         if env == "scienceworld":
             text = "Valid_actions: ['open OBJ', 'go to LOC'], OBJ needs to be replaced with: ['door', 'kitchen']"
             for steps in (0, GOLDEN_LATER_STEPS):
-                spec = (env, "meta_think", True, steps)
-                yield f"{env}-available-text-steps={steps}", spec, "kitchen", admissible, text, False
-                yield f"{env}-available-list-steps={steps}", spec, "kitchen", admissible, ["look", "wait"], False
+                setup = (env, "meta_think", True, steps)
+                yield f"{env}-available-text-steps={steps}", setup, "kitchen", admissible, text, False
+                yield f"{env}-available-list-steps={steps}", setup, "kitchen", admissible, ["look", "wait"], False
 
 
-def _golden_render(spec, observation, admissible, available, budget, tokenizer) -> str:
-    memory = _golden_memory(*spec)
+def _golden_render(setup, observation, admissible, available, budget, tokenizer) -> str:
+    memory = _golden_memory(*setup)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", PromptTruncationWarning)
         return memory.render(
@@ -398,12 +399,12 @@ def _golden_render(spec, observation, admissible, available, budget, tokenizer) 
 
 def _write_golden(tokenizer) -> None:  # pragma: no cover - run by hand against the reference code
     cases = {}
-    for name, spec, observation, admissible, available, truncate in _golden_cases():
+    for name, setup, observation, admissible, available, truncate in _golden_cases():
         budget = None
         if truncate:  # a budget that drops about half of the history
-            full = _golden_memory(*spec).render(observation, admissible, available_actions=available)
+            full = _golden_memory(*setup).render(observation, admissible, available_actions=available)
             budget = count_chat_tokens(tokenizer, full) - 160
-        cases[name] = {"budget": budget, "text": _golden_render(spec, observation, admissible, available, budget, tokenizer)}
+        cases[name] = {"budget": budget, "text": _golden_render(setup, observation, admissible, available, budget, tokenizer)}
     GOLDEN_PATH.write_text(json.dumps(cases, indent=1, ensure_ascii=False) + "\n")
 
 
@@ -411,9 +412,9 @@ def test_rendered_prompts_are_byte_identical_to_golden(smollm2_tokenizer):
     golden = json.loads(GOLDEN_PATH.read_text())
     names = [case[0] for case in _golden_cases()]
     assert sorted(names) == sorted(golden)
-    for name, spec, observation, admissible, available, _ in _golden_cases():
+    for name, setup, observation, admissible, available, _ in _golden_cases():
         budget = golden[name]["budget"]
-        text = _golden_render(spec, observation, admissible, available, budget, smollm2_tokenizer)
+        text = _golden_render(setup, observation, admissible, available, budget, smollm2_tokenizer)
         assert text == golden[name]["text"], name
     truncated = [g["text"] for n, g in golden.items() if n.endswith("-truncated")]
     assert len(truncated) == 6 and all("The last 7 " not in t and "You have taken 7 step(s)" in t for t in truncated)

@@ -17,6 +17,7 @@ The wording is ours; structure and information follow paper App. C and the offic
 vs later steps, admissible list (ALFWorld: one quoted command per line, ``help`` removed), the
 ScienceWorld action templates and "available actions" section, and the protocol strings quoted there.
 What differs between the environments is one `PromptFamily` per environment in `PROMPT_FAMILIES`.
+The layout is tabulated in `docs/method.md`, Prompts.
 
 Modules: `blocks` (fixed text), `families` (the per-environment registry), `memory` (`PromptConfig`,
 `AgentMemory`), `render` (one prompt with a given history window), `budget` (chat wrapping, token budget).

@@ -44,7 +44,7 @@ class PromptFamily:
     shown when `PromptConfig.show_admissible` is True."""
     meta_think_parser_mode: str
     """`tags.parse_output` mode of meta-think outputs: the official validity rules are strict in ALFWorld
-    and lenient in ScienceWorld (paper App. A.2 states the lenient one)."""
+    and lenient in ScienceWorld (`docs/method.md`, Validity rules; paper App. A.2 states the lenient one)."""
     action_word: str
     """How the instructions qualify the one action to write ('admissible', 'suitable')."""
     action_guidelines: tuple[str, ...] = ()

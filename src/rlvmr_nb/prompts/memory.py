@@ -1,7 +1,7 @@
 """Prompt configuration and the per-episode agent memory: task, plan memory and step history.
 
-The plan memory is the official code's (its prompts say "Your previous overall plan is: ..."): it
-starts as "No plan." and every non-empty ``<planning>`` block replaces it (paper §3.2 for the tag).
+The plan memory follows the official code (`docs/method.md`, Plan memory): it starts as "No plan." and
+every non-empty ``<planning>`` block (paper §3.2) replaces it.
 """
 
 from __future__ import annotations
@@ -17,9 +17,9 @@ from .families import ENVS, PROMPT_FAMILIES, PromptFamily
 
 STYLES: tuple[str, ...] = ("meta_think", "think", "react")
 NO_PLAN = "No plan."
-"""Initial plan memory (the official code's)."""
+"""Initial plan memory (`docs/method.md`, Plan memory)."""
 DEFAULT_MAX_PROMPT_TOKENS = 6000
-"""The official training runs' max prompt length."""
+"""The official runs' max prompt length (`docs/method.md`, Generation settings)."""
 
 
 @dataclass(frozen=True)
@@ -74,8 +74,9 @@ class PromptConfig:
 
     @property
     def parser_mode(self) -> str:
-        """tags.parse_output mode matching the env's official validity rules (paper App. A.2): the meta-think
-        format is strict in ALFWorld and lenient in ScienceWorld; think/ReAct answers are <think> + <action>."""
+        """tags.parse_output mode matching the env's official validity rules (`docs/method.md`, Validity
+        rules): the meta-think format is strict in ALFWorld and lenient in ScienceWorld (the rule paper
+        App. A.2 states); think/ReAct answers are <think> + <action>."""
         if self.style != "meta_think":
             return "think"
         return self.family.meta_think_parser_mode
