@@ -232,6 +232,27 @@ def test_helpers():
         PromptConfig(style="cot")
 
 
+def test_a_new_environment_is_one_registry_entry(monkeypatch):
+    """Rendering reads only the config's PromptFamily: a copy of ALFWorld's family under another name and
+    intro renders exactly ALFWorld's prompts with that intro (no code path looks at the env name)."""
+    from dataclasses import replace
+
+    from rlvmr_nb.prompts import PROMPT_FAMILIES
+
+    monkeypatch.setitem(PROMPT_FAMILIES, "toyworld", replace(PROMPT_FAMILIES["alfworld"], intro="You are in ToyWorld."))
+    for style in ("meta_think", "think", "react"):
+        texts = []
+        for env in ("alfworld", "toyworld"):
+            memory = AgentMemory(config=PromptConfig(env=env, style=style))
+            assert memory.config.family is PROMPT_FAMILIES[env]
+            first = memory.render(ALF_OBS0, ["go to cabinet 1"])
+            memory.record(ALF_OBS0, PLAN_OUTPUT)
+            texts.append((first, memory.render("You arrive at cabinet 1.", ["open cabinet 1"])))
+        assert memory.task == "heat some apple and put it in fridge."  # the family reads it from the observation
+        swapped = tuple(t.replace("You are in ToyWorld.", ALF_INTRO) for t in texts[1])
+        assert swapped == texts[0] and texts[1] != texts[0]
+
+
 # ---- plan memory ----------------------------------------------------------------------------
 
 
