@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rlvmr_nb.envs.pool import Aborted, EnvPool
-from rlvmr_nb.envs.scienceworld import ScienceWorldEnv, process_rss_bytes, replay_gold_sample
+from rlvmr_nb.envs.scienceworld import ScienceWorldEnv, process_rss_bytes
+from rlvmr_nb.envs.scienceworld_gold import replay_gold_sample
 from rlvmr_nb.envs.scienceworld_splits import make_task
 
 REPO = Path(__file__).resolve().parents[1]

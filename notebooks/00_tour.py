@@ -54,7 +54,7 @@ from IPython.display import Image, display
 from rlvmr_nb import casestudy, metrics, plots
 from rlvmr_nb.advantages import PRESETS, grpo_mr_advantages, with_advantages
 from rlvmr_nb.demo import example_group_path, reparse
-from rlvmr_nb.notebooks import plot_preset_comparison
+from rlvmr_nb.plots import plot_preset_comparison
 from rlvmr_nb.rewards import RewardConfig, assign_rewards
 from rlvmr_nb.tags import parse_output
 from rlvmr_nb.trajectory import read_episodes
@@ -154,7 +154,7 @@ steps.pivot_table(index="episode", columns="reward_class", values="r_MR", aggfun
 # ## 5. Advantages: the official code vs the paper
 #
 # GRPO compares the rollouts of one task with each other. GRPO-MR does so on two channels and
-# adds them up (spec §3):
+# adds them up (paper Eqs. 2-4; `docs/method.md`, Advantages):
 #
 # * **outcome**: the score normalised within the group, `(x − mean) / (std + ε)`;
 # * **meta-reasoning**: r_MR normalised within each tag class, so a paid `<explore>` is compared

@@ -51,7 +51,7 @@ sft_backend = "transformers"  # transformers (CPU or GPU) | unsloth (CUDA GPU wi
 eval_games = 4  # held-out games evaluated before and after SFT
 eval_max_steps = 6  # steps per evaluation episode (paper: 30)
 eval_max_new_tokens = 64  # response tokens per step in evaluation
-min_tag_share = 0.0  # minimum share of each tag in the dataset (issue 5 asks 0.05 for 200 trajectories)
+min_tag_share = 0.0  # minimum share of each tag in the dataset (the full build asks 0.05: `docs/method.md`, Cold start)
 runs_root = "runs"  # everything is written to runs_root/coldstart/<env>-<level>-n<N>-seed<S>/
 out_dir = "figures"  # where coldstart_*.png is written
 formats = ["png"]  # figure formats to write
@@ -70,7 +70,7 @@ from IPython.display import Image, display
 from rlvmr_nb import casestudy, plots
 from rlvmr_nb.coldstart import build_coldstart_dataset, read_manifest, read_samples, read_trajectories
 from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig, coldstart_sft_experiment
-from rlvmr_nb.notebooks import plot_coldstart
+from rlvmr_nb.plots import plot_coldstart
 from rlvmr_nb.runs import model_label
 from rlvmr_nb.sft import SFTConfig
 

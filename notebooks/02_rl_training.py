@@ -67,7 +67,7 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
-from rlvmr_nb.notebooks import plot_training_curves, training_curve_records
+from rlvmr_nb.plots import plot_training_curves, training_curve_records
 from rlvmr_nb.runs import model_label, read_metrics
 from rlvmr_nb.trainer import TrainConfig, train
 from rlvmr_nb.trajectory import read_episodes

@@ -1,6 +1,7 @@
-"""RuleTeacher wording on ALFWorld (issue 5): instances named as the game names them ('the desk 1'), the
-lamp step of look-at tasks says what the lamp is for, and sentences are deterministic for a seed. Built
-on hand-written trajectories with the engine's own feedback strings, so no game files are needed."""
+"""RuleTeacher wording on ALFWorld (cold start, paper §3.3): instances named as the game names them
+('the desk 1'), the lamp step of look-at tasks says what the lamp is for, and sentences are deterministic
+for a seed. Built on hand-written trajectories with the engine's own feedback strings, so no game files
+are needed."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import re
 
 import pytest
 
-from rlvmr_nb.coldstart.alfworld_rules import Mistake, label_steps, plan_from_actions
+from rlvmr_nb.coldstart.alfworld_rules import label_steps, plan_from_actions
+from rlvmr_nb.coldstart.mistakes import Mistake
 from rlvmr_nb.trajectory import Step
 
 LOOK_AT = (

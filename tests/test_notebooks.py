@@ -13,6 +13,12 @@ jupytext = pytest.importorskip("jupytext")
 papermill = pytest.importorskip("papermill")
 
 from rlvmr_nb import notebooks as nbs  # noqa: E402
+from rlvmr_nb.plots import (  # noqa: E402
+    plot_coldstart,
+    plot_preset_comparison,
+    plot_training_curves,
+    training_curve_records,
+)
 
 from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: E402,F401  (session fixtures)
 
@@ -96,17 +102,17 @@ def test_a_failing_cell_names_the_error_and_the_copy(tmp_path):
 def test_training_curves_figure():
     rows = [{"iteration": i, "success": i / 4, "episode_length": 10 - i, "invalid": 0.2, "repetitive": 0.1}
             for i in range(4)]
-    fig = nbs.plot_training_curves({"RLVMR (this run)": rows, "my baseline": rows[:2]})
+    fig = plot_training_curves({"RLVMR (this run)": rows, "my baseline": rows[:2]})
     ax = fig.axes[0]
     assert [line.get_color() for line in ax.lines] == ["#d62728", "#555555"]  # RLVMR red, others grey
     assert list(ax.lines[0].get_ydata()) == [0.0, 0.25, 0.5, 0.75]
     with pytest.raises(ValueError, match="no metrics rows"):
-        nbs.plot_training_curves({"RLVMR": []})
+        plot_training_curves({"RLVMR": []})
 
 
 def test_training_curve_records_map_trainer_rows_to_fig6_metrics():
     rows = [{"iteration": i, "success": i / 4, "episode_length": 10 - i, "invalid": 0.2, "kl": None} for i in range(2)]
-    records = nbs.training_curve_records({"rlvmr": rows}, env="toy", model="m")
+    records = training_curve_records({"rlvmr": rows}, env="toy", model="m")
     assert sorted((r["metric"], r["step"], r["value"]) for r in records) == [
         ("episode_length", 0, 10.0), ("episode_length", 1, 9.0), ("train_success", 0, 0.0), ("train_success", 1, 0.25)]
     assert {(r["method"], r["env"], r["model"]) for r in records} == {("RLVMR", "toy", "m")}
@@ -126,17 +132,17 @@ def test_preset_comparison_and_coldstart_figures():
     b = copy.deepcopy(group)
     assign_rewards(b, RewardConfig.for_preset("paper"))
     b = with_advantages(b, grpo_mr_advantages(b, "paper"))
-    fig = nbs.plot_preset_comparison({"official_code": a, "paper": b})
+    fig = plot_preset_comparison({"official_code": a, "paper": b})
     assert len(fig.axes) == 4 and fig.axes[0].get_title(loc="left").startswith("r0-direct: won")
     with pytest.raises(ValueError, match="same rollouts"):
-        nbs.plot_preset_comparison({"official_code": a, "paper": b[:2]})
+        plot_preset_comparison({"official_code": a, "paper": b[:2]})
     results = {"before": {"format_valid_rate": 0.1, "admissible_action_rate": 0.2, "success_rate": 0.0},
                "after": {"format_valid_rate": 0.9, "admissible_action_rate": 0.7, "success_rate": 0.25},
                "eval": {"tasks": ["a", "b"]}}
-    fig = nbs.plot_coldstart(results, [{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.5}])
+    fig = plot_coldstart(results, [{"step": 0, "loss": 2.0}, {"step": 1, "loss": 1.5}])
     assert len(fig.axes) == 2 and "2 games" in fig.axes[1].get_title()
     with pytest.raises(ValueError, match="no before/after"):
-        nbs.plot_coldstart({"before": None, "after": None})
+        plot_coldstart({"before": None, "after": None})
 
 
 # ------------------------------------------------------------------------------------------ execution

@@ -1,4 +1,5 @@
-"""Prompt rendering (spec §1.4), plan memory (§1.3) and token-budget truncation (§1.5)."""
+"""Prompt rendering (paper App. C), plan memory and token-budget truncation (`docs/method.md`, Plan memory
+and Prompts)."""
 
 from __future__ import annotations
 
@@ -186,7 +187,7 @@ Follow this plan closely.
 
 
 def test_scienceworld_second_step_is_labelled_step_1_not_step_0():
-    """The official code labels the one history entry of the second step 'Step 0' (spec §1.4); we don't."""
+    """The official code labels the one history entry of the second step 'Step 0'; we don't."""
     memory = AgentMemory(task="Boil water.", config=PromptConfig(env="scienceworld"))
     memory.record("hallway", "<monitor>go</monitor><action>open door to kitchen</action>")
     text = memory.render("door open", ["go to kitchen"])
@@ -231,7 +232,28 @@ def test_helpers():
         PromptConfig(style="cot")
 
 
-# ---- plan memory (spec §1.3) ------------------------------------------------------------------
+def test_a_new_environment_is_one_registry_entry(monkeypatch):
+    """Rendering reads only the config's PromptFamily: a copy of ALFWorld's family under another name and
+    intro renders exactly ALFWorld's prompts with that intro (no code path looks at the env name)."""
+    from dataclasses import replace
+
+    from rlvmr_nb.prompts import PROMPT_FAMILIES
+
+    monkeypatch.setitem(PROMPT_FAMILIES, "toyworld", replace(PROMPT_FAMILIES["alfworld"], intro="You are in ToyWorld."))
+    for style in ("meta_think", "think", "react"):
+        texts = []
+        for env in ("alfworld", "toyworld"):
+            memory = AgentMemory(config=PromptConfig(env=env, style=style))
+            assert memory.config.family is PROMPT_FAMILIES[env]
+            first = memory.render(ALF_OBS0, ["go to cabinet 1"])
+            memory.record(ALF_OBS0, PLAN_OUTPUT)
+            texts.append((first, memory.render("You arrive at cabinet 1.", ["open cabinet 1"])))
+        assert memory.task == "heat some apple and put it in fridge."  # the family reads it from the observation
+        swapped = tuple(t.replace("You are in ToyWorld.", ALF_INTRO) for t in texts[1])
+        assert swapped == texts[0] and texts[1] != texts[0]
+
+
+# ---- plan memory ----------------------------------------------------------------------------
 
 
 def test_first_step_plan_propagates_to_later_prompts():
@@ -265,7 +287,7 @@ def test_record_returns_parse_and_uses_sent_action():
     assert [e.step for e in memory.entries] == [1, 2]
 
 
-# ---- truncation (spec §1.5) -------------------------------------------------------------------
+# ---- truncation (`docs/method.md`, Prompts: Budget) ------------------------------------------
 
 pytest.importorskip("transformers")
 from model_fixtures import smollm2_tokenizer  # noqa: E402,F401  (fixture)
@@ -327,3 +349,93 @@ def test_overflow_without_history_raises(smollm2_tokenizer):
     memory = AgentMemory(config=PromptConfig(env="alfworld", max_prompt_tokens=50))
     with pytest.raises(PromptTooLongError, match="nothing to drop"):
         memory.render(ALF_OBS0, ["look"], tokenizer=smollm2_tokenizer)
+
+
+# ---- golden prompts: byte-identical rendering across refactors --------------------------------
+# tests/fixtures/prompt_golden.json was generated from the code BEFORE prompt families became one
+# registry (`PROMPT_FAMILIES`); every case must render to exactly the stored text.
+
+import json  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+GOLDEN_PATH = Path(__file__).parent / "fixtures" / "prompt_golden.json"
+GOLDEN_LATER_STEPS = 4
+
+
+def _golden_memory(env: str, style: str, show_admissible: bool, steps: int) -> AgentMemory:
+    """A memory after `steps` recorded steps, with a plan, a replan, a reflection and an invalid output."""
+    task = "" if env == "alfworld" else "Your task is to boil water. First, focus on the water."
+    memory = AgentMemory(task=task, config=PromptConfig(env=env, style=style, show_admissible=show_admissible))
+    first_obs = ALF_OBS0 if env == "alfworld" else "This room is called the hallway. You see a door to the kitchen."
+    if style == "meta_think":
+        outputs = [
+            PLAN_OUTPUT,
+            MONITOR_OUTPUT,
+            "<reflection>the cabinet was empty, so look elsewhere</reflection><action>go to fridge 1</action>",
+            "<planning>step 1: take the apple, step 2: heat it in the microwave</planning><action>open fridge 1</action>",
+        ]
+    else:
+        outputs = [
+            "<think>the apple could be in the cabinet</think><action>go to cabinet 1</action>",
+            "<think>open it</think><action>open cabinet 1</action>",
+            "no tags at all, the action is missing",
+            "<think>try the fridge</think><action>open fridge 1</action>",
+        ]
+    for i in range(steps):
+        obs = first_obs if i == 0 else f"Observation number {i + 1}: " + "you see a shelf and a drawer. " * 3
+        memory.record(obs, outputs[i % len(outputs)])
+    return memory
+
+
+def _golden_cases():
+    """(name, memory, observation, admissible, available, truncate) for every rendered case."""
+    admissible = ["go to cabinet 1", "go to fridge 1", "help", "inventory", "look"]
+    for env in ("alfworld", "scienceworld"):
+        for style in ("meta_think", "think", "react"):
+            for show in (True, False):
+                for steps in (0, GOLDEN_LATER_STEPS):
+                    name = f"{env}-{style}-admissible={show}-steps={steps}"
+                    yield name, (env, style, show, steps), "You see a microwave 1.", admissible, None, False
+            yield f"{env}-{style}-truncated", (env, style, True, 7), "You see a microwave 1.", admissible, None, True
+        if env == "scienceworld":
+            text = "Valid_actions: ['open OBJ', 'go to LOC'], OBJ needs to be replaced with: ['door', 'kitchen']"
+            for steps in (0, GOLDEN_LATER_STEPS):
+                setup = (env, "meta_think", True, steps)
+                yield f"{env}-available-text-steps={steps}", setup, "kitchen", admissible, text, False
+                yield f"{env}-available-list-steps={steps}", setup, "kitchen", admissible, ["look", "wait"], False
+
+
+def _golden_render(setup, observation, admissible, available, budget, tokenizer) -> str:
+    memory = _golden_memory(*setup)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", PromptTruncationWarning)
+        return memory.render(
+            observation,
+            admissible,
+            available_actions=available,
+            tokenizer=tokenizer if budget is not None else None,
+            max_prompt_tokens=budget,
+        )
+
+
+def _write_golden(tokenizer) -> None:  # pragma: no cover - run by hand against the reference code
+    cases = {}
+    for name, setup, observation, admissible, available, truncate in _golden_cases():
+        budget = None
+        if truncate:  # a budget that drops about half of the history
+            full = _golden_memory(*setup).render(observation, admissible, available_actions=available)
+            budget = count_chat_tokens(tokenizer, full) - 160
+        cases[name] = {"budget": budget, "text": _golden_render(setup, observation, admissible, available, budget, tokenizer)}
+    GOLDEN_PATH.write_text(json.dumps(cases, indent=1, ensure_ascii=False) + "\n")
+
+
+def test_rendered_prompts_are_byte_identical_to_golden(smollm2_tokenizer):
+    golden = json.loads(GOLDEN_PATH.read_text())
+    names = [case[0] for case in _golden_cases()]
+    assert sorted(names) == sorted(golden)
+    for name, setup, observation, admissible, available, _ in _golden_cases():
+        budget = golden[name]["budget"]
+        text = _golden_render(setup, observation, admissible, available, budget, smollm2_tokenizer)
+        assert text == golden[name]["text"], name
+    truncated = [g["text"] for n, g in golden.items() if n.endswith("-truncated")]
+    assert len(truncated) == 6 and all("The last 7 " not in t and "You have taken 7 step(s)" in t for t in truncated)

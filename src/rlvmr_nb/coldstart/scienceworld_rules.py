@@ -24,7 +24,7 @@ from typing import Sequence
 
 from ..prompts import INVALID_ACTION_FEEDBACK
 from ..trajectory import Episode, Step
-from .alfworld_rules import Mistake, order_mistakes
+from .mistakes import Mistake, order_mistakes
 from .phrasing import join_words, numbered_plan, say
 
 ERROR_KINDS = ("wrong_verb", "premature")
