@@ -1,17 +1,20 @@
-"""Per-token pieces of the GRPO-MR loss that the fused kernels need (spec §3.5).
+"""Per-token pieces of the GRPO-MR loss (paper Eq. 5) that the fused kernels need.
 
 Every aggregation in `rlvmr_nb.loss.aggregate` is a weighted sum ``sum_i w_i * loss_i`` with weights
 that depend only on the mask (never on the values), so the loss of a micro-batch is known token by
-token. That is what lets the fused kernel compute gradients chunk by chunk in the forward pass: the
-upstream gradient of token i is ``w_i * d loss_i / d logp_i`` and ``w_i * d loss_i / d entropy_i``, both
-closed-form (`token_loss_grads`).
+token (`aggregation_weights`). That is what lets the fused kernel compute gradients chunk by chunk in
+the forward pass: the upstream gradient of token i is ``w_i * d loss_i / d logp_i`` and
+``w_i * d loss_i / d entropy_i``, both closed-form. `ChunkedTokenTerms` evaluates the terms
+(`rlvmr_nb.loss_terms`, the same functions the reference uses) once per chunk and keeps what the loss,
+its gradient and the metrics need.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rlvmr_nb.loss import KL_LOG_RATIO_BOUND, LossConfig, low_var_kl, ppo_clip_surrogate
+from rlvmr_nb.loss import LossConfig
+from rlvmr_nb.loss_terms import token_terms
 
 
 def aggregation_weights(
@@ -46,49 +49,44 @@ def aggregation_weights(
     raise ValueError(f"unknown aggregation {config.aggregation!r}")
 
 
-def per_token_loss(
-    logprobs: torch.Tensor,
-    entropy: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor | None,
-    advantages: torch.Tensor,
-    config: LossConfig,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Un-aggregated loss of each valid token and its parts (same formulas as `rlvmr_nb.loss.grpo_loss`)."""
-    pg, ratio, clipped = ppo_clip_surrogate(logprobs, old_logprobs, advantages, config.clip_eps, config.clip_high)
-    kl = low_var_kl(logprobs, ref_logprobs, config.kl_clamp) if ref_logprobs is not None else torch.zeros_like(pg)
-    loss = pg + config.kl_coef * kl - config.entropy_coef * entropy
-    return loss, {"pg": pg, "kl": kl, "ratio": ratio, "clipped": clipped}
+class ChunkedTokenTerms:
+    """Per-token results of the loss terms, filled chunk by chunk (one `token_terms` call per chunk).
 
-
-def token_loss_grads(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor | None,
-    advantages: torch.Tensor,
-    weights: torch.Tensor,
-    config: LossConfig,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Closed-form ``(dL/dlogp_i, dL/dentropy_i)`` of ``L = sum_i w_i loss_i``.
-
-    Matches autograd of `rlvmr_nb.loss.grpo_loss` including its tie rules:
-
-    * PPO-clip: ``-A r`` when the unclipped branch is >= the clipped one, else 0 (``torch.maximum``
-      splits ties in half, and a tie means either r is inside the clip range, where both halves are
-      ``-A r``, or A = 0).
-    * k3 with ``d = ref - logp``: ``1 - exp(d)`` where neither clamp is active (clamp gradients pass
-      at the bounds inclusively), else 0.
-    * entropy bonus: ``-entropy_coef`` per token.
+    Buffers [num_tokens], in the accumulation dtype: ``token_loss`` (``loss_t``), ``surrogate`` and
+    ``kl`` (the term values, for the metrics; ``kl`` stays 0 without reference log-probs), ``ratio`` and
+    ``clipped`` (for the metrics), and the weighted upstream gradients ``grad_logp`` = ``w_t d loss_t /
+    d logp_t`` and ``grad_entropy`` = ``w_t d loss_t / d entropy_t`` (None when the loss has no entropy
+    term).
     """
-    ratio = torch.exp(logprobs - old_logprobs)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_high)
-    grad_logp = torch.where(unclipped >= clipped, unclipped, torch.zeros_like(unclipped))
-    if ref_logprobs is not None and config.kl_coef != 0.0:
-        raw_log_ratio = ref_logprobs - logprobs
-        log_ratio = torch.clamp(raw_log_ratio, -KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)
-        k3 = torch.exp(log_ratio) - log_ratio - 1.0
-        passes = (raw_log_ratio.abs() <= KL_LOG_RATIO_BOUND) & (k3.abs() <= config.kl_clamp)
-        grad_logp = grad_logp + config.kl_coef * torch.where(passes, 1.0 - torch.exp(log_ratio), torch.zeros_like(k3))
-    grad_entropy = torch.full_like(grad_logp, -config.entropy_coef)
-    return grad_logp * weights, grad_entropy * weights
+
+    def __init__(self, num_tokens: int, config: LossConfig, dtype: torch.dtype, device: torch.device):
+        self.config = config
+        self.token_loss, self.surrogate, self.kl, self.ratio, self.grad_logp = (
+            torch.zeros(num_tokens, dtype=dtype, device=device) for _ in range(5)
+        )
+        self.clipped = torch.zeros(num_tokens, dtype=torch.bool, device=device)
+        has_entropy_term = config.entropy_coef != 0.0
+        self.grad_entropy = torch.zeros(num_tokens, dtype=dtype, device=device) if has_entropy_term else None
+
+    def record_(
+        self,
+        rows: slice,
+        logprobs: torch.Tensor,
+        entropy: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        ref_logprobs: torch.Tensor | None,
+        advantages: torch.Tensor,
+        weights: torch.Tensor,
+    ) -> None:
+        """Evaluate the terms of the tokens ``rows`` (inputs are those rows) and store their results."""
+        terms = token_terms(logprobs, old_logprobs, ref_logprobs, advantages, entropy, self.config)
+        self.token_loss[rows] = terms.value
+        self.surrogate[rows] = terms.surrogate.value
+        self.ratio[rows] = terms.surrogate.ratio
+        self.clipped[rows] = terms.surrogate.clipped
+        if terms.kl is not None:
+            self.kl[rows] = terms.kl.value
+        self.grad_logp[rows] = terms.grad_logp() * weights
+        grad_entropy = terms.grad_entropy()  # None exactly when entropy_coef == 0, like the buffer
+        if self.grad_entropy is not None and grad_entropy is not None:
+            self.grad_entropy[rows] = grad_entropy * weights
