@@ -19,6 +19,7 @@ from rlvmr_nb.loss_terms import (
     k3_kl_term,
     ppo_clip_term,
     token_terms,
+    weighted_total,
 )
 
 pytestmark = pytest.mark.model
@@ -121,21 +122,24 @@ def test_total_gradients_equal_autograd(with_ref, kl_coef, entropy_coef):
     entropy = torch.rand(12, generator=gen, dtype=F64) + 1.0
     config = LossConfig(kl_coef=kl_coef, entropy_coef=entropy_coef, clip_eps_high=0.28)
 
+    def token_loss(lp, h):
+        terms = token_terms(lp, old, ref, advantages, h, config)
+        kl = None if terms.kl is None else terms.kl.value
+        return weighted_total(terms.surrogate.value, kl, terms.entropy_bonus.value, config)
+
     terms = token_terms(logp, old, ref, advantages, entropy, config)
-    grad_logp, grad_entropy = autograd_of(
-        lambda lp, h: token_terms(lp, old, ref, advantages, h, config).value, logp, entropy
-    )
+    grad_logp, grad_entropy = autograd_of(token_loss, logp, entropy)
     assert_same(terms.grad_logp(), grad_logp, "d loss_t / d logp")
     if entropy_coef == 0.0:
         assert terms.grad_entropy() is None and not grad_entropy.any()
     else:
         assert_same(terms.grad_entropy(), grad_entropy, "d loss_t / d entropy")
     expected = terms.surrogate.value - entropy_coef * entropy + (kl_coef * terms.kl.value if with_ref else 0.0)
-    torch.testing.assert_close(terms.value, expected, rtol=1e-14, atol=1e-15)
+    torch.testing.assert_close(token_loss(logp, entropy), expected, rtol=1e-14, atol=1e-15)
 
 
 def test_terms_of_missing_inputs_are_absent():
     logp = torch.zeros(3, dtype=F64)
     terms = token_terms(logp, logp, None, torch.ones(3, dtype=F64), None, LossConfig(kl_coef=0.0, entropy_coef=0.0))
     assert terms.kl is None and terms.entropy_bonus is None
-    assert torch.equal(terms.value, terms.surrogate.value)
+    assert torch.equal(weighted_total(terms.surrogate.value, None, None, LossConfig()), terms.surrogate.value)

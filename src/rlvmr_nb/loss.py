@@ -203,7 +203,8 @@ def grpo_loss(
             "kl": zero if kl is None else kl.detach(),
             "entropy": zero if entropy_bonus is None else -entropy_bonus.detach(),  # the bonus is -entropy
         }
-        metrics.update(token_metrics(terms.surrogate.ratio[valid], terms.surrogate.clipped[valid], (old_logprobs - logprobs)[valid]))
+        surrogate = terms.surrogate
+        metrics.update(token_metrics(surrogate.ratio[valid], surrogate.clipped[valid], (old_logprobs - logprobs)[valid]))
     return loss, metrics
 
 

@@ -21,7 +21,13 @@ The closed forms follow autograd's conventions at the kinks, so the two paths ag
   ``-A r``) or ``A == 0`` (both are 0), so the derivative is ``-A r`` whenever the unclipped side is
   ``>=`` the clipped side, else 0.
 * ``torch.clamp`` passes the gradient when the input is within the bounds *inclusively* (an input
-  exactly on a bound still has gradient); outside, it is 0. Both clamps of the k3 term follow this.
+  exactly on a bound still has gradient); outside, it is 0. Both clamps of the k3 term follow this,
+  written as "the clamp left its input unchanged" (``clamp(x) == x`` holds exactly when x is within
+  the bounds, on them included).
+
+The closed forms are plain tensor expressions of what the value computed (no autograd involved);
+the fused kernel calls them where grad mode is off. Called on values that require grad, they would
+record a graph like any tensor code.
 
 Settings come from `rlvmr_nb.loss.LossConfig` (defaults: the released code's, see `docs/method.md`,
 "Policy loss").
@@ -40,7 +46,8 @@ if TYPE_CHECKING:  # loss.py imports this module; the config is only read here, 
 KL_LOG_RATIO_BOUND = 20.0
 """|ref - logp| is clamped to this before ``exp`` in k3. For |d| >= 20, k3 >= 19 > 10 is clamped to 10
 anyway and its gradient is 0, so value and gradient are unchanged (for any ``kl_clamp`` below 19, the
-default being 10); the bound only stops ``exp(d)`` overflowing to inf, whose backward (0 * inf) would otherwise turn into NaN."""
+default being 10); the bound only stops ``exp(d)`` overflowing to inf, whose backward (0 * inf) would
+otherwise turn into NaN."""
 
 
 @dataclass(frozen=True)
@@ -62,10 +69,9 @@ class PPOClipTerm:
         ``pg_clipfrac``); a tie counts as unclipped, like the gradient."""
         return self.clipped_branch > self.unclipped
 
-    @torch.no_grad()
     def grad_logp(self) -> torch.Tensor:
         """``d value / d logp``: ``-A r`` where the unclipped side is >= the clipped one, else 0."""
-        return torch.where(self.unclipped >= self.clipped_branch, self.unclipped, torch.zeros_like(self.unclipped))
+        return torch.where(self.unclipped >= self.clipped_branch, self.unclipped, 0.0)
 
 
 def ppo_clip_term(
@@ -77,8 +83,9 @@ def ppo_clip_term(
 ) -> PPOClipTerm:
     """Evaluate the PPO-clip surrogate (paper Eq. 5) once; ``advantages`` broadcast against ``logprobs``."""
     ratio = torch.exp(logprobs - old_logprobs)
-    unclipped = -advantages * ratio
-    clipped_branch = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    neg_advantages = -advantages
+    unclipped = neg_advantages * ratio
+    clipped_branch = neg_advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
     return PPOClipTerm(torch.maximum(unclipped, clipped_branch), ratio, unclipped, clipped_branch)
 
 
@@ -90,17 +97,17 @@ class K3KLTerm:
     """``clamp(exp(d) - d - 1, -clamp, clamp)`` with ``d`` bounded by `KL_LOG_RATIO_BOUND`."""
     log_ratio: torch.Tensor
     """``d = ref_logp - logp`` before the overflow bound."""
+    bounded_log_ratio: torch.Tensor
+    """``clamp(d, -KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)``."""
     exp_log_ratio: torch.Tensor
     """``exp(d)`` of the bounded ``d``."""
     unclamped: torch.Tensor
     """``exp(d) - d - 1`` before the value clamp."""
-    clamp: float
 
-    @torch.no_grad()
     def grad_logp(self) -> torch.Tensor:
         """``d value / d logp = 1 - exp(d)`` where neither clamp is active (bounds inclusive), else 0."""
-        passes = (self.log_ratio.abs() <= KL_LOG_RATIO_BOUND) & (self.unclamped.abs() <= self.clamp)
-        return torch.where(passes, 1.0 - self.exp_log_ratio, torch.zeros_like(self.exp_log_ratio))
+        passes = (self.bounded_log_ratio == self.log_ratio) & (self.value == self.unclamped)
+        return torch.where(passes, 1.0 - self.exp_log_ratio, 0.0)
 
 
 def k3_kl_term(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, clamp: float = 10.0) -> K3KLTerm:
@@ -112,7 +119,7 @@ def k3_kl_term(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, clamp: float 
     bounded = torch.clamp(log_ratio, -KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)
     exp_log_ratio = torch.exp(bounded)
     unclamped = exp_log_ratio - bounded - 1.0
-    return K3KLTerm(torch.clamp(unclamped, -clamp, clamp), log_ratio, exp_log_ratio, unclamped, clamp)
+    return K3KLTerm(torch.clamp(unclamped, -clamp, clamp), log_ratio, bounded, exp_log_ratio, unclamped)
 
 
 @dataclass(frozen=True)
@@ -122,14 +129,13 @@ class EntropyBonusTerm:
     value: torch.Tensor
     """``-entropy``; differentiable w.r.t. the entropy."""
 
-    @torch.no_grad()
     def grad_entropy(self) -> torch.Tensor:
         """``d value / d entropy = -1`` for every token."""
         return torch.full_like(self.value, -1.0)
 
 
 def entropy_bonus_term(entropy: torch.Tensor) -> EntropyBonusTerm:
-    """Evaluate the entropy bonus (released code's default coefficient 0.001; not in paper Eq. 5)."""
+    """Evaluate the entropy bonus (the released code's, coefficient 0.001; paper Eq. 5 does not show it)."""
     return EntropyBonusTerm(-entropy)
 
 
@@ -163,17 +169,6 @@ class TokenTerms:
     """None when no entropy was given."""
     config: LossConfig
 
-    @property
-    def value(self) -> torch.Tensor:
-        """Per-token ``loss_t`` (`weighted_total` of the term values)."""
-        return weighted_total(
-            self.surrogate.value,
-            None if self.kl is None else self.kl.value,
-            None if self.entropy_bonus is None else self.entropy_bonus.value,
-            self.config,
-        )
-
-    @torch.no_grad()
     def grad_logp(self) -> torch.Tensor:
         """``d loss_t / d logp_t``: the surrogate's plus ``kl_coef`` times the KL's."""
         grad = self.surrogate.grad_logp()
@@ -181,7 +176,6 @@ class TokenTerms:
             grad = grad + self.config.kl_coef * self.kl.grad_logp()
         return grad
 
-    @torch.no_grad()
     def grad_entropy(self) -> torch.Tensor | None:
         """``d loss_t / d entropy_t`` (``entropy_coef`` times the bonus's), or None when the loss has no
         entropy term (no entropy given, or ``entropy_coef == 0``)."""

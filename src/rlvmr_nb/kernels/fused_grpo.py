@@ -15,9 +15,10 @@ Gradients, two strategies (`STRATEGIES`):
   pass therefore turns each chunk's softmax straight into d(hidden) rows and accumulates d(weight);
   backward only scales them by the incoming gradient. Three GEMMs per chunk, exactly as many as the
   naive autograd graph.
-* ``"recompute"``: forward keeps only per-token scalars; backward recomputes every chunk's logits
-  (a fourth GEMM). Use it when the graph must be backpropagated more than once (``retain_graph``)
-  or when the [vocab x hidden] gradient must not exist before ``backward``.
+* ``"recompute"``: forward keeps only per-token scalars (the loss terms are evaluated once, over all
+  tokens, after the last chunk); backward recomputes every chunk's logits (a fourth GEMM). Use it
+  when the graph must be backpropagated more than once (``retain_graph``) or when the
+  [vocab x hidden] gradient must not exist before ``backward``.
 
 See ``benchmarks/fused_loss.py`` for measured time and memory of both.
 """
@@ -149,34 +150,38 @@ class _FusedGRPOLoss(torch.autograd.Function):
         entropy = torch.empty_like(logprobs)
         logsumexp = torch.empty_like(logprobs)
         grads_in_forward = strategy == "forward_grad" and any(want_grads)
-        terms = ChunkedTokenTerms(num_rows, config, acc, hidden.device)
+        terms = ChunkedTokenTerms(num_rows, config, ref_logprobs is not None, acc, hidden.device)
         grad_hidden, grad_weight = _grad_buffers(
             hidden_mm, weight, acc, grads_in_forward and want_grads[0], grads_in_forward and want_grads[1]
         )
         for rows in _chunks(num_rows, chunk_size):
             logits = ops.logits(hidden_mm[rows], weight_mm)
             state, logprobs[rows], entropy[rows], logsumexp[rows] = ops.stats_(logits, targets[rows], inv_temperature)
-            terms.record_(
-                rows, logprobs[rows], entropy[rows], old_logprobs[rows],
-                None if ref_logprobs is None else ref_logprobs[rows], advantages[rows], token_weights[rows],
-            )
-            if grads_in_forward:
-                grad_ent = None if terms.grad_entropy is None else terms.grad_entropy[rows] * inv_temperature
+            if grads_in_forward:  # this chunk's gradient is needed now, while its softmax is in memory
+                grad_logp, grad_ent = terms.record_(
+                    rows, logprobs[rows], entropy[rows], old_logprobs[rows],
+                    None if ref_logprobs is None else ref_logprobs[rows], advantages[rows], token_weights[rows],
+                )
                 _backprop_chunk(
-                    ops, state, rows, targets, terms.grad_logp[rows] * inv_temperature, grad_ent,
+                    ops, state, rows, targets, grad_logp * inv_temperature,
+                    None if grad_ent is None else grad_ent * inv_temperature,
                     hidden_mm, weight_mm, grad_hidden, grad_weight,
                 )
             del state, logits
         del ops
+        if not grads_in_forward:  # nothing needs the terms chunk by chunk: one evaluation over all tokens
+            grad_logp, grad_ent = terms.record_(
+                slice(None), logprobs, entropy, old_logprobs, ref_logprobs, advantages, token_weights
+            )
 
-        loss = (terms.token_loss * token_weights).sum()
+        loss = (terms.token_loss(entropy) * token_weights).sum()
 
         ctx.strategy = strategy
         ctx.input_dtypes = (hidden.dtype, weight.dtype)
         if strategy == "forward_grad":
             ctx.precomputed = (grad_hidden, grad_weight)
         else:
-            ctx.save_for_backward(hidden, weight, targets, logsumexp, entropy, terms.grad_logp, terms.grad_entropy)
+            ctx.save_for_backward(hidden, weight, targets, logsumexp, entropy, grad_logp, grad_ent)
             ctx.settings = (temperature, chunk_size, backend, matmul_dtype)
         metric_inputs = (terms.surrogate, terms.kl, terms.ratio, terms.clipped)
         ctx.mark_non_differentiable(logprobs, entropy, *metric_inputs)

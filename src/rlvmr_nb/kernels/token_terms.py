@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from rlvmr_nb.loss import LossConfig
-from rlvmr_nb.loss_terms import token_terms
+from rlvmr_nb.loss_terms import entropy_bonus_term, token_terms, weighted_total
 
 
 def aggregation_weights(
@@ -50,23 +50,21 @@ def aggregation_weights(
 
 
 class ChunkedTokenTerms:
-    """Per-token results of the loss terms, filled chunk by chunk (one `token_terms` call per chunk).
+    """Per-token results of the loss terms, filled by one `token_terms` call per chunk of tokens (or a
+    single call for all tokens when no gradient is needed chunk by chunk).
 
-    Buffers [num_tokens], in the accumulation dtype: ``token_loss`` (``loss_t``), ``surrogate`` and
-    ``kl`` (the term values, for the metrics; ``kl`` stays 0 without reference log-probs), ``ratio`` and
-    ``clipped`` (for the metrics), and the weighted upstream gradients ``grad_logp`` = ``w_t d loss_t /
-    d logp_t`` and ``grad_entropy`` = ``w_t d loss_t / d entropy_t`` (None when the loss has no entropy
-    term).
+    Buffers [num_tokens], in the accumulation dtype: ``surrogate`` and ``kl`` (the term values; ``kl``
+    stays 0 without reference log-probs), ``ratio`` and ``clipped`` (for the metrics). The gradients
+    are handed back by `record_` rather than kept, since the ``forward_grad`` strategy uses them at
+    once; the per-token loss is combined once, after the last chunk (`token_loss`).
     """
 
-    def __init__(self, num_tokens: int, config: LossConfig, dtype: torch.dtype, device: torch.device):
+    def __init__(self, num_tokens: int, config: LossConfig, has_kl: bool, dtype: torch.dtype, device: torch.device):
+        """``has_kl``: whether reference log-probs will be passed to `record_` (the loss has a KL term)."""
         self.config = config
-        self.token_loss, self.surrogate, self.kl, self.ratio, self.grad_logp = (
-            torch.zeros(num_tokens, dtype=dtype, device=device) for _ in range(5)
-        )
+        self.has_kl = has_kl
+        self.surrogate, self.kl, self.ratio = (torch.zeros(num_tokens, dtype=dtype, device=device) for _ in range(3))
         self.clipped = torch.zeros(num_tokens, dtype=torch.bool, device=device)
-        has_entropy_term = config.entropy_coef != 0.0
-        self.grad_entropy = torch.zeros(num_tokens, dtype=dtype, device=device) if has_entropy_term else None
 
     def record_(
         self,
@@ -77,16 +75,23 @@ class ChunkedTokenTerms:
         ref_logprobs: torch.Tensor | None,
         advantages: torch.Tensor,
         weights: torch.Tensor,
-    ) -> None:
-        """Evaluate the terms of the tokens ``rows`` (inputs are those rows) and store their results."""
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Evaluate the terms of the tokens ``rows`` (every input holds just those rows) and store them.
+
+        Returns the upstream gradients of those tokens, ``w_t d loss_t / d logp_t`` and
+        ``w_t d loss_t / d entropy_t`` (None when the loss has no entropy term).
+        """
         terms = token_terms(logprobs, old_logprobs, ref_logprobs, advantages, entropy, self.config)
-        self.token_loss[rows] = terms.value
         self.surrogate[rows] = terms.surrogate.value
         self.ratio[rows] = terms.surrogate.ratio
         self.clipped[rows] = terms.surrogate.clipped
         if terms.kl is not None:
             self.kl[rows] = terms.kl.value
-        self.grad_logp[rows] = terms.grad_logp() * weights
-        grad_entropy = terms.grad_entropy()  # None exactly when entropy_coef == 0, like the buffer
-        if self.grad_entropy is not None and grad_entropy is not None:
-            self.grad_entropy[rows] = grad_entropy * weights
+        grad_entropy = terms.grad_entropy()
+        return terms.grad_logp() * weights, None if grad_entropy is None else grad_entropy * weights
+
+    def token_loss(self, entropy: torch.Tensor) -> torch.Tensor:
+        """``loss_t`` of every token, once all are recorded (one vectorised `weighted_total` rather than
+        one per chunk: the combination needs no chunk's softmax)."""
+        kl = self.kl if self.has_kl else None
+        return weighted_total(self.surrogate, kl, entropy_bonus_term(entropy).value, self.config)
