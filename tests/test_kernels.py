@@ -1,4 +1,4 @@
-"""The fused chunked GRPO loss equals the reference: value, d(hidden), d(lm_head weight) (spec §3.5).
+"""The fused chunked GRPO loss equals the reference: value, d(hidden), d(lm_head weight) (paper Eq. 5).
 
 Every run draws fresh random inputs; the seed is in every failure message (rerun one with
 ``RLVMR_TEST_SEED=<seed>``).

@@ -1,4 +1,4 @@
-"""The reference GRPO-MR loss (spec §3.5) on hand-computed values."""
+"""The reference GRPO-MR loss (paper Eq. 5) on hand-computed values."""
 
 import math
 

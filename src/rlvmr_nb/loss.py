@@ -1,14 +1,12 @@
-"""Reference GRPO-MR policy loss: PPO-clip surrogate + k3 KL + entropy bonus (spec §3.5, paper Eq. 5).
+"""Reference GRPO-MR policy loss: PPO-clip surrogate + k3 KL + entropy bonus (paper Eq. 5).
 
-This module is the *ground truth*: plain PyTorch on per-token log-probabilities, written to be read.
-The fused chunked kernels in `rlvmr_nb.kernels` compute the same number without materialising the
-[tokens x vocab] logits and are tested against the functions here.
+This module is the *ground truth*: plain PyTorch on per-token log-probabilities, written to be read,
+differentiated by autograd. The fused chunked kernels in `rlvmr_nb.kernels` compute the same number
+without materialising the [tokens x vocab] logits and are tested against the functions here. Both
+evaluate the per-token terms with the same functions, `rlvmr_nb.loss_terms` (their formulas, values and
+closed-form gradients live there)::
 
-Per valid response token ``t`` (mask == 1), with ``r = exp(logp - old_logp)`` and advantage ``A``::
-
-    pg_t   = max(-A * r, -A * clip(r, 1 - eps_low, 1 + eps_high))          # PPO-clip, spec §3.5
-    kl_t   = clamp(exp(ref - logp) - (ref - logp) - 1, -10, 10)             # k3 "low_var_kl", spec §3.5
-    loss_t = pg_t + kl_coef * kl_t - entropy_coef * entropy_t
+    loss_t = surrogate_t + kl_coef * kl_t - entropy_coef * entropy_t
 
 and the micro-batch loss is ``aggregate(loss_t)`` with one of `AGGREGATIONS`. Every aggregation is
 linear, so aggregating the three terms separately (as verl does) gives the same total.
@@ -21,36 +19,56 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from rlvmr_nb.loss_terms import (
+    KL_LOG_RATIO_BOUND,
+    k3_kl_term,
+    ppo_clip_term,
+    token_terms,
+    weighted_total,
+)
+
+__all__ = [
+    "AGGREGATIONS",
+    "KL_LOG_RATIO_BOUND",  # defined with the k3 term in `rlvmr_nb.loss_terms`, public here as before
+    "LossConfig",
+    "accumulation_dtype",
+    "aggregate",
+    "entropy_from_logits",
+    "grpo_loss",
+    "low_var_kl",
+    "ppo_clip_surrogate",
+    "reference_logprobs_from_hidden",
+    "token_metrics",
+]
+
 AGGREGATIONS: tuple[str, ...] = ("token_mean", "seq_mean_token_mean", "seq_mean_token_sum_norm")
 """Named ways to turn per-token losses [B, T] into one scalar (see `aggregate`)."""
-
-KL_LOG_RATIO_BOUND = 20.0
-"""|ref - logp| is clamped to this before ``exp`` in k3. For |d| >= 20, k3 >= 19 > 10 is clamped to 10
-anyway and its gradient is 0, so value and gradient are unchanged; the bound only stops
-``exp(d)`` overflowing to inf, whose backward (0 * inf) would otherwise turn into NaN."""
 
 
 @dataclass(frozen=True)
 class LossConfig:
-    """Hyper-parameters of the GRPO-MR policy loss. Defaults are the released code's (spec §3.5, §5)."""
+    """Hyper-parameters of the GRPO-MR policy loss (paper Eq. 5).
+
+    Defaults are the released code's (paper App. A.2 gives the KL coefficient; the others are in
+    `docs/method.md`, "Policy loss")."""
 
     clip_eps: float = 0.2
-    """PPO clip range below 1: ratios under ``1 - clip_eps`` are clipped (spec §3.5: 0.2)."""
+    """PPO clip range below 1: ratios under ``1 - clip_eps`` are clipped (released code: 0.2)."""
     clip_eps_high: float | None = None
-    """Clip range above 1 ("clip-higher", DAPO); None means symmetric, = `clip_eps` (spec §3.5: low = high)."""
+    """Clip range above 1 ("clip-higher", DAPO); None means symmetric, = `clip_eps` (released code: low = high)."""
     kl_coef: float = 0.01
-    """Weight of the k3 KL-to-reference loss term (spec §3.5, §5: ``kl_loss_coef = 0.01``). 0 disables it."""
+    """Weight of the k3 KL-to-reference loss term (paper App. A.2: 0.01). 0 disables it."""
     kl_clamp: float = 10.0
-    """k3 values are clamped to [-kl_clamp, kl_clamp] (spec §3.5: verl 0.2 ``low_var_kl`` clamps to 10)."""
+    """k3 values are clamped to [-kl_clamp, kl_clamp] (verl 0.2's ``low_var_kl`` clamps to 10)."""
     entropy_coef: float = 0.001
-    """Weight of the entropy *bonus*: the loss subtracts ``entropy_coef * entropy`` (spec §3.5: 0.001)."""
+    """Weight of the entropy *bonus*: the loss subtracts ``entropy_coef * entropy`` (released code: 0.001)."""
     aggregation: str = "token_mean"
-    """How per-token losses become a scalar, one of `AGGREGATIONS` (spec §3.5: verl 0.2 ``masked_mean``
+    """How per-token losses become a scalar, one of `AGGREGATIONS` (released code: verl 0.2 ``masked_mean``
     over all valid tokens of the micro-batch = "token_mean")."""
     token_sum_norm: float = 1024.0
     """Constant normaliser of "seq_mean_token_sum_norm" (Dr.GRPO): the per-sequence token *sum* is divided
-    by this instead of by the sequence length. Dr.GRPO uses the generation budget; spec §5 max response
-    length is 1024 tokens. It must stay constant during training, which is the point of Dr.GRPO."""
+    by this instead of by the sequence length. Dr.GRPO uses the generation budget; the released code's
+    max response length is 1024 tokens. It must stay constant during training, which is the point of Dr.GRPO."""
 
     def __post_init__(self) -> None:
         if self.aggregation not in AGGREGATIONS:
@@ -77,30 +95,29 @@ def ppo_clip_surrogate(
     clip_low: float,
     clip_high: float,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-token PPO-clip loss ``max(-A r, -A clip(r, 1-clip_low, 1+clip_high))`` (spec §3.5).
+    """Per-token PPO-clip loss ``max(-A r, -A clip(r, 1-clip_low, 1+clip_high))`` (paper Eq. 5).
 
     Returns ``(loss, ratio, clipped)`` where ``clipped`` marks tokens whose clipped branch is strictly
-    larger, i.e. tokens that receive no policy-gradient (verl's ``pg_clipfrac``).
+    larger, i.e. tokens that receive no policy-gradient (verl's ``pg_clipfrac``). A view of
+    `rlvmr_nb.loss_terms.ppo_clip_term`, which also gives the closed-form gradient.
     """
-    ratio = torch.exp(logprobs - old_logprobs)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
-    return torch.maximum(unclipped, clipped), ratio, clipped > unclipped
+    term = ppo_clip_term(logprobs, old_logprobs, advantages, clip_low, clip_high)
+    return term.value, term.ratio, term.clipped
 
 
 def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, clamp: float = 10.0) -> torch.Tensor:
-    """k3 estimator of KL(pi || pi_ref): ``exp(d) - d - 1`` with ``d = ref - logp``, clamped (spec §3.5).
+    """k3 estimator of KL(pi || pi_ref): ``exp(d) - d - 1`` with ``d = ref - logp``, clamped (paper Eq. 5).
 
-    Non-negative and unbiased for samples drawn from pi; verl calls it ``low_var_kl``.
+    Non-negative and unbiased for samples drawn from pi; verl calls it ``low_var_kl``. The value of
+    `rlvmr_nb.loss_terms.k3_kl_term` (overflow guard: `KL_LOG_RATIO_BOUND`).
     """
-    log_ratio = torch.clamp(ref_logprobs - logprobs, -KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)
-    return torch.clamp(torch.exp(log_ratio) - log_ratio - 1.0, -clamp, clamp)
+    return k3_kl_term(logprobs, ref_logprobs, clamp).value
 
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean", token_sum_norm: float = 1024.0) -> torch.Tensor:
     """Reduce per-token values [B, T] over valid tokens (``mask`` [B, T]) to a scalar.
 
-    * ``token_mean``: sum over all valid tokens / their count (verl 0.2 ``masked_mean``, spec §3.5).
+    * ``token_mean``: sum over all valid tokens / their count (verl 0.2 ``masked_mean``, the released code's).
     * ``seq_mean_token_mean``: mean over tokens within each sequence, then mean over the sequences that
       have at least one valid token (fully masked rows are left out rather than counted as 0).
     * ``seq_mean_token_sum_norm``: Dr.GRPO: sum over tokens of each sequence / ``token_sum_norm``, then
@@ -131,13 +148,13 @@ def grpo_loss(
     entropy: torch.Tensor | None = None,
     config: LossConfig = LossConfig(),
 ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """GRPO-MR policy loss of one micro-batch (spec §3.5, paper Eq. 5).
+    """GRPO-MR policy loss of one micro-batch (paper Eq. 5), differentiated by autograd.
 
     Args:
         logprobs: [B, T] log pi_theta(token) of the current policy (carries the gradient).
         old_logprobs: [B, T] log-probs of the policy that sampled the batch (no gradient).
         ref_logprobs: [B, T] log-probs of the frozen reference policy; may be None only if kl_coef == 0.
-        advantages: [B] (one per sequence, broadcast over its tokens, spec §3.4) or [B, T].
+        advantages: [B] (one per sequence, broadcast over its tokens, paper Eq. 4) or [B, T].
         mask: [B, T] 1/True on valid response tokens; everything else is ignored (may hold garbage).
         entropy: [B, T] per-token entropy of the full softmax (with gradient for the bonus);
             required when entropy_coef != 0.
@@ -171,19 +188,23 @@ def grpo_loss(
     def agg(values: torch.Tensor) -> torch.Tensor:
         return aggregate(values, mask, config.aggregation, config.token_sum_norm)
 
-    pg_per_token, ratio, clipped = ppo_clip_surrogate(
-        logprobs, old_logprobs, advantages.to(logprobs.dtype), config.clip_eps, config.clip_high
-    )
-    pg_loss = agg(pg_per_token)
-    zero = logprobs.new_zeros(())
-    kl = agg(low_var_kl(logprobs, ref_logprobs, config.kl_clamp)) if ref_logprobs is not None else zero
-    entropy_term = agg(entropy) if entropy is not None else zero
-    loss = pg_loss + config.kl_coef * kl - config.entropy_coef * entropy_term
+    terms = token_terms(logprobs, old_logprobs, ref_logprobs, advantages.to(logprobs.dtype), entropy, config)
+    pg_loss = agg(terms.surrogate.value)
+    kl = agg(terms.kl.value) if terms.kl is not None else None
+    entropy_bonus = agg(terms.entropy_bonus.value) if terms.entropy_bonus is not None else None
+    loss = weighted_total(pg_loss, kl, entropy_bonus, config)
 
     with torch.no_grad():
         valid = mask.bool()
-        metrics = {"loss": loss.detach(), "pg_loss": pg_loss.detach(), "kl": kl.detach(), "entropy": entropy_term.detach()}
-        metrics.update(token_metrics(ratio[valid], clipped[valid], (old_logprobs - logprobs)[valid]))
+        zero = logprobs.new_zeros(())
+        metrics = {
+            "loss": loss.detach(),
+            "pg_loss": pg_loss.detach(),
+            "kl": zero if kl is None else kl.detach(),
+            "entropy": zero if entropy_bonus is None else -entropy_bonus.detach(),  # the bonus is -entropy
+        }
+        surrogate = terms.surrogate
+        metrics.update(token_metrics(surrogate.ratio[valid], surrogate.clipped[valid], (old_logprobs - logprobs)[valid]))
     return loss, metrics
 
 
@@ -230,7 +251,7 @@ def reference_logprobs_from_hidden(
     Args:
         hidden: [..., H] final hidden states (after the model's last norm) at the positions that predict
             ``targets``; weight: [V, H] the ``lm_head`` weight (no bias); targets: [...] token ids.
-        temperature: logits are divided by it, as the sampler did (spec §1.5; verl divides before log-softmax).
+        temperature: logits are divided by it, as the sampler did (verl divides before log-softmax).
         return_entropy: also return the entropy of the full tempered softmax, with its gradient.
 
     The matmul runs in the inputs' dtype (as an ``nn.Linear`` would); log-softmax and entropy run in

@@ -1,4 +1,4 @@
-"""Fused, chunked lm_head + log-softmax + GRPO-MR loss kernels (spec §3.5).
+"""Fused, chunked lm_head + log-softmax + GRPO-MR loss kernels (paper Eq. 5).
 
 The trainer's entry points:
 

@@ -1,4 +1,4 @@
-"""Fused, chunked ``lm_head`` projection + log-softmax + GRPO-MR loss (spec §3.5) with its gradients.
+"""Fused, chunked ``lm_head`` projection + log-softmax + GRPO-MR loss (paper Eq. 5) with its gradients.
 
 The reference (`rlvmr_nb.loss`) needs ``logits = h @ W^T`` for every response token: [tokens x vocab],
 ~10 GB in fp32 for 16 x 1,024 tokens of Qwen2.5's 151,936-token vocabulary, plus as much again for
@@ -10,12 +10,15 @@ Gradients, two strategies (`STRATEGIES`):
 
 * ``"forward_grad"`` (default): the loss is a sum of per-token terms with mask-only weights
   (`token_terms.aggregation_weights`), so each token's upstream gradient is known as soon as its
-  log-prob is (`token_terms.token_loss_grads`). The forward pass therefore turns each chunk's
-  softmax straight into d(hidden) rows and accumulates d(weight); backward only scales them by the
-  incoming gradient. Three GEMMs per chunk, exactly as many as the naive autograd graph.
-* ``"recompute"``: forward keeps only per-token scalars; backward recomputes every chunk's logits
-  (a fourth GEMM). Use it when the graph must be backpropagated more than once (``retain_graph``)
-  or when the [vocab x hidden] gradient must not exist before ``backward``.
+  log-prob is (the closed forms of `rlvmr_nb.loss_terms`, evaluated once per chunk by
+  `token_terms.ChunkedTokenTerms`, which also keeps each token's loss and metric inputs). The forward
+  pass therefore turns each chunk's softmax straight into d(hidden) rows and accumulates d(weight);
+  backward only scales them by the incoming gradient. Three GEMMs per chunk, exactly as many as the
+  naive autograd graph.
+* ``"recompute"``: forward keeps only per-token scalars (the loss terms are evaluated once, over all
+  tokens, after the last chunk); backward recomputes every chunk's logits (a fourth GEMM). Use it
+  when the graph must be backpropagated more than once (``retain_graph``) or when the
+  [vocab x hidden] gradient must not exist before ``backward``.
 
 See ``benchmarks/fused_loss.py`` for measured time and memory of both.
 """
@@ -27,7 +30,7 @@ from typing import Any, NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
-from rlvmr_nb.kernels.token_terms import aggregation_weights, per_token_loss, token_loss_grads
+from rlvmr_nb.kernels.token_terms import ChunkedTokenTerms, aggregation_weights
 from rlvmr_nb.kernels.torch_ops import TorchChunkOps
 from rlvmr_nb.loss import LossConfig, accumulation_dtype, token_metrics
 
@@ -133,7 +136,9 @@ class _FusedGRPOLoss(torch.autograd.Function):
         backend: str,
         matmul_dtype: torch.dtype,
         want_grads: tuple[bool, bool],
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[torch.Tensor, ...]:
+        """Returns ``(loss, logprobs, entropy, surrogate, kl, ratio, clipped)``; all but the loss are
+        per-token and non-differentiable (the last four feed the metrics)."""
         num_rows, vocab = hidden.shape[0], weight.shape[0]
         acc = accumulation_dtype(matmul_dtype)
         hidden_mm = hidden.to(matmul_dtype).contiguous()
@@ -145,40 +150,42 @@ class _FusedGRPOLoss(torch.autograd.Function):
         entropy = torch.empty_like(logprobs)
         logsumexp = torch.empty_like(logprobs)
         grads_in_forward = strategy == "forward_grad" and any(want_grads)
+        terms = ChunkedTokenTerms(num_rows, config, ref_logprobs is not None, acc, hidden.device)
         grad_hidden, grad_weight = _grad_buffers(
             hidden_mm, weight, acc, grads_in_forward and want_grads[0], grads_in_forward and want_grads[1]
         )
         for rows in _chunks(num_rows, chunk_size):
             logits = ops.logits(hidden_mm[rows], weight_mm)
             state, logprobs[rows], entropy[rows], logsumexp[rows] = ops.stats_(logits, targets[rows], inv_temperature)
-            if grads_in_forward:
-                grad_logp, grad_ent = token_loss_grads(
-                    logprobs[rows], old_logprobs[rows], None if ref_logprobs is None else ref_logprobs[rows],
-                    advantages[rows], token_weights[rows], config,
+            if grads_in_forward:  # this chunk's gradient is needed now, while its softmax is in memory
+                grad_logp, grad_ent = terms.record_(
+                    rows, logprobs[rows], entropy[rows], old_logprobs[rows],
+                    None if ref_logprobs is None else ref_logprobs[rows], advantages[rows], token_weights[rows],
                 )
-                grad_ent = grad_ent * inv_temperature if config.entropy_coef != 0.0 else None
                 _backprop_chunk(
-                    ops, state, rows, targets, grad_logp * inv_temperature, grad_ent,
+                    ops, state, rows, targets, grad_logp * inv_temperature,
+                    None if grad_ent is None else grad_ent * inv_temperature,
                     hidden_mm, weight_mm, grad_hidden, grad_weight,
                 )
             del state, logits
         del ops
+        if not grads_in_forward:  # nothing needs the terms chunk by chunk: one evaluation over all tokens
+            grad_logp, grad_ent = terms.record_(
+                slice(None), logprobs, entropy, old_logprobs, ref_logprobs, advantages, token_weights
+            )
 
-        token_loss, _ = per_token_loss(logprobs, entropy, old_logprobs, ref_logprobs, advantages, config)
-        loss = (token_loss * token_weights).sum()
+        loss = (terms.token_loss(entropy) * token_weights).sum()
 
         ctx.strategy = strategy
         ctx.input_dtypes = (hidden.dtype, weight.dtype)
         if strategy == "forward_grad":
             ctx.precomputed = (grad_hidden, grad_weight)
         else:
-            grad_logp, grad_ent = token_loss_grads(
-                logprobs, old_logprobs, ref_logprobs, advantages, token_weights, config
-            )
             ctx.save_for_backward(hidden, weight, targets, logsumexp, entropy, grad_logp, grad_ent)
-            ctx.settings = (temperature, chunk_size, backend, matmul_dtype, config.entropy_coef != 0.0)
-        ctx.mark_non_differentiable(logprobs, entropy)
-        return loss, logprobs, entropy
+            ctx.settings = (temperature, chunk_size, backend, matmul_dtype)
+        metric_inputs = (terms.surrogate, terms.kl, terms.ratio, terms.clipped)
+        ctx.mark_non_differentiable(logprobs, entropy, *metric_inputs)
+        return (loss, logprobs, entropy, *metric_inputs)
 
     @staticmethod
     @once_differentiable
@@ -211,11 +218,11 @@ def _recompute_grads(
 ) -> tuple[torch.Tensor | None, torch.Tensor | None]:
     """Backward of the ``recompute`` strategy: rebuild each chunk's softmax from saved logsumexp/entropy."""
     hidden, weight, targets, logsumexp, entropy, grad_logp, grad_ent = ctx.saved_tensors
-    temperature, chunk_size, backend, matmul_dtype, has_entropy_term = ctx.settings
+    temperature, chunk_size, backend, matmul_dtype = ctx.settings
     inv_temperature = 1.0 / temperature
     scale = grad_loss.to(grad_logp.dtype) * inv_temperature
     grad_logp = grad_logp * scale
-    grad_ent = grad_ent * scale if has_entropy_term else None
+    grad_ent = None if grad_ent is None else grad_ent * scale  # None: the loss has no entropy term
     num_rows, vocab = hidden.shape[0], weight.shape[0]
     hidden_mm = hidden.to(matmul_dtype).contiguous()
     weight_mm = weight.to(matmul_dtype).contiguous()
@@ -349,7 +356,7 @@ def fused_grpo_loss(
     backend: str = "auto",
     matmul_dtype: torch.dtype | None = None,
 ) -> GRPOLossOutput:
-    """GRPO-MR loss straight from final hidden states, never holding [tokens x vocab] logits (spec §3.5).
+    """GRPO-MR loss straight from final hidden states, never holding [tokens x vocab] logits (paper Eq. 5).
 
     Equal to ``grpo_loss(reference_logprobs_from_hidden(hidden, weight, targets, temperature), ...)``
     with the entropy term from the same softmax, value and gradients (tests/test_kernels.py).
@@ -368,7 +375,7 @@ def fused_grpo_loss(
 
     Args:
         config: loss coefficients and aggregation (`rlvmr_nb.loss.LossConfig`).
-        temperature: logits are divided by it (the sampling temperature, spec §1.5).
+        temperature: logits are divided by it (the rollout's sampling temperature).
         chunk_size: tokens per chunk; default `default_chunk_size` (~256 MiB of fp32 logits per chunk).
         strategy: "forward_grad" (default) or "recompute", see the module docstring.
         backend: "auto" (Triton on CUDA if available, else PyTorch), "torch" or "triton".
@@ -394,19 +401,18 @@ def fused_grpo_loss(
     old, ref, adv = (None if t is None else t.detach().to(acc) for t in (sel.old_logprobs, sel.ref_logprobs, sel.advantages))
     want_grads = (torch.is_grad_enabled() and hidden.requires_grad, torch.is_grad_enabled() and weight.requires_grad)
     with torch.autocast(hidden.device.type, enabled=False):
-        loss, logprobs, entropy = _FusedGRPOLoss.apply(
+        loss, logprobs, entropy, surrogate, kl, ratio, clipped = _FusedGRPOLoss.apply(
             sel.hidden, weight, sel.targets, old, ref, adv, token_weights, config,
             float(temperature), max(rows, 1), strategy, backend, mm_dtype, want_grads,
         )
     with torch.no_grad():
-        token_loss, parts = per_token_loss(logprobs, entropy, old, ref, adv, config)  # type: ignore[arg-type]
         metrics = {
             "loss": loss.detach(),
-            "pg_loss": (parts["pg"] * token_weights).sum(),
-            "kl": (parts["kl"] * token_weights).sum(),
+            "pg_loss": (surrogate * token_weights).sum(),
+            "kl": (kl * token_weights).sum(),
             "entropy": (entropy * token_weights).sum(),
         }
-        metrics.update(token_metrics(parts["ratio"], parts["clipped"], old - logprobs))  # type: ignore[operator]
+        metrics.update(token_metrics(ratio, clipped, old - logprobs))  # type: ignore[operator]
     return GRPOLossOutput(
         loss, metrics, _scatter_back(logprobs, sel.flat_index, sel.out_shape), _scatter_back(entropy, sel.flat_index, sel.out_shape)
     )
@@ -427,9 +433,10 @@ def chunked_logprobs(
 ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
     """Per-token ``log softmax(h @ W^T / temperature)[target]`` without gradients, chunk by chunk.
 
-    For the old-policy and reference log-probs of a batch (spec §3.5). ``hidden`` [..., H], ``targets``
-    and ``mask`` [...]; only masked-in rows are projected, the others get 0. Returns log-probs in
-    ``accumulation_dtype`` (>= fp32), and with ``return_entropy`` the entropy of the full softmax too.
+    For the old-policy and reference log-probs of a batch (the ratio and the KL term of paper Eq. 5).
+    ``hidden`` [..., H], ``targets`` and ``mask`` [...]; only masked-in rows are projected, the others
+    get 0. Returns log-probs in ``accumulation_dtype`` (>= fp32), and with ``return_entropy`` the entropy
+    of the full softmax too.
     """
     if temperature <= 0.0:
         raise ValueError(f"temperature={temperature} must be > 0")

@@ -1,17 +1,20 @@
-"""Per-token pieces of the GRPO-MR loss that the fused kernels need (spec §3.5).
+"""Per-token pieces of the GRPO-MR loss (paper Eq. 5) that the fused kernels need.
 
 Every aggregation in `rlvmr_nb.loss.aggregate` is a weighted sum ``sum_i w_i * loss_i`` with weights
 that depend only on the mask (never on the values), so the loss of a micro-batch is known token by
-token. That is what lets the fused kernel compute gradients chunk by chunk in the forward pass: the
-upstream gradient of token i is ``w_i * d loss_i / d logp_i`` and ``w_i * d loss_i / d entropy_i``, both
-closed-form (`token_loss_grads`).
+token (`aggregation_weights`). That is what lets the fused kernel compute gradients chunk by chunk in
+the forward pass: the upstream gradient of token i is ``w_i * d loss_i / d logp_i`` and
+``w_i * d loss_i / d entropy_i``, both closed-form. `ChunkedTokenTerms` evaluates the terms
+(`rlvmr_nb.loss_terms`, the same functions the reference uses) once per chunk and keeps what the loss,
+its gradient and the metrics need.
 """
 
 from __future__ import annotations
 
 import torch
 
-from rlvmr_nb.loss import KL_LOG_RATIO_BOUND, LossConfig, low_var_kl, ppo_clip_surrogate
+from rlvmr_nb.loss import LossConfig
+from rlvmr_nb.loss_terms import entropy_bonus_term, token_terms, weighted_total
 
 
 def aggregation_weights(
@@ -46,49 +49,49 @@ def aggregation_weights(
     raise ValueError(f"unknown aggregation {config.aggregation!r}")
 
 
-def per_token_loss(
-    logprobs: torch.Tensor,
-    entropy: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor | None,
-    advantages: torch.Tensor,
-    config: LossConfig,
-) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """Un-aggregated loss of each valid token and its parts (same formulas as `rlvmr_nb.loss.grpo_loss`)."""
-    pg, ratio, clipped = ppo_clip_surrogate(logprobs, old_logprobs, advantages, config.clip_eps, config.clip_high)
-    kl = low_var_kl(logprobs, ref_logprobs, config.kl_clamp) if ref_logprobs is not None else torch.zeros_like(pg)
-    loss = pg + config.kl_coef * kl - config.entropy_coef * entropy
-    return loss, {"pg": pg, "kl": kl, "ratio": ratio, "clipped": clipped}
+class ChunkedTokenTerms:
+    """Per-token results of the loss terms, filled by one `token_terms` call per chunk of tokens (or a
+    single call for all tokens when no gradient is needed chunk by chunk).
 
-
-def token_loss_grads(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    ref_logprobs: torch.Tensor | None,
-    advantages: torch.Tensor,
-    weights: torch.Tensor,
-    config: LossConfig,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Closed-form ``(dL/dlogp_i, dL/dentropy_i)`` of ``L = sum_i w_i loss_i``.
-
-    Matches autograd of `rlvmr_nb.loss.grpo_loss` including its tie rules:
-
-    * PPO-clip: ``-A r`` when the unclipped branch is >= the clipped one, else 0 (``torch.maximum``
-      splits ties in half, and a tie means either r is inside the clip range, where both halves are
-      ``-A r``, or A = 0).
-    * k3 with ``d = ref - logp``: ``1 - exp(d)`` where neither clamp is active (clamp gradients pass
-      at the bounds inclusively), else 0.
-    * entropy bonus: ``-entropy_coef`` per token.
+    Buffers [num_tokens], in the accumulation dtype: ``surrogate`` and ``kl`` (the term values; ``kl``
+    stays 0 without reference log-probs), ``ratio`` and ``clipped`` (for the metrics). The gradients
+    are handed back by `record_` rather than kept, since the ``forward_grad`` strategy uses them at
+    once; the per-token loss is combined once, after the last chunk (`token_loss`).
     """
-    ratio = torch.exp(logprobs - old_logprobs)
-    unclipped = -advantages * ratio
-    clipped = -advantages * torch.clamp(ratio, 1.0 - config.clip_eps, 1.0 + config.clip_high)
-    grad_logp = torch.where(unclipped >= clipped, unclipped, torch.zeros_like(unclipped))
-    if ref_logprobs is not None and config.kl_coef != 0.0:
-        raw_log_ratio = ref_logprobs - logprobs
-        log_ratio = torch.clamp(raw_log_ratio, -KL_LOG_RATIO_BOUND, KL_LOG_RATIO_BOUND)
-        k3 = torch.exp(log_ratio) - log_ratio - 1.0
-        passes = (raw_log_ratio.abs() <= KL_LOG_RATIO_BOUND) & (k3.abs() <= config.kl_clamp)
-        grad_logp = grad_logp + config.kl_coef * torch.where(passes, 1.0 - torch.exp(log_ratio), torch.zeros_like(k3))
-    grad_entropy = torch.full_like(grad_logp, -config.entropy_coef)
-    return grad_logp * weights, grad_entropy * weights
+
+    def __init__(self, num_tokens: int, config: LossConfig, has_kl: bool, dtype: torch.dtype, device: torch.device):
+        """``has_kl``: whether reference log-probs will be passed to `record_` (the loss has a KL term)."""
+        self.config = config
+        self.has_kl = has_kl
+        self.surrogate, self.kl, self.ratio = (torch.zeros(num_tokens, dtype=dtype, device=device) for _ in range(3))
+        self.clipped = torch.zeros(num_tokens, dtype=torch.bool, device=device)
+
+    def record_(
+        self,
+        rows: slice,
+        logprobs: torch.Tensor,
+        entropy: torch.Tensor,
+        old_logprobs: torch.Tensor,
+        ref_logprobs: torch.Tensor | None,
+        advantages: torch.Tensor,
+        weights: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Evaluate the terms of the tokens ``rows`` (every input holds just those rows) and store them.
+
+        Returns the upstream gradients of those tokens, ``w_t d loss_t / d logp_t`` and
+        ``w_t d loss_t / d entropy_t`` (None when the loss has no entropy term).
+        """
+        terms = token_terms(logprobs, old_logprobs, ref_logprobs, advantages, entropy, self.config)
+        self.surrogate[rows] = terms.surrogate.value
+        self.ratio[rows] = terms.surrogate.ratio
+        self.clipped[rows] = terms.surrogate.clipped
+        if terms.kl is not None:
+            self.kl[rows] = terms.kl.value
+        grad_entropy = terms.grad_entropy()
+        return terms.grad_logp() * weights, None if grad_entropy is None else grad_entropy * weights
+
+    def token_loss(self, entropy: torch.Tensor) -> torch.Tensor:
+        """``loss_t`` of every token, once all are recorded (one vectorised `weighted_total` rather than
+        one per chunk: the combination needs no chunk's softmax)."""
+        kl = self.kl if self.has_kl else None
+        return weighted_total(self.surrogate, kl, entropy_bonus_term(entropy).value, self.config)

@@ -11,7 +11,10 @@ one program per row of the [chunk x vocab] logits:
 * `_grad_logits_kernel`: a second pass writes ``g_lp (onehot - p) - g_H p (z - E_p z)`` over the
   logits buffer, in the logits' own dtype, so no fp32 copy of the chunk is needed.
 
-Both read the raw (untempered) logits and apply ``1 / temperature`` in registers.
+Both read the raw (untempered) logits and apply ``1 / temperature`` in registers. Neither knows the
+loss: the per-token upstream gradients ``g_lp`` and ``g_H`` come in as inputs, computed in PyTorch
+from the closed forms of `rlvmr_nb.loss_terms` (the surrogate, k3 and entropy-bonus formulas are not
+repeated here).
 
 Status: written to run on CUDA and checked on CPU with Triton's interpreter (``TRITON_INTERPRET=1``,
 tests/test_kernels.py); **not yet run on a GPU**. Importing this module never fails: without Triton
