@@ -103,29 +103,38 @@ def _params(path: Path) -> dict:
 
 @pytest.mark.slow
 def test_kill_and_resume_reproduces_uninterrupted_run(tmp_path):
-    # Uninterrupted reference run.
+    """kill -9 after iteration 2 was logged but before its checkpoint; resume='auto' must give the parameters
+    of the uninterrupted run and logs with every iteration exactly once (resumes used to append iterations
+    since the last checkpoint again: 0,1,2,2 and duplicate episode ids)."""
     model, tok = format_taught_model()
     ref_dir = tmp_path / "ref"
-    train(small_config(ref_dir, iterations=3), tasks=door_tasks(), make_env_slots=door_slots, policy=model, tokenizer=tok)
-    # The same run in a subprocess, killed with SIGKILL once the first checkpoint is on disk.
+    train(small_config(ref_dir, iterations=3, save_every=2), tasks=door_tasks(), make_env_slots=door_slots,
+          policy=model, tokenizer=tok)
     run_dir = tmp_path / "run"
     env = dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    proc = subprocess.Popen([sys.executable, str(HERE / "trainer_subprocess.py"), str(run_dir), "3", "0.5"], env=env)
+    proc = subprocess.Popen([sys.executable, str(HERE / "trainer_subprocess.py"), str(run_dir), "3", "30", "2"], env=env)
     deadline = time.time() + 300
-    while latest_checkpoint(run_dir) is None and time.time() < deadline and proc.poll() is None:
+    while len(read_metrics(run_dir)) < 3 and time.time() < deadline and proc.poll() is None:
         time.sleep(0.05)
+    time.sleep(0.2)  # let the episode append finish (the process then sleeps before its checkpoint)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    first = latest_checkpoint(run_dir)
-    assert first is not None and first.name in ("ckpt-00000", "ckpt-00001"), "kill came too late to test resume"
+    assert len(read_metrics(run_dir)) == 3 and latest_checkpoint(run_dir).name == "ckpt-00001", "kill missed its moment"
     # Resume in this process with a freshly loaded initial model: the checkpoint restores everything.
     model, tok = format_taught_model()
-    rows = train(small_config(run_dir, iterations=3), tasks=door_tasks(), make_env_slots=door_slots, policy=model,
-                 tokenizer=tok)
-    assert rows[0]["iteration"] == int(first.name.split("-")[1]) + 1
+    rows = train(small_config(run_dir, iterations=3, save_every=2), tasks=door_tasks(), make_env_slots=door_slots,
+                 policy=model, tokenizer=tok)
+    assert [r["iteration"] for r in rows] == [2]
     a, b = _params(ref_dir / "ckpt-00002"), _params(run_dir / "ckpt-00002")
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed parameters differ from the uninterrupted run"
+    assert [r["iteration"] for r in read_metrics(run_dir)] == [0, 1, 2]
+    from rlvmr_nb.trajectory import read_episodes
+
+    ids = [e.episode_id for e in read_episodes(run_dir / "episodes.jsonl")]
+    assert ids == [e.episode_id for e in read_episodes(ref_dir / "episodes.jsonl")] and len(ids) == len(set(ids))
+    csv_iterations = [line.split(",")[0] for line in (run_dir / "metrics.csv").read_text().splitlines()[1:]]
+    assert csv_iterations == ["0", "1", "2"]
 
 
 @pytest.mark.slow

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 from .envs import registry
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
 from .envs.base import TaskSpec
-from .envs.registry import get_env
+from .envs.registry import check_level, get_env
 from .metrics import summarize
 from .trajectory import Episode, write_episodes
 
@@ -50,6 +50,19 @@ class EvalConfig:
     """Episodes stepped together (generation is batched across them)."""
     env_workers: int = 0
     """Env worker processes (0: in-process)."""
+
+    def __post_init__(self) -> None:
+        from .prompts import STYLES
+        from .validation import require_choice, require_non_negative, require_positive
+
+        check_level(self.level)
+        require_choice(self, "prompt_style", STYLES)
+        require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks"])
+        require_non_negative(self, ["temperature", "env_workers"])
+        if self.max_tasks is not None:
+            require_positive(self, ["max_tasks"])
+        if self.max_prompt_tokens is not None:
+            require_positive(self, ["max_prompt_tokens"])
 
 
 def eval_tasks(config: EvalConfig) -> list[TaskSpec]:

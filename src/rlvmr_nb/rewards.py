@@ -62,8 +62,11 @@ class RewardConfig:
             raise ValueError(
                 f"format_penalty_channel must be one of {PENALTY_CHANNELS}, got {self.format_penalty_channel!r}"
             )
-        if self.format_penalty < 0:
-            raise ValueError("format_penalty is a magnitude and must be >= 0 (it is subtracted)")
+        from .validation import require_non_negative
+
+        # Magnitudes (the penalty is subtracted); NaN or inf would turn whole groups' advantages into NaN.
+        require_non_negative(self, ["success_reward", "planning_reward", "exploration_reward", "reflection_reward",
+                                    "monitor_reward", "format_penalty"])
 
 
 @dataclass(frozen=True)

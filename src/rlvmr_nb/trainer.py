@@ -185,6 +185,16 @@ class TrainConfig:
         return cls(**{k: v for k, v in d.items() if k in names})
 
 
+def score_batch(episodes: Sequence[Episode], config: TrainConfig) -> tuple[list[Episode], np.ndarray]:
+    """The episodes that count, and one advantage per step of theirs (flat order).
+
+    An aborted episode (dead worker, timeout) says nothing about the policy: it leaves the batch before
+    rewards and advantages, so an infrastructure fault never counts as a failure for its group-mates."""
+    kept = [ep for ep in episodes if not ep.aborted]
+    assign_rewards(kept, config.reward)
+    return kept, compute_advantages(config.algo, kept, config.advantage, config.reward.format_penalty)
+
+
 # --------------------------------------------------------------------------------------------------
 # The PPO update
 # --------------------------------------------------------------------------------------------------
@@ -303,11 +313,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
                 episodes = dist.all_gather_episodes(episodes, world)
             t_rollout = time.perf_counter() - t0
 
-            # An aborted episode (dead worker, timeout) says nothing about the policy: it leaves the batch
-            # before rewards and advantages, so it never counts as a failure for its group-mates.
-            kept = [ep for ep in episodes if not ep.aborted]
-            assign_rewards(kept, config.reward)
-            advantages = compute_advantages(config.algo, kept, config.advantage, config.reward.format_penalty)
+            kept, advantages = score_batch(episodes, config)
             samples = episodes_to_samples(kept, advantages)
             shuffle_rng = _iteration_rng(config.seed, iteration, "shuffle")
             if config.drop_to_multiple and len(samples) > config.mini_batch_size:
