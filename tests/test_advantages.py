@@ -91,8 +91,12 @@ def test_gigpo_anchor_states_share_groups():
     eps = assign_rewards([a, b])
     adv = gigpo_advantages(eps, gamma=0.95)
     a_ep = 0.7071
-    # anchor 'start' has returns [9.5, 0] -> ±0.7071; 'at a' and 'at b' are singletons (raw returns).
-    assert adv == pytest.approx([a_ep + 0.7071, a_ep + 10.0, -a_ep - 0.7071, -a_ep + 0.0], abs=1e-3)
+    # anchor 'start' has returns [9.5, 0] -> ±0.7071; 'at a' and 'at b' are singletons, which verl-agent gives
+    # a step advantage of 0 (their own mean), not their raw return.
+    assert adv == pytest.approx([a_ep + 0.7071, a_ep, -a_ep - 0.7071, -a_ep], abs=1e-3)
+    # per step sample (verl-agent's default unit): the episode channel counts each step of the group
+    per_step = gigpo_advantages(eps, gamma=0.95, unit="step")
+    assert per_step[0] == pytest.approx(0.866 + 0.7071, abs=1e-3)
 
 
 # ---------- properties ----------

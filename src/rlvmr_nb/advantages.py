@@ -118,10 +118,16 @@ def preset(name: str, **overrides) -> AdvantageConfig:
 
 
 def group_normalise(
-    values: Sequence[float], keys: Sequence[Hashable], eps: float = EPS, std_norm: bool = True
+    values: Sequence[float], keys: Sequence[Hashable], eps: float = EPS, std_norm: bool = True,
+    singleton: str = "raw",
 ) -> np.ndarray:
-    """(x − mean_k) / (std_k + ε) within each key (spec §3.2). Unbiased std; singleton keys use
-    mean 0 and std 1 (the verl convention), so a lone sample keeps its raw value."""
+    """(x − mean_k) / (std_k + ε) within each key (docs/method.md, 'Normalisation'). Unbiased std.
+
+    A key with one sample: ``singleton='raw'`` uses mean 0 and std 1, so the lone sample keeps its raw value
+    (verl's outcome groups, the RLVMR code's tag groups); ``singleton='zero'`` uses its own value as the mean,
+    so it gets 0 (verl-agent's GiGPO anchor-state groups: a state only one rollout visited says nothing)."""
+    if singleton not in ("raw", "zero"):
+        raise ValueError(f"singleton must be 'raw' or 'zero', got {singleton!r}")
     x = np.asarray(values, dtype=np.float64)
     if len(keys) != len(x):
         raise ValueError(f"got {len(x)} values but {len(keys)} keys")
@@ -132,7 +138,7 @@ def group_normalise(
     for idx in members.values():
         v = x[idx]
         if len(idx) == 1:
-            mean, std = 0.0, 1.0
+            mean, std = (0.0 if singleton == "raw" else float(v[0])), 1.0
         else:
             mean, std = v.mean(), v.std(ddof=1)
         out[idx] = (v - mean) / (std + eps) if std_norm else v - mean
@@ -228,26 +234,28 @@ def gigpo_advantages(
     episodes: Sequence[Episode],
     gamma: float = 0.95,
     step_weight: float = 1.0,
-    format_penalty: float = 0.1,
     std_norm: bool = True,
     eps: float = EPS,
     unit: str = "trajectory",
 ) -> np.ndarray:
-    """GiGPO baseline (Feng et al. 2025, verl-agent): episode-level A^E (trajectory outcome normalised
-    within the group) plus ω·A^S, where A^S normalises the discounted step return (γ = 0.95) among all
-    steps of the same group that acted from the same *anchor state* (identical observation text).
+    """GiGPO baseline (Feng et al. 2025, as verl-agent implements it; docs/method.md, 'Baselines'):
+    the episode advantage A^E plus ω·A^S.
 
-    Step rewards are the env rewards (`Step.env_reward`, r_s at the winning step) minus
-    `format_penalty` for each malformed step (the ALFWorld baseline scripts keep the 0.1 penalty).
+    * A^E normalises the outcome score within the group — per step sample (``unit='step'``, verl-agent's
+      default, the trainer's through `AdvantageConfig.outcome_unit`) or per trajectory. The score carries
+      the format penalty when the reward config puts it in the outcome channel (the ALFWorld baseline
+      scripts keep the 0.1 penalty), exactly as GRPO's does.
+    * A^S normalises the discounted return of the env rewards (γ = 0.95; r_s at the winning step, no format
+      penalty) among the steps of the same group that acted from the same *anchor state* (identical
+      observation text). A state only one step visited gets A^S = 0, as in verl-agent.
     """
     a_episode = outcome_advantage(episodes, unit, "group", std_norm, eps)
     returns: list[float] = []
     keys: list[tuple[str, str]] = []
     for ep in episodes:
-        step_rewards = [s.env_reward - (0.0 if s.valid else format_penalty) for s in ep.steps]
-        returns.extend(discounted_returns(step_rewards, gamma))
+        returns.extend(discounted_returns([s.env_reward for s in ep.steps], gamma))
         keys.extend((ep.group_id, s.observation) for s in ep.steps)
-    a_step = group_normalise(returns, keys, eps, std_norm)
+    a_step = group_normalise(returns, keys, eps, std_norm, singleton="zero")
     return a_episode + step_weight * a_step
 
 
@@ -256,8 +264,8 @@ Estimator = Callable[[Sequence[Episode], AdvantageConfig, float], np.ndarray]
 ESTIMATORS: dict[str, Estimator] = {
     "rlvmr": lambda eps, cfg, penalty: grpo_mr_advantages(eps, cfg),
     "grpo": lambda eps, cfg, penalty: outcome_advantage(eps, cfg.outcome_unit, cfg.outcome_scope, cfg.std_norm, cfg.eps),
-    "gigpo": lambda eps, cfg, penalty: gigpo_advantages(eps, cfg.gamma, cfg.step_weight, penalty, cfg.std_norm,
-                                                       cfg.eps, unit=cfg.outcome_unit),
+    "gigpo": lambda eps, cfg, penalty: gigpo_advantages(eps, cfg.gamma, cfg.step_weight, cfg.std_norm, cfg.eps,
+                                                       unit=cfg.outcome_unit),
 }
 """Algorithm name -> advantage estimator ``(episodes, config, format_penalty) -> one value per step``:
 GRPO-MR (RLVMR) and the two Table 1 baselines."""

@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-tasks", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=positive_int, default=30)
-    p.add_argument("--max-new-tokens", type=positive_int, default=256)
+    p.add_argument("--max-new-tokens", type=positive_int, default=1024)
     p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--out", default="runs/eval/results.json")

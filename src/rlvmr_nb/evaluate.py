@@ -40,8 +40,8 @@ class EvalConfig:
     """Sampling temperature (official validation: 0.4)."""
     max_steps: int = 30
     """Steps per episode (paper: 30)."""
-    max_new_tokens: int = 256
-    """Response budget per step."""
+    max_new_tokens: int = 1024
+    """Response budget per step (official validation: 1024, as in training). CPU runs use far fewer."""
     max_prompt_tokens: int | None = 6000
     """Prompt budget; oldest history is dropped beyond it."""
     prompt_style: str = "meta_think"

@@ -94,8 +94,8 @@ class TrainConfig:
     # --- optimisation ---------------------------------------------------------------------------
     lr: float = 1e-6
     """AdamW learning rate, constant (official code: 1e-6)."""
-    weight_decay: float = 0.0
-    """AdamW weight decay."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (verl's actor default, which the official runs inherit: 0.01)."""
     grad_clip: float = 1.0
     """Max global grad norm (official code: 1.0)."""
     mini_batch_size: int = 256
