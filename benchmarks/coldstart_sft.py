@@ -1,4 +1,4 @@
-"""Cold-start SFT measurement (issue 5): SmolLM2-135M-Instruct on CPU, before vs after, on held-out ALFWorld games.
+"""Cold-start SFT measurement: SmolLM2-135M-Instruct on CPU, before vs after, on held-out ALFWorld games.
 
 1. builds (or reuses) the 200-trajectory ALFWorld L0 cold-start set with the offline rule teacher;
 2. evaluates the base model on `--eval-games` valid_seen games (`evaluate.py`, temperature 0.4,

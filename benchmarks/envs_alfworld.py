@@ -1,4 +1,4 @@
-"""ALFWorld engine benchmark: stock vs accelerated in one run, plus the full walkthrough check (issue 3).
+"""ALFWorld engine benchmark: stock vs accelerated in one run, plus the full walkthrough check.
 
 Each engine runs in its own fresh process (the accelerator patches process-global functions) on the same
 games and the same seeded actions: a random walk (one unknown command + admissible commands), a reset of

@@ -1,4 +1,4 @@
-"""ScienceWorld engine benchmark (issue 3): JVM start, reset, raw vs valid-list steps/s, pool of 2, memory.
+"""ScienceWorld engine benchmark: JVM start, reset, raw vs valid-list steps/s, pool of 2, memory.
 
 Same seeded random walk for every mode: actions are drawn from the state's valid-action list, which is
 refreshed every `--refresh` steps outside the timed region (so "raw" times only the step itself).

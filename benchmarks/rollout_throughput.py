@@ -1,4 +1,4 @@
-"""Rollout throughput on real ALFWorld with SmolLM2-135M (issue 7): batched group vs one episode at a time,
+"""Rollout throughput on real ALFWorld with SmolLM2-135M: batched group vs one episode at a time,
 and the vLLM backend against the transformers backend on the same rollouts.
 
 Modes, measured in alternating blocks in one run so machine load hits them alike:

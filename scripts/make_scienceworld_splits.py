@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Regenerate ``src/rlvmr_nb/envs/data/scienceworld_L{0,1,2}.json`` from the ScienceWorld simulator.
 
-Spec §6.3: task ids index the sorted task names; L0 = official train / dev variations of 29 tasks
+docs/method.md, 'Splits': task ids index the sorted task names; L0 = official train / dev variations of 29 tasks
 (use-thermometer excluded), L1 = same train / official test, L2 = L0 train without the 10 held-out
 tasks / L1 test of the held-out tasks only. Needs Java and scienceworld==1.2.3; takes ~10 s.
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
     for (level, split), size in SPLIT_SIZES.items():
         got = len(levels[level][split])
         if got != size:
-            raise SystemExit(f"{level}/{split} has {got} pairs, spec §6.3 says {size}: simulator version changed?")
+            raise SystemExit(f"{level}/{split} has {got} pairs, docs/method.md ('Splits') says {size}: simulator version changed?")
     status = 0
     for level in LEVELS:
         path = args.out / split_file_name(level)

@@ -23,7 +23,7 @@ def episode(steps: list[Step], won: bool, group: str = "g", eid: str = "", task_
 
 
 def worked_example() -> list[Episode]:
-    """Spec §3.7: two rollouts of one task."""
+    """docs/method.md, 'Worked example': two rollouts of one task."""
     t1 = episode([step(0, "planning", "go to a"), step(1, "explore", "go to b"),
                   step(2, "monitor", "take x from b", env_reward=10.0)], won=True, eid="t1")
     t2 = episode([step(0, "planning", "go to a"),

@@ -28,7 +28,7 @@ def test_worked_example_spec_3_7_official_code():
 
 
 def test_degenerate_all_fail_group_penalty_amplified():
-    # Spec §3.7: 30 steps, 3 invalid, all rollouts fail -> valid +0.33, invalid -2.95.
+    # docs/method.md, 'Normalisation': 30 steps, 3 invalid, all rollouts fail -> valid +0.33, invalid -2.95.
     steps = [step(t, "monitor", f"a{t}") for t in range(27)]
     steps += [step(27 + i, None, "x", output="garbage") for i in range(3)]
     eps = assign_rewards([episode(steps, won=False)])

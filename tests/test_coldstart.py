@@ -1,4 +1,4 @@
-"""Cold start (issue 5): expert sources without leakage, RuleTeacher on the real engines, LLMTeacher against a
+"""Cold start: expert sources without leakage, RuleTeacher on the real engines, LLMTeacher against a
 local OpenAI-compatible server, dataset/manifest round trip, determinism, tag shares, and a tiny SFT run."""
 
 from __future__ import annotations

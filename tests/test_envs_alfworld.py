@@ -1,4 +1,4 @@
-"""ALFWorld adapter: data install, L0/L1/L2 splits, env contract, experts, accelerator identity (issue 3)."""
+"""ALFWorld adapter: data install, L0/L1/L2 splits, env contract, experts, accelerator identity."""
 
 from __future__ import annotations
 
@@ -192,7 +192,7 @@ def test_levels_match_spec(alfworld_data_root):
         "pick_heat_then_place_in_recep",
     }
     assert sum(l2_train.values()) == 790 + 308 + 650 + 459 == 2207
-    # The L2 evaluation pool: cool 21 + pick-two 17 = 38 (spec §6.2 cited this as UNVERIFIED; counted here).
+    # The L2 evaluation pool: cool 21 + pick-two 17 = 38 (often cited without a source; counted here).
     assert count("test", "L2") == {"pick_cool_then_place_in_recep": 21, "pick_two_obj_and_place": 17}
     assert count("test", "L2", task_types=[5]) == {"pick_cool_then_place_in_recep": 21}
     l2 = alfworld_tasks("test", level="L2", data_root=alfworld_data_root)

@@ -1,4 +1,4 @@
-"""The paper's numbers as data (spec §7): loading, spot checks, and the paper's internal consistency."""
+"""The paper's numbers as data (docs/method.md, 'Paper index'): loading, spot checks, and the paper's internal consistency."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""EnvPool: parallel == serial, killed/hung workers abort only their episodes, clean shutdown (issue 3)."""
+"""EnvPool: parallel == serial, killed/hung workers abort only their episodes, clean shutdown."""
 
 from __future__ import annotations
 

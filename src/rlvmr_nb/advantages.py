@@ -7,7 +7,7 @@ step (docs/method.md, 'Advantages'). They read the reward fields `rewards.assign
 for logs, tables and figures. `compute_advantages(algo, ...)` is the one place an algorithm name picks
 its estimator (`ESTIMATORS`).
 
-Presets of GRPO-MR (spec §3.2–3.4, §10 items 1–2):
+Presets of GRPO-MR (paper Eqs. 2–4; docs/method.md, 'Presets' and 'Paper vs official code'):
 
 ``official_code`` (default; the code that produced the paper's numbers)
     A_ep = normalise(score) within each group (rollouts of the same task) over *step samples*;
@@ -16,7 +16,7 @@ Presets of GRPO-MR (spec §3.2–3.4, §10 items 1–2):
     A_traj = normalise(R(τ)) over the *trajectories of the batch*; A_MR = normalise(r_t) within each
     tag over the batch; A = α·A_traj + (1−α)·A_MR, α = 0.5.
 
-Normalisation (spec §11): (x − mean) / (std + ε), unbiased std, ε = 1e-6; a group of one sample
+Normalisation (docs/method.md, 'Normalisation'): (x − mean) / (std + ε), unbiased std, ε = 1e-6; a group of one sample
 uses mean 0 and std 1, so its advantage is its raw value.
 """
 
@@ -170,7 +170,7 @@ def _episode_key(ep: Episode, i: int) -> str:
 def outcome_advantage(
     episodes: Sequence[Episode], unit: str = "trajectory", scope: str = "group", std_norm: bool = True, eps: float = EPS
 ) -> np.ndarray:
-    """Outcome-only group-relative advantage per step sample (GRPO; spec §3.2 / paper Eq. 2).
+    """Outcome-only group-relative advantage per step sample (GRPO; paper Eq. 2; docs/method.md, 'Outcome channel').
 
     unit='step' normalises the per-step scores over all step samples (official RLVMR code, where
     longer trajectories weigh more); unit='trajectory' normalises one value per trajectory — the mean

@@ -1,9 +1,9 @@
 """RLVMR rewards: outcome R(τ), verifiable meta-reasoning step rewards r_t^MR, format penalty.
 
-Spec §2 (paper §3.4.1, official code semantics). Everything here works on `Episode`/`Step`
+Paper §3.4.1, with the official code's semantics (docs/method.md, 'Rewards'). Everything here works on `Episode`/`Step`
 records and plain floats — no tensors.
 
-Per step, in the official order (§2.2):
+Per step, in the official order (docs/method.md, 'Meta-reasoning rewards'):
 
 1. an invalid step gets tag class ``none`` and no MR reward;
 2. otherwise the class is picked by substring precedence planning > explore > reflection;
@@ -29,23 +29,23 @@ PENALTY_CHANNELS = ("outcome", "step")
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Reward magnitudes and semantics. Defaults = the official RLVMR scripts (spec §2, §5)."""
+    """Reward magnitudes and semantics. Defaults = the official RLVMR scripts (docs/method.md, 'Hyper-parameters')."""
 
     success_reward: float = 10.0
     """r_s, outcome reward of a successful episode (paper §3.4.1 leaves it open; code: 10·won)."""
     planning_reward: float = 1.0
-    """Paid to a <planning> step of a successful episode (spec §2.2 step 4; code 1.0)."""
+    """Paid to a <planning> step of a successful episode (the planning rule; code 1.0)."""
     exploration_reward: float = 1.0
-    """Paid to an <explore> step whose action no earlier valid step issued (§2.2 step 5)."""
+    """Paid to an <explore> step whose action no earlier valid step issued (the explore rule)."""
     reflection_reward: float = 1.0
-    """Paid to a <reflection> step that changes action after a failed step (§2.2 step 6)."""
+    """Paid to a <reflection> step that changes action after a failed step (the reflection rule)."""
     monitor_reward: float = 0.0
-    """Off in the paper's code (§2.2 step 7). When > 0, a valid <monitor> step whose action is
+    """Off in the paper's code (docs/method.md, 'Meta-reasoning rewards'). When > 0, a valid <monitor> step whose action is
     admissible earns it, and monitor steps get their own advantage group."""
     format_penalty: float = 0.1
     """λ_format: subtracted for each malformed step (paper §3.4.1, code invalid_action_penalty_coef)."""
     format_penalty_channel: str = "outcome"
-    """'outcome' (official code: penalty in the per-step outcome score, §2.3) or 'step' (paper Eq.: r_t = r_MR + r_format)."""
+    """'outcome' (official code: penalty in the per-step outcome score; docs/method.md, 'Format penalty') or 'step' (paper Eq.: r_t = r_MR + r_format)."""
     official_regex_bug: bool = False
     """Compare actions with the official non-DOTALL regex (digitalhuman#14); ablations only."""
 
@@ -84,12 +84,12 @@ class StepReward:
 
 
 def outcome_reward(episode: Episode, config: RewardConfig = RewardConfig()) -> float:
-    """R(τ) = r_s if the episode was won, else 0 (paper §3.4.1; spec §2.1)."""
+    """R(τ) = r_s if the episode was won, else 0 (paper §3.4.1; docs/method.md, 'Outcome reward')."""
     return config.success_reward if episode.won else 0.0
 
 
 def meta_reasoning_rewards(episode: Episode, config: RewardConfig = RewardConfig()) -> list[StepReward]:
-    """Tag class, r_t^MR, outcome score and paper step reward for every step (spec §2.2–2.3).
+    """Tag class, r_t^MR, outcome score and paper step reward for every step (paper §3.4.1; docs/method.md, 'Meta-reasoning rewards', 'Format penalty').
 
     Uses each step's `output`, `valid` and `admissible` fields and the episode's `won`.
     """

@@ -1,4 +1,4 @@
-"""Cold start without an API key (paper §3.3, spec §4; issue 5).
+"""Cold start without an API key (paper §3.3; docs/method.md, 'Cold start').
 
 expert trajectories (`experts`) -> one tag + one sentence per step (`teachers`: `RuleTeacher` offline,
 `LLMTeacher` for any OpenAI-compatible endpoint) -> step-level SFT pairs with the rollout prompt code

@@ -1,4 +1,4 @@
-"""Cold-start dataset: tagged expert trajectories -> step-level (prompt, response) pairs (spec §4.1.5).
+"""Cold-start dataset: tagged expert trajectories -> step-level (prompt, response) pairs (paper §3.3; docs/method.md, 'Cold start').
 
 Prompts are rendered by the SAME code as rollouts (`prompts.AgentMemory`: history, last 3 outputs, plan
 memory), so what SFT teaches is exactly what RL will show. Two deliberate choices:
@@ -50,7 +50,7 @@ from .teachers import AnnotationRejected, Teacher, make_teacher
 FORMAT = "rlvmr-nb-coldstart/1"
 SAMPLES_FILE, TRAJECTORIES_FILE, MANIFEST_FILE = "samples.jsonl", "trajectories.jsonl", "manifest.json"
 MIN_TAG_SHARE = 0.05
-"""Every tag must be at least this share of the trained steps (issue 5 acceptance)."""
+"""Every tag must be at least this share of the trained steps (so that the cold start teaches every tag, not mostly <monitor>)."""
 MAX_TYPE_FAILURES = 6
 """A task type whose candidates fail this many times in a row is given up (e.g. ScienceWorld tasks whose
 gold paths are always >= 30 steps)."""
@@ -308,7 +308,7 @@ def read_trajectories(path: str | os.PathLike) -> list[Episode]:
 
 
 def load_coldstart_samples(path: str | os.PathLike, tokenizer: Any) -> list:
-    """`sft.SFTSample`s of a dataset folder, prompts wrapped in the tokenizer's chat template (spec §1.4).
+    """`sft.SFTSample`s of a dataset folder, prompts wrapped in the tokenizer's chat template (paper App. C; docs/method.md, 'Prompts').
 
     CPU-sized subsets are chosen afterwards by `experiment.select_samples` (token cap, tag-stratified).
     """

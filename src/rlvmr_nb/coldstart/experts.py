@@ -1,4 +1,4 @@
-"""Expert trajectories for the cold start, drawn from the TRAINING split of a level only (spec §4.1.1-2).
+"""Expert trajectories for the cold start, drawn from the TRAINING split of a level only (paper §3.3; docs/method.md, 'Cold start').
 
 The official cold start tags AgentGym expert trajectories (not portable, digitalhuman#10) and covers all
 six ALFWorld task types even for L2, whose held-out types (cool, pick-two) then leak into SFT
@@ -9,7 +9,7 @@ six ALFWorld task types even for L2, whose held-out types (cool, pick-two) then 
   ``"mixed"`` picks one of the two per trajectory with a seeded coin.
 * ScienceWorld: the simulator's gold path, replayed and kept at score 100 (`scienceworld_gold_episode`).
 
-Trajectories have fewer than 30 steps (spec §4.1.2), including any step a teacher inserts later.
+Trajectories have fewer than 30 steps (docs/method.md, 'Cold start'), including any step a teacher inserts later.
 Candidates come from `training_tasks(env, level)`, which asserts that no held-out task type is present.
 """
 
@@ -128,7 +128,7 @@ def replay(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], temp
     Used to validate a trajectory a teacher changed (an inserted mistake): observations and feedback are
     the environment's own. ScienceWorld steps keep the prompt's available-actions text in
     ``extra['available_actions']``; their admissibility is read from the reply (an unknown command is
-    answered "No known action matches that input.", spec §1.4).
+    answered "No known action matches that input.", paper App. C).
     """
     from ..prompts import INVALID_ACTION_FEEDBACK
 

@@ -1,5 +1,5 @@
 """Seeded sentence choice for the rule teacher: several paraphrases per situation, so SFT does not
-collapse onto one string (issue 5). All wording is ours."""
+collapse onto one string. All wording is ours."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def join_words(items: Sequence[str], conjunction: str = "or") -> str:
 
 
 def numbered_plan(rng: random.Random, subgoals: Sequence[str]) -> str:
-    """The planning sentence: explicitly enumerated subgoals (spec §1.1: 'step 1: ..., step 2: ...')."""
+    """The planning sentence: explicitly enumerated subgoals (paper §3.2: 'step 1: ..., step 2: ...')."""
     sep = rng.choice([", ", "; "])
     body = sep.join(f"step {i}: {goal}" for i, goal in enumerate(subgoals, 1))
     lead = rng.choice(["", "Plan: ", "My plan is ", "I will proceed as follows: ", "Subgoals: "])

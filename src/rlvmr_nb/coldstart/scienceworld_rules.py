@@ -1,4 +1,4 @@
-"""ScienceWorld side of the rule teacher (issue 5; tags as in spec §1.1, annotation guidance §4.1.3).
+"""ScienceWorld side of the rule teacher (tags as in paper §3.2; annotation guidance: docs/method.md, 'Cold start').
 
 Subgoals are the gold path's milestones: the steps that raised the simulator's score, plus the last
 step (runs of consecutive navigation milestones collapse onto the last room reached). The SciWorld
@@ -9,7 +9,7 @@ Tags: step 0 ``planning``; moving into a room not visited yet and looking around
 ``explore``; the step after an inserted mistake: ``reflection``; the rest ``monitor``.
 
 Mistakes are commands the simulator rejects with "No known action matches that input." (the message the
-prompt's reflection definition quotes, spec §1.4): an ALFWorld-style verb (``take X`` for ``pick up X``,
+prompt's reflection definition quotes; paper App. C): an ALFWorld-style verb (``take X`` for ``pick up X``,
 ``put X in Y`` for ``move X to Y``, ``turn on X`` for ``activate X``...) or acting on an object before
 walking to the room that has it. Invalid commands consume no simulator move, so the gold path still wins
 afterwards; the teacher replays it to make sure.
@@ -91,7 +91,7 @@ def plan_from_gold(expert: Episode) -> GoldPlan:
                  if not (j + 1 < len(marks) and (
                      (_NAV.match(steps[m].action) and _NAV.match(steps[marks[j + 1]].action))
                      or subgoal_text(steps[m].action) == subgoal_text(steps[marks[j + 1]].action)))]
-    if len(collapsed) < 2 and len(steps) > 1:  # at least 2 subgoals (annotation guidance, spec §4.1.3)
+    if len(collapsed) < 2 and len(steps) > 1:  # at least 2 subgoals (annotation guidance; docs/method.md, 'Cold start')
         collapsed = sorted({len(steps) // 2 - 1 if len(steps) > 2 else 0, *collapsed})
     texts = [subgoal_text(steps[m].action) for m in collapsed]
     step_subgoal, g = [], 0

@@ -1,4 +1,4 @@
-"""Opt-in accelerator for the TextWorld PDDL engine behind ALFWorld (issue 3; probe notes §B3).
+"""Opt-in accelerator for the TextWorld PDDL engine behind ALFWorld (what it memoises and why is measured in benchmarks/envs_alfworld.py).
 
 Stock textworld 1.7.0 spends ~1 s per ``reset()`` re-translating the game's PDDL to SAS, and ~100 ms per
 ``step()`` re-parsing the same grammar snippets with TatSu and deep-copying derivation contexts. This

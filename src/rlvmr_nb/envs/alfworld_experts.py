@@ -1,4 +1,4 @@
-"""ALFWorld expert trajectories for the cold start (spec §4.1; issue 3 item 5).
+"""ALFWorld expert trajectories for the cold start (paper §3.3; docs/method.md, 'Cold start').
 
 Two experts:
 

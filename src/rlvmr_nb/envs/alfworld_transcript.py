@@ -1,4 +1,4 @@
-"""Game transcripts for checking that the accelerator changes nothing observable (issue 3).
+"""Game transcripts for checking that the accelerator changes nothing observable.
 
 A transcript of one game is two episodes on the same env: a seeded random walk over admissible commands
 (plus one command the engine does not know, to cover the 'Nothing happens.' path), then a reset of the

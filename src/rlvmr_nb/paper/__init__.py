@@ -1,6 +1,6 @@
 """The paper's published numbers (RLVMR, arXiv 2507.22844v1) as data, with loaders.
 
-`numbers.json` holds every number of Tables 1-5 and Figs. 1, 3, 5, 6 (spec §7), each block
+`numbers.json` holds every number of Tables 1-5 and Figs. 1, 3, 5, 6 (docs/method.md, 'Paper index'), each block
 tagged with its source ("Table 1", "Fig. 3(a)", ...) and how it was read (``read_from``: typed
 table, printed bar label, or approximate curve reading). The loaders return tidy records, plain
 dicts with the keys of `RECORD_FIELDS`, so this package needs neither pandas nor matplotlib.

@@ -25,7 +25,7 @@ RECORD_FIELDS = (
 ENVS = ("alfworld", "scienceworld")
 LEVELS = ("L0", "L1", "L2")
 RATE_METRICS = ("success", "invalid", "repetitive")
-"""Metrics the paper reports as percentages (spec §6.4)."""
+"""Metrics the paper reports as percentages (paper §2.1; docs/method.md, 'Metrics')."""
 
 ALFWORLD_TASK_TYPES = {
     "pick_and_place_simple": "pick",
