@@ -115,7 +115,9 @@ def lab(tmp_path_factory):
     home.mkdir()
     import matplotlib  # the user's font cache, or the first kernel spends ~20 s rebuilding it
 
-    env = {"JUPYTER": jupyter_command(), "RLVMR_LAB_STATE": str(tmp_path / "lab-state"), "HOME": str(home),
+    state = tmp_path / "lab-state"
+    (state / "ipython").mkdir(parents=True)  # as after an earlier make lab (jupyter_core then "migrates" it)
+    env = {"JUPYTER": jupyter_command(), "RLVMR_LAB_STATE": str(state), "HOME": str(home),
            "MPLCONFIGDIR": matplotlib.get_cachedir()}
     server = Lab(root, command=[str(root / "scripts" / "lab.sh")], env=env)
     try:
@@ -193,7 +195,8 @@ def close_and_save(browser: Browser, name: str, label: str) -> None:
 def test_tour_opens_runs_and_closes_without_rewriting_its_source(lab, browser):
     tracked = (lab.root / "notebooks" / TOUR).read_bytes()
     browser.driver.get(f"{lab.base}/lab?reset&token={lab.token}")  # reset: the default layout, not a saved one
-    browser.wait().until(EC.presence_of_element_located(_file_item("notebooks")))
+    browser.wait().until(EC.visibility_of_element_located(_file_item("notebooks")))
+    time.sleep(0.5)  # the listing is painted
     browser.screenshot("file_browser")
 
     # Double-click opens the py:percent source as a notebook (the project's default viewer for .py).
@@ -215,6 +218,11 @@ def test_tour_opens_runs_and_closes_without_rewriting_its_source(lab, browser):
     written = sorted(str(p.relative_to(home)) for p in home.rglob("*"))
     assert not written, f"make lab wrote into the home folder: {written}"
     assert sorted(p.name for p in (lab.root / ".jupyter").rglob("*")) == LAB_SETTINGS, "Jupyter wrote into .jupyter/"
+    # No autosave either: a parameter typed into the tracked notebook is never written behind the user's back.
+    plugin = lab.api("GET", "/lab/api/settings/@jupyterlab/docmanager-extension:plugin")
+    effective = {key: plugin["settings"].get(key, spec.get("default"))
+                 for key, spec in plugin["schema"]["properties"].items()}
+    assert effective["autosave"] is False and effective["defaultViewers"]["python"] == "Jupytext Notebook"
 
 
 def test_ci_size_run_copy_opens_runs_and_keeps_its_outputs_under_runs_lab(lab, browser):
