@@ -51,11 +51,29 @@ demo-quick: $(STAMP)
 check: vllm-venv
 	$(MAKE) test
 
-test: $(STAMP)
+test: $(STAMP) browser-deps
 	$(BIN)/python -m pytest -q --timeout=900
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -q -m "not slow" --timeout=300
+
+# JupyterLab on this repository with the repository's own settings (.jupyter/; what Jupyter writes goes to
+# .venv/jupyter, nothing under ~): notebooks/*.py open as notebooks on double-click, CI-size run copies in
+# runs/lab/. Listens on 127.0.0.1 and prints the URL; no browser is opened. LAB_ARGS go to `jupyter lab`,
+# e.g. make lab LAB_ARGS=--port=8899
+.PHONY: lab browser-deps
+lab: $(STAMP)
+	scripts/lab.sh $(LAB_ARGS)
+
+# Headless Chromium for tests/test_browser.py: the Debian packages chromium and chromium-driver, installed
+# when missing. Needs root or password-less sudo; where neither works the browser test skips and says why.
+BROWSER_APT := apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
+browser-deps:
+	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
+	elif [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then \
+	  echo "browser-deps: not root and no password-less sudo, chromium not installed: tests/test_browser.py will skip"; \
+	else sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
+	  $$sudo sh -c '$(BROWSER_APT)' || echo "browser-deps: apt-get failed: tests/test_browser.py will skip"; fi
 
 data: $(STAMP)
 	$(BIN)/rlvmr-nb data alfworld

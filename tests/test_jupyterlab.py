@@ -1,4 +1,4 @@
-"""The notebooks as a JupyterLab user gets them (issue 6: "runs in JupyterLab by hand").
+"""The notebooks as a JupyterLab user gets them: run in JupyterLab by hand.
 
 A real ``jupyter lab`` server is started on a temporary copy of the repository's ``notebooks/`` and
 ``configs/``, the way a user starts it from the repository root, and driven through its REST API and
@@ -15,16 +15,11 @@ import ast
 import copy
 import difflib
 import json
-import os
-import secrets
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
-import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -35,14 +30,11 @@ pytest.importorskip("jupyterlab", reason="JupyterLab is not installed (pip insta
 pytest.importorskip("jupytext", reason="jupytext is not installed (pip install -e '.[notebooks]')")
 websocket = pytest.importorskip("websocket", reason="websocket-client is not installed (comes with jupyter_server)")
 
+from lab_server import Lab  # noqa: E402
 from rlvmr_nb import notebooks as nbs  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TOUR_FIGURES = {"tour_presets.png", "tour_group_official_code.png", "tour_group_paper.png"}
-
-# Variables tests/conftest.py sets for the test process that a user's shell does not have: the server
-# (and so its kernels) must start without them, or the OMP_WAIT_POLICY check proves nothing.
-_TEST_ONLY_ENV = ("OMP_WAIT_POLICY", "MPLBACKEND")
 
 # Run silently in a fresh kernel before any notebook cell: remembers OMP_WAIT_POLICY at the moment
 # torch is first imported (libgomp reads it once, when torch loads it).
@@ -62,65 +54,8 @@ _OMP_SEEN = "[m for m in __import__('sys').meta_path if type(m).__name__ == '_Om
 # ------------------------------------------------------------------------------------------ server
 
 
-class Lab:
-    """A running ``jupyter lab`` on `root`, spoken to through its REST API and kernel websockets."""
-
-    def __init__(self, root: Path):
-        self.root = root
-        self.token = secrets.token_hex(16)
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.base = f"http://127.0.0.1:{self.port}"
-        self.log = root.parent / "jupyter-lab.log"
-        jupyter = Path(sys.executable).with_name("jupyter")
-        cmd = [str(jupyter)] if jupyter.is_file() else [sys.executable, "-m", "jupyter"]
-        cmd += ["lab", "--no-browser", f"--port={self.port}", "--ip=127.0.0.1",
-                f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={root}"]
-        if os.geteuid() == 0:  # containers run as root; JupyterLab refuses that without the flag
-            cmd.append("--allow-root")
-        env = {k: v for k, v in os.environ.items() if k not in _TEST_ONLY_ENV}
-        # Its own process group, so that stopping it also stops every kernel it started.
-        self.proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=self.log.open("w"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                self.api("GET", "/api/status")
-                break
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.stop()
-                    raise RuntimeError(f"jupyter lab did not start; its log:\n{self.log.read_text()[-3000:]}")
-                time.sleep(0.3)
-
-    def api(self, method: str, path: str, body: Any = None) -> Any:
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(self.base + path, data=data, method=method,
-                                     headers={"Authorization": f"token {self.token}", "Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=60) as response:
-            text = response.read()
-        return json.loads(text) if text else None
-
-    def stop(self) -> None:
-        """Shut the server and its kernels down; kill the process group if that does not finish."""
-        if self.proc.poll() is None:
-            try:
-                self.api("POST", "/api/shutdown")
-                self.proc.wait(20)
-            except (OSError, subprocess.TimeoutExpired):
-                pass
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(10)
-        try:  # kernels are children in the same group: none may outlive the server
-            os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+class NotebookLab(Lab):
+    """The server with what opening a notebook asks of it."""
 
     def notebook(self, path: str) -> dict:
         """The contents model JupyterLab asks for when it opens `path` as a notebook."""
@@ -289,7 +224,7 @@ def lab(tmp_path_factory):
     for config in ("jupytext.toml", ".jupytext.toml", "pyproject.toml"):  # jupytext reads its settings from these
         if (ROOT / config).is_file():
             shutil.copy2(ROOT / config, root / config)
-    server = Lab(root)
+    server = NotebookLab(root)
     try:
         yield server
     finally:
@@ -306,7 +241,11 @@ def test_served_as_notebooks_whose_first_cells_run(lab, name):
     model = lab.notebook(f"notebooks/{name}.py")
     assert model["type"] == "notebook" and model["format"] == "json"
     content = model["content"]
-    assert content["metadata"]["kernelspec"]["name"] == "python3"
+    # The kernelspec JupyterLab writes into a notebook it opens: any difference marks it unsaved at once,
+    # and saving would rewrite the header.
+    spec = lab.api("GET", "/api/kernelspecs")["kernelspecs"]["python3"]["spec"]
+    assert content["metadata"]["kernelspec"] == {"name": "python3", "display_name": spec["display_name"],
+                                                 "language": spec["language"]}
     assert content["metadata"]["jupytext"]["formats"] == "ipynb,py:percent"
     assert [c["cell_type"] for c in content["cells"]].count("markdown") >= 1
     notebook, parameters_source = ci_notebook(model, name)
@@ -369,3 +308,59 @@ def test_tour_runs_through_jupyterlab_and_saves_clean(lab):
     if shutil.which("git") and (ROOT / ".git").exists():
         ignored = subprocess.run(["git", "check-ignore", "-q", "notebooks/00_tour.ipynb"], cwd=ROOT)
         assert ignored.returncode == 0, "notebooks/*.ipynb (outputs of a JupyterLab save) must be git-ignored"
+
+
+# ------------------------------------------------------------------------------------------ make lab's preparation
+
+
+def _prepare_lab(root: Path) -> subprocess.CompletedProcess:
+    """scripts/prepare_lab.py on `root`, as scripts/lab.sh runs it before JupyterLab starts."""
+    return subprocess.run([sys.executable, str(ROOT / "scripts" / "prepare_lab.py"), str(root)],
+                          capture_output=True, text=True, check=True, timeout=300)
+
+
+def _injected_values(copy_path: Path) -> tuple[int, dict]:
+    cells = json.loads(copy_path.read_text())["cells"]
+    index = next(i for i, c in enumerate(cells) if "injected-parameters" in c["metadata"].get("tags", []))
+    values = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse("".join(cells[index]["source"])).body}
+    return index, values
+
+
+def test_make_lab_pairs_each_notebook_and_writes_ci_size_run_copies(tmp_path):
+    from ipykernel.ipkernel import IPythonKernel
+
+    root = tmp_path / "repo"
+    shutil.copytree(ROOT / "notebooks", root / "notebooks", ignore=shutil.ignore_patterns("*.ipynb", ".ipynb_checkpoints"))
+    shutil.copytree(ROOT / "configs", root / "configs")
+    sources = {p.name: p.read_bytes() for p in (root / "notebooks").glob("*.py")}
+    _prepare_lab(root)
+
+    assert {p.name: p.read_bytes() for p in (root / "notebooks").glob("*.py")} == sources
+    for name in nbs.NOTEBOOKS:
+        source, paired = root / "notebooks" / f"{name}.py", root / "notebooks" / f"{name}.ipynb"
+        # the paired outputs file: what the kernel reports about itself, and no newer than its source
+        # (jupytext refuses an .ipynb newer than its text file when their inputs differ)
+        metadata = json.loads(paired.read_text())["metadata"]
+        assert metadata["language_info"] == IPythonKernel.language_info
+        assert paired.stat().st_mtime_ns == source.stat().st_mtime_ns
+        # the run copy: plain .ipynb (no pairing), the CI values injected right below the parameters cell
+        copy_path = root / "runs" / "lab" / f"{name}.ipynb"
+        copy_nb = json.loads(copy_path.read_text())
+        assert "jupytext" not in copy_nb["metadata"]
+        index, values = _injected_values(copy_path)
+        assert "parameters" in copy_nb["cells"][index - 1]["metadata"]["tags"]
+        assert values == json.loads(nbs.config_path(name, ci=True).read_text())
+
+    # An edit to a source refreshes its untouched copy; a copy the user changed is left alone, and said so.
+    tour_copy, cases_copy = root / "runs" / "lab" / "00_tour.ipynb", root / "runs" / "lab" / "05_case_studies.ipynb"
+    edited = json.loads(tour_copy.read_text())
+    edited["cells"][_injected_values(tour_copy)[0]]["source"] = "focus_step = 2\n"
+    tour_copy.write_text(json.dumps(edited))
+    for name in ("00_tour", "05_case_studies"):
+        with (root / "notebooks" / f"{name}.py").open("a") as f:
+            f.write("\n# %%\nprint('a cell added upstream')\n")
+    again = _prepare_lab(root)
+    assert "a cell added upstream" in cases_copy.read_text()
+    assert "a cell added upstream" not in tour_copy.read_text() and "focus_step = 2" in tour_copy.read_text()
+    assert "runs/lab/00_tour.ipynb has your edits" in again.stderr
+    assert "05_case_studies" not in again.stderr
