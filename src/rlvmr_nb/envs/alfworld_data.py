@@ -1,4 +1,4 @@
-"""Install and locate the ALFWorld text-game files (``json_2.1.1``), spec §6.2.
+"""Install and locate the ALFWorld text-game files (``json_2.1.1``); docs/method.md, 'Splits'.
 
 The ALFWorld wheel ships no games. They come from an archive or directory (this project's CI uses
 ``../shared/data/alfworld/alfworld_json_2.1.1.tar.xz`` next to the repository) or from
@@ -25,11 +25,13 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
+from ..atomic_io import atomic_write_text
+
 JSON_DIRNAME = "json_2.1.1"
 """Folder inside the data root that holds the splits (same layout as ``alfworld-download``)."""
 
 SPLIT_GAME_COUNTS = {"train": 3553, "valid_seen": 140, "valid_unseen": 134}
-"""Official game counts after ALFWorld's filtering (spec §6.2); `install_alfworld_data` verifies them."""
+"""Official game counts after ALFWorld's filtering (docs/method.md, 'Splits'); `install_alfworld_data` verifies them."""
 
 OPTIONAL_SPLIT_COUNTS = {"valid_train": 200}
 """Splits that some copies carry and others do not; checked only when present."""
@@ -159,7 +161,9 @@ def write_traj_data_stubs(json_root: Path) -> int:
         for game in iter_game_files(split_dir):
             traj = game.parent / "traj_data.json"
             if not traj.exists():
-                traj.write_text(json.dumps(traj_data_stub(game.parent.parent.name)))
+                # Atomic, so an install killed here leaves no torn stub for a resumed install to keep; no fsync for
+                # 4,000 small derivable files (the marker, written last, is the durable one).
+                atomic_write_text(traj, json.dumps(traj_data_stub(game.parent.parent.name)), durable=False)
                 written += 1
     return written
 
@@ -292,9 +296,7 @@ def install_alfworld_data(
             "traj_data_stubs_written": stubs,
             "seconds": round(time.time() - t0, 1),
         }
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info, indent=1))
-        os.replace(tmp, marker)
+        atomic_write_text(marker, json.dumps(info, indent=1))
     return dest
 
 
