@@ -8,14 +8,37 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import re
+import subprocess
+import sys
 import threading
 import tracemalloc
+from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from rlvmr_nb import tags
 from rlvmr_nb.evaluate import write_results
 from rlvmr_nb.trajectory import Episode, Step, append_episodes, iter_episodes, read_episodes, write_episodes
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def _run_isolated(code: str, timeout_s: float) -> str:
+    """Run `code` in a fresh interpreter with this checkout's sources; fail the test if it runs too long.
+
+    A quadratic regex holds the GIL, so only a separate process can be stopped when it hangs."""
+    env = dict(os.environ, PYTHONPATH=SRC + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    try:
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout_s, env=env)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"still running after {timeout_s} s (super-linear parsing)")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
 
 
 # ------------------------------------------------------------------------------------ atomic writes
@@ -117,3 +140,106 @@ def test_only_the_final_unterminated_line_is_forgiven(tmp_path):
     path.write_text(f"{good}\n{'[' * 100_000}\n{good}\n")  # nesting too deep is a bad line, not a crash
     with pytest.raises(ValueError, match="line 2 is not valid JSON"):
         read_episodes(path)
+
+
+# ------------------------------------------------------------------------------------- tag parser
+
+ADVERSARIAL = {  # name: (piece, repeats, tail) -> a ~10 MB model output
+    "planning": ("<planning>", 1_000_000, ""),
+    "action": ("<action>", 1_250_000, ""),
+    "think": ("<think>", 1_430_000, ""),
+    "open-mix": ("<planning><explore><reflection><monitor><action><think>", 180_000, ""),
+    "open-mix-closed-at-end": ("<planning><action><monitor>", 370_000, "</monitor></action>"),
+    "action-lines": ("<action>\n", 1_100_000, "</action>"),
+    "other-case-class-close": ("<planning>", 1_000_000, "</plann\u0131ng>"),
+}
+
+
+def test_tag_parser_is_linear_on_adversarial_inputs():
+    code = (
+        "import json, time\nfrom rlvmr_nb.tags import parse_output\nworst = {}\n"
+        f"for name, (piece, repeats, tail) in {ADVERSARIAL!r}.items():\n"
+        "    text = piece * repeats + tail\n"
+        "    assert len(text) > 9_000_000\n"
+        "    worst[name] = 0.0\n"
+        "    for mode in ('strict', 'lenient', 'think'):\n"
+        "        for bug in (False, True):\n"
+        "            t = time.perf_counter()\n"
+        "            parse_output(text, mode=mode, official_regex_bug=bug)\n"
+        "            worst[name] = max(worst[name], time.perf_counter() - t)\n"
+        "print(json.dumps(worst))\n"
+    )
+    worst = json.loads(_run_isolated(code, timeout_s=120))
+    assert set(worst) == set(ADVERSARIAL)
+    slow = {k: round(v, 2) for k, v in worst.items() if v >= 1.0}
+    assert not slow, f"10 MB adversarial outputs must parse in well under a second: {slow}"
+
+
+_PIECES = ["<planning>", "</planning>", "<explore>", "</explore>", "<reflection>", "</reflection>", "<monitor>",
+           "</monitor>", "<action>", "</action>", "<think>", "</think>", "<PLANNING>", "</Monitor>", "<ACTION>",
+           "</Action>", "<plannıng>", "</plannıng>", "<plannİng>", "</PLANNİNG>", "<thinK>", "</THINK>",
+           "go to", " ", "\n", "好", "<b>", "</b>", "x", "<", ">", "/"]
+_STRUCTURED = st.lists(st.sampled_from(_PIECES), max_size=40).map("".join)
+_TEXTS = st.one_of(_STRUCTURED, st.text(alphabet=st.sampled_from(list("<>/planigexoractmhk\n ıİK")), max_size=60))
+_PATTERNS = [(tags._META_BLOCK, tags._META_NAMES), (tags._ACTION_BLOCK, tags._ACTION_NAMES),
+             (tags._THINK_BLOCK, tags._THINK_NAMES), (tags._ACTION_BLOCK_NO_DOTALL, tags._ACTION_NAMES)]
+
+
+def _old_find_blocks(block: re.Pattern, names: tuple[str, ...], text: str) -> list[re.Match]:
+    return list(block.finditer(text))  # the regex-only implementation this module used before
+
+
+@settings(max_examples=600, deadline=None)
+@given(_TEXTS)
+def test_find_blocks_matches_the_regex_exactly(text):
+    for block, names in _PATTERNS:
+        new, old = tags.find_blocks(block, names, text), _old_find_blocks(block, names, text)
+        assert [(m.span(), m.groups()) for m in new] == [(m.span(), m.groups()) for m in old], block.pattern
+
+
+@settings(max_examples=400, deadline=None)
+@given(_TEXTS, st.sampled_from(tags.MODES), st.booleans())
+def test_parse_output_matches_the_regex_parser(text, mode, bug):
+    new = tags.parse_output(text, mode=mode, official_regex_bug=bug)
+    original = tags.find_blocks
+    tags.find_blocks = _old_find_blocks  # the old parser: plain finditer everywhere
+    try:
+        old = tags.parse_output(text, mode=mode, official_regex_bug=bug)
+    finally:
+        tags.find_blocks = original
+    assert new == old
+
+
+def test_parse_output_matches_the_regex_parser_on_random_model_like_outputs():
+    rng = random.Random(0)
+    words = ["go to", "shelf 1", "take", "apple", "step 1:", "\n", " ", "<b>x</b>", "好"]
+    original = tags.find_blocks
+    for _ in range(2000):
+        parts = []
+        for _ in range(rng.randint(0, 8)):
+            name = rng.choice([*tags.META_TAGS, "action", "think"])
+            name = name.upper() if rng.random() < 0.1 else name
+            parts.append(f"<{name}>" if rng.random() < 0.8 else "")
+            parts.append(" ".join(rng.choices(words, k=rng.randint(0, 4))))
+            parts.append(f"</{name}>" if rng.random() < 0.7 else "")
+        text = "".join(parts)
+        for mode in tags.MODES:
+            new = tags.parse_output(text, mode=mode)
+            tags.find_blocks = _old_find_blocks
+            try:
+                assert new == tags.parse_output(text, mode=mode), text
+            finally:
+                tags.find_blocks = original
+
+
+def test_dead_tag_spellings_cover_exactly_the_backreference_case_classes():
+    """`find_blocks` rules out later opening tags by `str.lower()` of the tag name; that is only sound if equal
+    lower-casing implies that ``</\\1>`` under IGNORECASE accepts one spelling for the other. Check it for every
+    Unicode character that IGNORECASE lets stand for a letter of a tag name."""
+    everything = "".join(chr(c) for c in range(0x110000) if not 0xD800 <= c < 0xE000)
+    for letter in sorted(set("".join(tags.META_TAGS))):
+        standing_in = set(re.findall(letter, everything, re.IGNORECASE))
+        for a in standing_in:
+            for b in standing_in:
+                if a.lower() == b.lower():
+                    assert re.fullmatch(r"(.)\1", a + b, re.IGNORECASE), (letter, a, b)
