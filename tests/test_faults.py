@@ -10,17 +10,24 @@ import json
 import os
 import random
 import re
+import socket
 import subprocess
 import sys
 import threading
+import time
+import traceback
 import tracemalloc
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Callable
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rlvmr_nb import tags
+from rlvmr_nb.coldstart.chat_transport import EndpointError, redact
+from rlvmr_nb.coldstart.teachers import AnnotationRejected, LLMTeacher, TeacherUnavailable, parse_annotation
 from rlvmr_nb.evaluate import write_results
 from rlvmr_nb.trajectory import Episode, Step, append_episodes, iter_episodes, read_episodes, write_episodes
 
@@ -39,6 +46,203 @@ def _run_isolated(code: str, timeout_s: float) -> str:
     assert done.returncode == 0, done.stderr
     return done.stdout
 
+
+
+# ------------------------------------------------------------------------------------ hostile servers
+
+KEY = "sk-test-SECRET-0123456789abcdef"
+
+
+class _Server:
+    """A ThreadingHTTPServer on 127.0.0.1 whose every request is answered by `respond(handler)`."""
+
+    def __init__(self, respond: Callable[[BaseHTTPRequestHandler], None]):
+        self.requests: list[dict] = []
+        self.bytes_sent = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self):
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                server.requests.append({"method": self.command, "path": self.path,
+                                        "auth": self.headers.get("Authorization"), "body": body})
+                try:
+                    respond(self)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+
+            do_GET = do_POST = _any
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def serve():
+    servers: list[_Server] = []
+
+    def start(respond: Callable[[BaseHTTPRequestHandler], None]) -> _Server:
+        servers.append(_Server(respond))
+        return servers[-1]
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+def _reply(handler: BaseHTTPRequestHandler, code: int, body: bytes, reason: str | None = None,
+           headers: dict[str, str] | None = None) -> None:
+    handler.send_response(code, reason)
+    for k, v in (headers or {}).items():
+        handler.send_header(k, v)
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
+def _chat(content: str) -> bytes:
+    return json.dumps({"choices": [{"index": 0, "message": {"role": "assistant", "content": content}}]}).encode()
+
+
+def _episode(task_id: str = "t", actions: tuple[str, ...] = ("look",)) -> Episode:
+    steps = [Step(t=i, observation=f"obs {i}", action=a, won=i == len(actions) - 1) for i, a in enumerate(actions)]
+    return Episode(task_id=task_id, env="alfworld", task_text="put a thing somewhere.", steps=steps, won=True)
+
+
+def _teacher(url: str, **kwargs) -> LLMTeacher:
+    kwargs = {"retry_backoff_s": 0.0, "api_key_env": "FAULTS_TEACHER_KEY", **kwargs}
+    return LLMTeacher(model="m", base_url=f"{url}/v1", **kwargs)
+
+
+# --------------------------------------------------------------------------------- teacher transport
+
+
+@pytest.mark.parametrize("code", [301, 302, 303, 307, 308])
+def test_key_never_follows_a_redirect_to_another_origin(serve, monkeypatch, code):
+    monkeypatch.setenv("FAULTS_TEACHER_KEY", KEY)
+    elsewhere = serve(lambda h: _reply(h, 200, _chat("[]")))
+    redirector = serve(lambda h: _reply(h, code, b"", headers={"Location": f"{elsewhere.url}/v1/chat/completions"}))
+    with pytest.raises(Exception) as caught:
+        _teacher(redirector.url).annotate(_episode())
+    assert redirector.requests[0]["auth"] == f"Bearer {KEY}"
+    assert [r["auth"] for r in elsewhere.requests] == []  # the other origin saw no request, so no key
+    assert isinstance(caught.value, EndpointError)
+    assert f"HTTP {code}, a redirect to {elsewhere.url}" in str(caught.value)
+
+
+def test_error_bodies_are_redacted_and_truncated(serve, monkeypatch):
+    monkeypatch.setenv("FAULTS_TEACHER_KEY", KEY)
+    other = "Bearer abcdefghijklmnopqrstuvwxyz012345"
+
+    def echo_key(h: BaseHTTPRequestHandler) -> None:  # a server that echoes the credentials it got
+        body = f"invalid key {h.headers['Authorization']}; also {other}; api_key={KEY[::-1]} " + "x" * 100_000
+        _reply(h, 401, body.encode(), reason=f"Unauthorized {KEY}")
+
+    server = serve(echo_key)
+    with pytest.raises(EndpointError) as caught:
+        _teacher(server.url).annotate(_episode())
+    shown = "".join(traceback.format_exception(caught.value))
+    assert "HTTP 401" in shown and "invalid key" in shown
+    assert KEY not in shown and KEY[::-1] not in shown and "abcdefghijklmnop" not in shown
+    assert len(str(caught.value)) < 1000
+
+
+def test_retried_server_errors_are_redacted_too(serve, monkeypatch):
+    monkeypatch.setenv("FAULTS_TEACHER_KEY", KEY)
+    server = serve(lambda h: _reply(h, 503, f"overloaded, your key is {h.headers['Authorization']}".encode()))
+    with pytest.raises(TeacherUnavailable) as caught:
+        _teacher(server.url, max_attempts=3, retry_budget_s=30).annotate(_episode())
+    assert "HTTP 503" in str(caught.value) and "overloaded" in str(caught.value)
+    assert KEY not in "".join(traceback.format_exception(caught.value))
+    assert len(server.requests) == 3
+
+
+def test_redact_covers_bearer_and_key_shapes():
+    text = redact(f"Authorization: Bearer {KEY} token=abcdef123456 https://user:pw@host/v1 sk-proj-AAAABBBBCCCCDDDD",
+                  secrets=[KEY])
+    assert KEY not in text and "abcdef123456" not in text and "user:pw" not in text and "AAAABBBB" not in text
+    assert redact("max_tokens is 1024 tokens") == "max_tokens is 1024 tokens"
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_endpoint_stops_within_the_retry_budget_with_its_cause():
+    teacher = LLMTeacher(model="m", base_url=f"http://127.0.0.1:{_closed_port()}/v1", retry_backoff_s=0.2,
+                         retry_budget_s=1.5, max_attempts=1000)
+    t0 = time.monotonic()
+    with pytest.raises(TeacherUnavailable) as caught:
+        teacher.annotate(_episode())
+    assert time.monotonic() - t0 < 6.0
+    message = str(caught.value)
+    assert not isinstance(caught.value, AnnotationRejected)  # the dataset builder stops instead of skipping on
+    assert "refused" in message.lower()[:200] and "retry_budget_s=1.5" in message
+
+
+def test_silent_endpoint_is_bounded_by_timeout_and_budget(serve):
+    server = serve(lambda h: time.sleep(5))  # accepts, never answers in time
+    teacher = _teacher(server.url, timeout_s=0.5, retry_budget_s=1.0, retry_backoff_s=0.1, max_attempts=100)
+    t0 = time.monotonic()
+    with pytest.raises(TeacherUnavailable, match="timed out"):
+        teacher.annotate(_episode())
+    assert time.monotonic() - t0 < 4.0
+
+
+def test_response_size_is_bounded(serve):
+    chunk = b" " * 65536
+
+    def endless(h: BaseHTTPRequestHandler) -> None:  # no Content-Length: the body ends when the server stops
+        h.send_response(200)
+        h.end_headers()
+        for _ in range(1024):  # 64 MiB
+            h.wfile.write(chunk)
+            server.bytes_sent += len(chunk)
+
+    server = serve(endless)
+    with pytest.raises(AnnotationRejected, match="byte limit"):
+        _teacher(server.url, max_attempts=1, max_response_bytes=1 << 20).annotate(_episode())
+    time.sleep(0.5)
+    assert server.bytes_sent < 32 << 20  # the client hung up soon after its 1 MiB
+
+
+def test_declared_oversize_response_is_refused_unread(serve):
+    server = serve(lambda h: _reply(h, 200, b"[" * (2 << 20)))
+    with pytest.raises(AnnotationRejected, match="declares 2097152 bytes"):
+        _teacher(server.url, max_attempts=2, max_response_bytes=1 << 20).annotate(_episode())
+
+
+@pytest.mark.parametrize("body", [b"[" * (2 << 20), _chat("[" * 200_000 + "]" * 200_000)],
+                         ids=["nested-envelope", "nested-content"])
+def test_deeply_nested_json_is_a_bad_annotation_not_a_crash(serve, body):
+    server = serve(lambda h: _reply(h, 200, body))
+    with pytest.raises(AnnotationRejected, match="no parseable annotation in 2 attempts"):
+        _teacher(server.url, max_attempts=2).annotate(_episode())
+    assert len(server.requests) == 2
+
+
+def test_parse_annotation_is_linear_on_unclosed_brackets():
+    out = _run_isolated(
+        "import time\nfrom rlvmr_nb.coldstart.teachers import parse_annotation\n"
+        "t = time.perf_counter()\n"
+        "try:\n    parse_annotation('[' * 2_000_000)\nexcept ValueError as e:\n    print(e)\n"
+        "print(time.perf_counter() - t)\n", timeout_s=60)
+    message, seconds = out.strip().splitlines()
+    assert message == "no JSON list in the answer" and float(seconds) < 1.0
+    assert parse_annotation('chatter ```json\n[{"reason": "<monitor>a</monitor>", "action": "b"}]\n``` end') == [
+        {"reason": "<monitor>a</monitor>", "action": "b"}]
 
 
 # ------------------------------------------------------------------------------------ atomic writes
