@@ -28,6 +28,9 @@ from hypothesis import strategies as st
 from rlvmr_nb import tags
 from rlvmr_nb.coldstart.chat_transport import EndpointError, redact
 from rlvmr_nb.coldstart.teachers import AnnotationRejected, LLMTeacher, TeacherUnavailable, parse_annotation
+from rlvmr_nb.envs.alfworld import game_path, walkthrough_actions
+from rlvmr_nb.envs.alfworld_data import JSON_DIRNAME, MARKER_NAME, resolve_alfworld_data
+from rlvmr_nb.envs.base import TaskSpec
 from rlvmr_nb.evaluate import write_results
 from rlvmr_nb.trajectory import Episode, Step, append_episodes, iter_episodes, read_episodes, write_episodes
 
@@ -45,7 +48,6 @@ def _run_isolated(code: str, timeout_s: float) -> str:
         pytest.fail(f"still running after {timeout_s} s (super-linear parsing)")
     assert done.returncode == 0, done.stderr
     return done.stdout
-
 
 
 # ------------------------------------------------------------------------------------ hostile servers
@@ -447,3 +449,66 @@ def test_dead_tag_spellings_cover_exactly_the_backreference_case_classes():
             for b in standing_in:
                 if a.lower() == b.lower():
                     assert re.fullmatch(r"(.)\1", a + b, re.IGNORECASE), (letter, a, b)
+
+
+# ------------------------------------------------------------------------------------ ALFWorld paths
+
+
+def _fake_data_root(tmp_path: Path) -> Path:
+    root = tmp_path / "data"
+    game = root / JSON_DIRNAME / "valid_seen" / "pick_and_place_simple-Apple-None-Shelf-1" / "trial_1" / "game.tw-pddl"
+    game.parent.mkdir(parents=True)
+    game.write_text(json.dumps({"walkthrough": ["go to shelf 1"]}))
+    secret = tmp_path / "secret" / "game.tw-pddl"
+    secret.parent.mkdir()
+    secret.write_text(json.dumps({"walkthrough": ["leaked"]}))
+    return root
+
+
+@pytest.mark.parametrize("task_id", [
+    f"{JSON_DIRNAME}/../../secret/game.tw-pddl",
+    "../secret/game.tw-pddl",
+    f"{JSON_DIRNAME}/valid_seen/../../../secret/game.tw-pddl",
+])
+def test_task_ids_cannot_escape_the_data_root(tmp_path, task_id):
+    root = _fake_data_root(tmp_path)
+    task = TaskSpec(task_id=task_id, env="alfworld")
+    with pytest.raises(ValueError, match=re.escape(repr(task_id)) + ".*outside the data root"):
+        game_path(task, data_root=root)
+    with pytest.raises(ValueError, match="outside the data root"):
+        walkthrough_actions(task, data_root=root)
+
+
+def test_absolute_task_ids_must_lie_inside_the_data_root(tmp_path):
+    root = _fake_data_root(tmp_path)
+    outside = TaskSpec(task_id=str(tmp_path / "secret" / "game.tw-pddl"), env="alfworld")
+    with pytest.raises(ValueError, match="outside the data root"):
+        game_path(outside, data_root=root)
+    inside = next(root.glob("*/*/*/*/game.tw-pddl"))
+    assert game_path(TaskSpec(task_id=str(inside), env="alfworld"), data_root=root) == inside
+    relative = inside.relative_to(root).as_posix()
+    assert walkthrough_actions(TaskSpec(task_id=relative, env="alfworld"), data_root=root) == ["go to shelf 1"]
+
+
+def _installed_cache(tmp_path: Path) -> Path:
+    cache = tmp_path / "cache"
+    (cache / "alfworld" / JSON_DIRNAME).mkdir(parents=True)
+    (cache / "alfworld" / MARKER_NAME).write_text("{}")
+    return cache
+
+
+def test_alfworld_data_set_to_a_missing_path_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVMR_CACHE", str(_installed_cache(tmp_path)))  # a fallback exists, and is not taken
+    missing = tmp_path / "typo" / "alfworld"
+    monkeypatch.setenv("ALFWORLD_DATA", str(missing))
+    with pytest.raises(FileNotFoundError, match=rf"\$ALFWORLD_DATA={re.escape(str(missing))} does not exist"):
+        resolve_alfworld_data()
+
+
+def test_alfworld_data_set_to_an_empty_folder_of_our_own_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLVMR_CACHE", str(_installed_cache(tmp_path)))
+    empty = tmp_path / "mounted-later"
+    empty.mkdir()
+    monkeypatch.setenv("ALFWORLD_DATA", str(empty))
+    with pytest.raises(FileNotFoundError, match=r"from \$ALFWORLD_DATA"):
+        resolve_alfworld_data()

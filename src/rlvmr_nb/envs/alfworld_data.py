@@ -105,11 +105,19 @@ def resolve_alfworld_data(data_root: str | os.PathLike | None = None) -> Path:
         root, origin = default_alfworld_dir(), "the default cache ($RLVMR_CACHE/alfworld)"
     if root.name == JSON_DIRNAME:  # tolerate pointing at json_2.1.1 itself
         root = root.parent
-    if origin == "$ALFWORLD_DATA" and not (root / JSON_DIRNAME).is_dir() and is_installed():
-        # `import alfworld` writes its own default (~/.cache/alfworld) into $ALFWORLD_DATA when it is unset,
-        # so an empty $ALFWORLD_DATA next to a completed install of ours is almost always that side effect.
+    if origin == "$ALFWORLD_DATA" and not root.exists():
+        # A path the user set on purpose: running on some other copy of the data instead would hide the typo.
+        raise FileNotFoundError(
+            f"$ALFWORLD_DATA={os.environ['ALFWORLD_DATA']} does not exist. Point $ALFWORLD_DATA at the directory "
+            f"that holds {JSON_DIRNAME}/, or unset it to use the installed cache; to install: {INSTALL_HINT}."
+        )
+    if origin == "$ALFWORLD_DATA" and not (root / JSON_DIRNAME).is_dir() and _is_alfworld_import_default(root) \
+            and is_installed():
+        # `import alfworld` creates its own default folder and writes it into $ALFWORLD_DATA when the variable
+        # is unset; that empty folder next to a completed install of ours is this side effect, not a choice.
         warnings.warn(
-            f"$ALFWORLD_DATA={root} holds no {JSON_DIRNAME}/; using the installed copy at {default_alfworld_dir()}",
+            f"$ALFWORLD_DATA={root} (set by `import alfworld`) holds no {JSON_DIRNAME}/; using the installed copy "
+            f"at {default_alfworld_dir()}",
             stacklevel=2,
         )
         root, origin = default_alfworld_dir(), "the default cache ($RLVMR_CACHE/alfworld)"
@@ -119,6 +127,14 @@ def resolve_alfworld_data(data_root: str | os.PathLike | None = None) -> Path:
             f"To fix: {INSTALL_HINT}."
         )
     return root
+
+
+ALFWORLD_IMPORT_DEFAULT = "~/.cache/alfworld"
+"""The folder ``import alfworld`` creates and writes into ``$ALFWORLD_DATA`` when the variable is unset."""
+
+
+def _is_alfworld_import_default(root: Path) -> bool:
+    return root.expanduser().absolute() == Path(ALFWORLD_IMPORT_DEFAULT).expanduser().absolute()
 
 
 def traj_data_stub(task_dir_name: str) -> dict:
