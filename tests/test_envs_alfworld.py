@@ -153,10 +153,12 @@ def test_missing_data_dir_error_says_how_to_install(tmp_path, monkeypatch):
 
 
 def test_alfworld_import_side_effect_falls_back_to_installed_cache(alfworld_data_root, tmp_path, monkeypatch):
-    # `import alfworld` sets $ALFWORLD_DATA to its own empty default; our install must still be found.
+    # `import alfworld` creates ~/.cache/alfworld and exports it as $ALFWORLD_DATA; our install must still be found.
     monkeypatch.setenv("RLVMR_CACHE", str(alfworld_data_root.parent))
-    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / "alfworld-default"))
-    with pytest.warns(UserWarning, match="using the installed copy"):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / ".cache" / "alfworld").mkdir(parents=True)
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path / ".cache" / "alfworld"))
+    with pytest.warns(UserWarning, match="set by `import alfworld`.*using the installed copy"):
         assert resolve_alfworld_data() == alfworld_data_root
 
 

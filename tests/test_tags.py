@@ -27,7 +27,7 @@ def test_strict_invalid_rules(text, reason):
 
 
 def test_strict_sends_single_action_even_when_invalid():
-    # Spec §1.2 rule 2: one action block is sent even if tags are wrong.
+    # docs/method.md, 'Validity rules': one action block is sent even if tags are wrong.
     assert parse_output("<action> go to desk 1 </action>").action == "go to desk 1"
     assert parse_output("<action>a</action><action>b</action>").action == ""
 

@@ -136,12 +136,19 @@ def provenance(seed: int | None = None) -> dict:
 
 def write_results(path: str | Path, summary: dict, config: Any, episodes: Sequence[Episode] | None = None,
                   extra: dict | None = None) -> Path:
-    """Write a results JSON (metrics + config + provenance) and, optionally, the episodes beside it."""
+    """Write a results JSON (metrics + config + provenance) and, optionally, the episodes beside it.
+
+    Both files are replaced atomically (`atomic_io`): a reader polling the results sees the previous
+    file or the new one, never a partial one. The episodes are written first, so a results file never
+    points at episodes that are not there yet.
+    """
+    from .atomic_io import atomic_write_text
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
     doc = {"metrics": summary, "config": cfg, "provenance": provenance(cfg.get("seed")), **(extra or {})}
-    path.write_text(json.dumps(doc, indent=2, default=float))
+    text = json.dumps(doc, indent=2, default=float)
     if episodes is not None:
         write_episodes(path.with_suffix(".episodes.jsonl"), episodes)
+    atomic_write_text(path, text)
     return path

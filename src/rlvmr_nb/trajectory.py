@@ -2,7 +2,8 @@
 
 Rollouts write episodes, rewards and advantages annotate them, metrics and case studies read
 them. One JSON object per line, one line per episode, so a run that crashes loses at most the
-episode being written (`append_episodes` flushes after every line).
+episode being written (`append_episodes` writes each line unbuffered, and repairs a line torn by an
+earlier crash before appending; `write_episodes` replaces a file atomically).
 
 Schema versions: a file carries ``"schema_version"`` on every line; `read_episodes` refuses a
 newer major version than it knows instead of silently mis-reading it.
@@ -11,11 +12,15 @@ newer major version than it knows instead of silently mis-reading it.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, BinaryIO, Iterable, Iterator
+
+from .atomic_io import atomic_open
 
 SCHEMA_VERSION = "1.0"
 """Major.minor. Minor bumps add optional fields; major bumps change meaning."""
@@ -46,15 +51,16 @@ class Step:
     plan: str | None = None
     """New plan written at this step by a non-empty <planning> block, else None."""
     valid: bool = True
-    """Format validity of `output` under the parser mode used (spec §1.2)."""
+    """Format validity of `output` under the parser mode used (docs/method.md, 'Validity rules')."""
     invalid_reasons: list[str] = field(default_factory=list)
     """Why `output` was invalid (empty when valid)."""
     admissible: bool = True
-    """Whether `action` was in `admissible_actions` (spec §1.2 rule 4, 'action_available')."""
+    """Whether `action` was in `admissible_actions` (docs/method.md, 'Validity rules': 'action_available')."""
     feedback: str = ""
     """Environment response to `action` (the next observation)."""
     env_reward: float = 0.0
-    """Reward the rollout assigned from the environment (10·won at the winning step, spec §2.1)."""
+    """Reward the rollout assigned from the environment (10·won at the winning step; paper §3.4.1, docs/method.md,
+    'Outcome reward')."""
     done: bool = False
     """Whether the episode ended after this step."""
     won: bool = False
@@ -66,13 +72,15 @@ class Step:
     response_logprobs: list[float] | None = None
     """Sampler log-probabilities of `response_token_ids` (rollouts only)."""
     tag_type: str | None = None
-    """Reward-side tag class (spec §2.2 step 3): planning/explore/reflection/monitor/none."""
+    """Reward-side tag class: planning/explore/reflection/monitor/none (paper §3.4.1; docs/method.md,
+    'Meta-reasoning rewards')."""
     mr_reward: float | None = None
-    """Meta-reasoning reward r_t^MR (spec §2.2)."""
+    """Meta-reasoning reward r_t^MR (paper §3.4.1; docs/method.md, 'Meta-reasoning rewards')."""
     score: float | None = None
-    """Outcome-channel score of this step sample, R(τ) − λ·invalid under official semantics (§2.3)."""
+    """Outcome-channel score of this step sample, R(τ) − λ·invalid under official semantics (docs/method.md,
+    'Format penalty')."""
     advantage: float | None = None
-    """Final advantage applied to every response token of this step (§3.4)."""
+    """Final advantage applied to every response token of this step (paper Eq. 4; docs/method.md, 'Combination')."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form per-step extras (timings, env info)."""
 
@@ -100,7 +108,7 @@ class Episode:
     steps: list[Step] = field(default_factory=list)
     """The steps, in order."""
     won: bool = False
-    """Success at the last step (spec §6.4)."""
+    """Success at the last step (paper §2.1; docs/method.md, 'Metrics')."""
     aborted: bool = False
     """The episode was cut by an infrastructure fault (dead worker, timeout): exclude it, never count it as failure."""
     info: dict[str, Any] = field(default_factory=dict)
@@ -142,47 +150,127 @@ class Episode:
         return cls(steps=steps, **known)
 
 
+def _episode_line(episode: Episode) -> bytes:
+    return (json.dumps(episode.to_dict(), ensure_ascii=False) + "\n").encode("utf-8")
+
+
 def write_episodes(path: str | os.PathLike, episodes: Iterable[Episode]) -> int:
-    """Write episodes to a JSONL file (overwrites atomically). Returns the number written."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    """Write episodes to a JSONL file, replacing it atomically (`atomic_io.atomic_open`: a unique temporary
+    file, so concurrent writers of one path never share one). Returns the number written."""
     n = 0
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path, "wb") as f:
         for ep in episodes:
-            f.write(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n")
+            f.write(_episode_line(ep))
             n += 1
-    os.replace(tmp, path)
     return n
 
 
+_TAIL_CHUNK = 1 << 16
+
+
+def repair_torn_tail(path: str | os.PathLike) -> int:
+    """Make a JSONL file end with a complete line before anything is appended to it.
+
+    A run that crashed mid-append leaves an incomplete last line; appending after it would glue the next
+    record onto it and make the file unreadable from that line on. A last line without its newline that
+    holds a complete JSON value only gets the newline; anything else after the last newline is truncated
+    with a warning. Returns the number of bytes dropped (0 when the file was intact or absent).
+    """
+    try:
+        with open(path, "r+b") as f:
+            dropped = _drop_incomplete_last_line(f)
+    except FileNotFoundError:
+        return 0
+    if dropped:
+        warnings.warn(f"{path}: dropped an incomplete last line ({dropped} bytes, from an interrupted write) "
+                      "before appending", stacklevel=3)
+    return dropped
+
+
+def _drop_incomplete_last_line(f: BinaryIO) -> int:
+    size = f.seek(0, os.SEEK_END)
+    if size == 0:
+        return 0
+    f.seek(size - 1)
+    if f.read(1) == b"\n":
+        return 0
+    line_start = _start_of_last_line(f, size)
+    f.seek(line_start)
+    if _is_json(f.read()):
+        f.seek(size)
+        f.write(b"\n")
+        return 0
+    f.truncate(line_start)
+    return size - line_start
+
+
+def _start_of_last_line(f: BinaryIO, size: int) -> int:
+    """Offset just after the last newline of a file (0 if it has none), reading backwards in chunks."""
+    end = size
+    while end > 0:
+        start = max(0, end - _TAIL_CHUNK)
+        f.seek(start)
+        at = f.read(end - start).rfind(b"\n")
+        if at >= 0:
+            return start + at + 1
+        end = start
+    return 0
+
+
+def _is_json(raw: bytes) -> bool:
+    try:
+        json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError, RecursionError):
+        return False
+    return True
+
+
 def append_episodes(path: str | os.PathLike, episodes: Iterable[Episode]) -> int:
-    """Append episodes to a JSONL file, flushing after each so a crash loses nothing already returned."""
+    """Append episodes to a JSONL file, one unbuffered write per line so a crash loses nothing already returned.
+
+    Holds an exclusive ``flock`` on the file while it works, so that `repair_torn_tail` (run first) never
+    mistakes another appender's line in progress for the debris of a crash.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
-    with open(path, "a", encoding="utf-8") as f:
-        for ep in episodes:
-            f.write(json.dumps(ep.to_dict(), ensure_ascii=False) + "\n")
-            f.flush()
-            n += 1
+    with open(path, "ab", buffering=0) as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            repair_torn_tail(path)
+            for ep in episodes:
+                line = memoryview(_episode_line(ep))
+                while line:  # a raw write may be partial
+                    line = line[f.write(line):]
+                n += 1
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
     return n
 
 
 def iter_episodes(path: str | os.PathLike) -> Iterator[Episode]:
-    """Stream episodes from a JSONL file. A truncated last line (crash mid-write) is skipped."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.readlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError:
-            if i == len(lines) - 1:
-                break  # torn final write from an interrupted run
-            raise ValueError(f"{path}: line {i + 1} is not valid JSON") from None
-        yield Episode.from_dict(d)
+    """Stream episodes from a JSONL file, one line in memory at a time.
+
+    A last line without its newline that does not parse is the torn end of an interrupted write (or of a
+    line still being appended) and is skipped. Any other bad line raises ValueError naming the file and
+    the line number.
+    """
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, 1):
+            complete = raw.endswith(b"\n")
+            if not raw.strip():
+                continue
+            try:
+                d = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, ValueError, RecursionError) as e:
+                if not complete:
+                    return  # torn final write: only the last line can lack its newline
+                raise ValueError(f"{path}: line {number} is not valid JSON ({type(e).__name__})") from None
+            try:
+                episode = Episode.from_dict(d)
+            except (TypeError, ValueError, AttributeError) as e:
+                raise ValueError(f"{path}: line {number} is not an episode record: {e}") from e
+            yield episode
 
 
 def read_episodes(path: str | os.PathLike) -> list[Episode]:

@@ -1,4 +1,5 @@
-"""Teachers that add one meta-reasoning tag and one sentence to every expert step (spec §4.1.3-4, issue 5).
+"""Teachers that add one meta-reasoning tag and one sentence to every expert step (paper §3.3;
+docs/method.md, 'Cold start').
 
 * `RuleTeacher` — offline and deterministic for a seed. Planning at step 0, explore while searching,
   monitor while executing subgoals, and reflection after a mistake it inserts itself: a realistic wrong
@@ -11,10 +12,12 @@
   official protocol: one call per trajectory at temperature 0, a JSON list of ``{"reason", "action"}`` of
   the same length, up to 5 attempts when the answer does not parse, and rejection (no retry) when the
   list has the wrong length, changes an action, or a reason is not exactly one ``<tag>…</tag>``.
-  Plain ``urllib``; the key is read from an environment variable, never stored.
+  Plain ``urllib`` through `chat_transport` (no redirects, redacted errors, bounded answers and retries);
+  the key is read from an environment variable, never stored.
 
 Both return an annotated `Episode` whose steps carry ``output`` = ``"<tag>sentence</tag>\\n<action>a</action>\\n"``
-(spec §1.1 cold-start target shape) and ``extra['train']``; both raise `AnnotationRejected` instead.
+(the cold-start target shape: paper §3.2; docs/method.md, 'Output format') and ``extra['train']``; both raise
+`AnnotationRejected` instead.
 """
 
 from __future__ import annotations
@@ -22,10 +25,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import re
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, Sequence
 
@@ -33,6 +33,7 @@ from ..envs.base import TaskSpec
 from ..envs.registry import get_env
 from ..tags import META_TAGS, format_step, parse_output
 from ..trajectory import Episode, Step
+from .chat_transport import TransientTransportError, post_chat_completion, redact
 from .experts import MAX_TRAJECTORY_STEPS, replay
 
 
@@ -53,7 +54,8 @@ class Teacher(Protocol):
 def annotated_copy(
     source: Episode, steps: Sequence[Step], outputs: Sequence[str], trainable: Sequence[bool], info: dict[str, Any]
 ) -> Episode:
-    """A new Episode with each step's teacher output parsed (strict rules, spec §1.2) into tag/reasoning/plan.
+    """A new Episode with each step's teacher output parsed into tag/reasoning/plan (strict rules: docs/method.md,
+    'Validity rules').
 
     Raises `AnnotationRejected` if any output is not strict-valid or its action differs from the step's.
     """
@@ -181,11 +183,10 @@ _TAG_GUIDE = {
         "<monitor>: recall the current subgoal of the plan and say why the next action serves it.",
     ),
 }
-_JSON_LIST = re.compile(r"\[.*\]", re.DOTALL)
 
 
 def annotation_prompt(expert: Episode) -> str:
-    """The tagging request for one successful trajectory (our wording of spec §4.1.3)."""
+    """The tagging request for one successful trajectory (our wording; docs/method.md, 'Cold start')."""
     guide = _TAG_GUIDE[get_env(expert.env).prompt_family]
     lines = [
         "I will show you a successful trajectory of an agent solving a task in a text environment. Supplement "
@@ -210,10 +211,16 @@ def parse_annotation(text: str) -> list[dict[str, str]]:
 
     Raises ValueError when no list of ``{"reason": str, "action": str}`` objects can be read.
     """
-    m = _JSON_LIST.search(text or "")
-    if not m:
+    text = text or ""
+    # The span from the first '[' to the last ']' (what a greedy r"\[.*\]" finds), located without a regex:
+    # that regex backtracks quadratically on an answer full of '[' with no ']'.
+    start, end = text.find("["), text.rfind("]")
+    if start < 0 or end < start:
         raise ValueError("no JSON list in the answer")
-    data = json.loads(m.group(0))
+    try:
+        data = json.loads(text[start : end + 1])
+    except RecursionError:  # nesting deeper than the parser's stack: a bad answer like any other
+        raise ValueError("the JSON list in the answer is nested too deeply") from None
     if not isinstance(data, list) or not all(
         isinstance(d, dict) and isinstance(d.get("reason"), str) and isinstance(d.get("action"), str) for d in data
     ):
@@ -222,7 +229,8 @@ def parse_annotation(text: str) -> list[dict[str, str]]:
 
 
 def check_annotation(expert: Episode, items: Sequence[dict[str, str]]) -> list[str]:
-    """Validate a parsed annotation (spec §4.1.4) and return the step outputs; raises `AnnotationRejected`."""
+    """Validate a parsed annotation (docs/method.md, 'Cold start') and return the step outputs; raises
+    `AnnotationRejected`."""
     if len(items) != len(expert.steps):
         raise AnnotationRejected(f"annotation has {len(items)} entries for {len(expert.steps)} steps")
     outputs = []
@@ -241,15 +249,27 @@ def check_annotation(expert: Episode, items: Sequence[dict[str, str]]) -> list[s
     return outputs
 
 
+class TeacherUnavailable(RuntimeError):
+    """The LLM teacher's endpoint stayed unreachable for the whole retry budget: the build should stop, since
+    every later trajectory would wait the same way."""
+
+
 @dataclass
 class LLMTeacher:
     """Tagging by a chat model behind an OpenAI-compatible ``/chat/completions`` endpoint (module docstring).
 
     `base_url` defaults to ``$OPENAI_BASE_URL`` or ``https://api.openai.com/v1``; the key is read from the
     environment variable named by `api_key_env` (may be unset for local servers). `max_attempts` calls
-    per trajectory when the answer does not parse (official: 5); HTTP 429/5xx and connection errors also
-    use up an attempt, other HTTP errors raise at once. `max_tokens` 1024 and temperature 0 are the
-    official settings; raise `max_tokens` for trajectories near 30 steps.
+    per trajectory when the answer does not parse (official: 5); `max_tokens` 1024 and temperature 0 are
+    the official settings; raise `max_tokens` for trajectories near 30 steps.
+
+    Transport (`chat_transport`): redirects are refused so the key never reaches another address; server
+    text in errors is redacted and truncated; answers over `max_response_bytes` or not parseable (any JSON
+    nesting depth included) use up an attempt. Unreachable endpoints, timeouts, HTTP 429 and 5xx are
+    retried with growing pauses for at most `retry_budget_s` seconds after the first such failure (each
+    retry's timeout is cut to the time left), then `TeacherUnavailable` is raised with the last cause: the
+    worst case for one trajectory is about `timeout_s` + `retry_budget_s`. Other HTTP errors raise
+    `chat_transport.EndpointError` at once.
     """
 
     model: str
@@ -260,6 +280,8 @@ class LLMTeacher:
     max_attempts: int = 5
     timeout_s: float = 120.0
     retry_backoff_s: float = 1.0
+    retry_budget_s: float = 60.0
+    max_response_bytes: int = 4 * 1024 * 1024
     name: str = "llm"
 
     def __post_init__(self) -> None:
@@ -268,23 +290,40 @@ class LLMTeacher:
         self.base_url = self.base_url.rstrip("/")
         if self.max_attempts < 1:
             raise ValueError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.timeout_s <= 0 or self.retry_budget_s < 0 or self.max_response_bytes < 1:
+            raise ValueError("timeout_s and max_response_bytes must be positive and retry_budget_s non-negative")
 
     def describe(self) -> dict[str, Any]:
-        return {"name": self.name, "model": self.model, "base_url": self.base_url, "temperature": self.temperature,
-                "max_tokens": self.max_tokens, "max_attempts": self.max_attempts}
+        return {"name": self.name, "model": self.model, "base_url": redact(self.base_url or ""),
+                "temperature": self.temperature, "max_tokens": self.max_tokens, "max_attempts": self.max_attempts}
 
     def annotate(self, expert: Episode, env: Any = None) -> Episode:
         """One chat call per attempt; parse, validate, and return the annotated trajectory."""
         messages = [{"role": "user", "content": annotation_prompt(expert)}]
         errors: list[str] = []
+        first_transport_failure: float | None = None
+        timeout = self.timeout_s
         for attempt in range(1, self.max_attempts + 1):
             try:
-                answer = self.complete(messages)
-                items = parse_annotation(answer)
-            except (ValueError, _Retryable) as e:  # json.JSONDecodeError is a ValueError
+                items = parse_annotation(self.complete(messages, timeout_s=timeout))
+            except TransientTransportError as e:
                 errors.append(f"attempt {attempt}: {e}")
-                if attempt < self.max_attempts and isinstance(e, _Retryable):
-                    time.sleep(self.retry_backoff_s * attempt)
+                if first_transport_failure is None:
+                    first_transport_failure = time.monotonic()
+                pause = self.retry_backoff_s * attempt
+                left = self.retry_budget_s - (time.monotonic() - first_transport_failure) - pause
+                if attempt == self.max_attempts or left < _MIN_RETRY_TIMEOUT_S:
+                    raise TeacherUnavailable(
+                        f"LLM teacher endpoint {redact(self.base_url or '')} failed: {e} ({attempt} attempt(s), "
+                        f"{time.monotonic() - first_transport_failure:.1f} s of retries, retry_budget_s="
+                        f"{self.retry_budget_s}; all errors: {'; '.join(errors)})"
+                    ) from None
+                time.sleep(pause)
+                timeout = min(self.timeout_s, left)
+                continue
+            except ValueError as e:  # MalformedResponse or an answer without a usable JSON list
+                errors.append(f"attempt {attempt}: {e}")
+                timeout = self.timeout_s  # the endpoint answered: a full timeout for the next attempt again
                 continue
             outputs = check_annotation(expert, items)
             info = {"teacher": self.describe(), "llm_attempts": attempt}
@@ -292,35 +331,16 @@ class LLMTeacher:
         raise AnnotationRejected(
             f"{expert.task_id}: no parseable annotation in {self.max_attempts} attempts ({'; '.join(errors)})")
 
-    def complete(self, messages: list[dict[str, str]]) -> str:
-        """POST one chat-completions request and return the first choice's message text."""
-        body = json.dumps({"model": self.model, "messages": messages, "temperature": self.temperature,
-                           "max_tokens": self.max_tokens}).encode()
-        headers = {"Content-Type": "application/json"}
-        key = os.environ.get(self.api_key_env)
-        if key:
-            headers["Authorization"] = f"Bearer {key}"
-        request = urllib.request.Request(f"{self.base_url}/chat/completions", data=body, headers=headers, method="POST")
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout_s) as response:
-                payload = json.loads(response.read().decode("utf-8"))
-        except urllib.error.HTTPError as e:
-            if e.code == 429 or e.code >= 500:
-                raise _Retryable(f"HTTP {e.code} from {self.base_url}") from e
-            raise RuntimeError(
-                f"{self.base_url}/chat/completions answered HTTP {e.code}: {e.read()[:300]!r}. Check the model name, "
-                f"base_url and the key in ${self.api_key_env}."
-            ) from e
-        except (urllib.error.URLError, TimeoutError, ConnectionError) as e:
-            raise _Retryable(f"cannot reach {self.base_url}: {e}") from e
-        try:
-            return payload["choices"][0]["message"]["content"] or ""
-        except (KeyError, IndexError, TypeError) as e:
-            raise ValueError(f"not a chat-completions response: {str(payload)[:200]}") from e
+    def complete(self, messages: list[dict[str, str]], timeout_s: float | None = None) -> str:
+        """POST one chat-completions request and return the first choice's message text (`chat_transport`)."""
+        body = {"model": self.model, "messages": messages, "temperature": self.temperature,
+                "max_tokens": self.max_tokens}
+        return post_chat_completion(f"{self.base_url}/chat/completions", body, os.environ.get(self.api_key_env),
+                                    timeout_s or self.timeout_s, self.max_response_bytes)
 
 
-class _Retryable(Exception):
-    """A transient transport failure: worth another attempt."""
+_MIN_RETRY_TIMEOUT_S = 0.5
+"""A retry with less time than this left in the budget could not get an answer: give up instead."""
 
 
 def make_teacher(spec: str | Teacher, seed: int = 0, **kwargs: Any) -> Teacher:

@@ -1,10 +1,11 @@
-"""ALFWorld (text-only) on the real TextWorld PDDL engine, with the paper's L0/L1/L2 splits (spec §6.1-6.2).
+"""ALFWorld (text-only) on the real TextWorld PDDL engine, with the paper's L0/L1/L2 splits (paper App. A.1;
+docs/method.md, 'Splits').
 
 The engine stack is the one ALFWorld's own ``alfworld-play-tw`` and ``AlfredTWEnv`` use: textworld's
 ``PddlEnv`` wrapped by ALFWorld's ``AlfredDemangler`` (turns ``Apple|+01.2|...`` into ``apple 1``) and
 ``AlfredInfos``; optionally ``AlfredExpert`` (the hand-coded DAgger expert) on top.
 
-Episode limits are not enforced here: the rollout owns ``max_steps`` (spec §5).
+Episode limits are not enforced here: the rollout owns ``max_steps`` (docs/method.md, 'Training iteration').
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ TASK_TYPES = {
     5: "pick_cool_then_place_in_recep",
     6: "pick_two_obj_and_place",
 }
-"""ALFWorld's task-type numbering (``alfred_tw_env.TASK_TYPES``), used by spec §6.2 ("types 1-4")."""
+"""ALFWorld's task-type numbering (``alfred_tw_env.TASK_TYPES``), used by the L2 split ("types 1-4"; docs/method.md,
+'Splits')."""
 
 SPLITS = ("train", "valid_seen", "valid_unseen", "valid_train")
 """Split folders of ``json_2.1.1``; ``valid_train`` is a 200-game subset of train some copies carry."""
@@ -39,11 +41,12 @@ LEVELS: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {
     "L1": {"train": ("train", (1, 2, 3, 4, 5, 6)), "test": ("valid_unseen", (1, 2, 3, 4, 5, 6))},
     "L2": {"train": ("train", (1, 2, 3, 4)), "test": ("valid_unseen", (5, 6))},
 }
-"""Spec §6.2: level -> role -> (split folder, task-type ids). L2 holds out cool and pick-two."""
+"""docs/method.md, 'Splits': level -> role -> (split folder, task-type ids). L2 holds out cool and pick-two."""
 
 _TEST_ROLE_ALIASES = ("test", "eval")
 HELP_COMMAND = "help"
-"""Removed from admissible lists: the paper's prompt lists admissible actions without it (spec §1.4)."""
+"""Removed from admissible lists: the paper's prompt lists admissible actions without it (paper App. C;
+docs/method.md, 'Prompts')."""
 TASK_PREFIX = "Your task is to: "
 
 
@@ -104,7 +107,7 @@ def alfworld_tasks(
     task_types: Iterable[int | str] | None = None,
     data_root: str | os.PathLike | None = None,
 ) -> list[TaskSpec]:
-    """The fixed, sorted game list of a split (spec §6.2).
+    """The fixed, sorted game list of a split (docs/method.md, 'Splits').
 
     Without ``level``, ``split`` is a folder name (train / valid_seen / valid_unseen / valid_train).
     With ``level`` ('L0', 'L1', 'L2'), ``split`` is the role 'train' or 'test' (alias 'eval'):
@@ -190,13 +193,22 @@ def task_text_from_observation(observation: str) -> str:
 
 
 def game_path(task: TaskSpec, data_root: str | os.PathLike | None = None) -> Path:
-    """Absolute ``game.tw-pddl`` path of an ALFWorld task; a clear error for wrong env or unknown ids."""
+    """Absolute ``game.tw-pddl`` path of an ALFWorld task; a clear error for wrong env or unknown ids.
+
+    Raises ValueError for an id that points outside the data root (``../`` segments or an absolute path
+    elsewhere): task ids come from files and configs, and must never make the engine read arbitrary files.
+    """
     if task.env != ENV_NAME:
         raise ValueError(f"task {task.task_id!r} is for env {task.env!r}, not {ENV_NAME!r}")
     root = resolve_alfworld_data(data_root)
-    path = Path(task.task_id)
-    if not path.is_absolute():
-        path = root / path
+    # Lexical normalisation (not resolve()): the data root may legitimately hold symlinks to a shared copy.
+    base = Path(os.path.abspath(root))
+    path = Path(os.path.normpath(base / task.task_id))
+    if path == base or base not in path.parents:
+        raise ValueError(
+            f"ALFWorld task id {task.task_id!r} resolves to {path}, outside the data root {base}; task ids are "
+            "game paths relative to the data root, as returned by alfworld_tasks(split)."
+        )
     if not path.is_file():
         raise FileNotFoundError(
             f"unknown ALFWorld task id {task.task_id!r}: {path} does not exist. Task ids are game paths "

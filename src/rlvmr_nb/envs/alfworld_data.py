@@ -1,4 +1,4 @@
-"""Install and locate the ALFWorld text-game files (``json_2.1.1``), spec §6.2.
+"""Install and locate the ALFWorld text-game files (``json_2.1.1``); docs/method.md, 'Splits'.
 
 The ALFWorld wheel ships no games. They come from an archive or directory (this project's CI uses
 ``../shared/data/alfworld/alfworld_json_2.1.1.tar.xz`` next to the repository) or from
@@ -25,11 +25,13 @@ import warnings
 from pathlib import Path
 from typing import Iterator
 
+from ..atomic_io import atomic_write_text
+
 JSON_DIRNAME = "json_2.1.1"
 """Folder inside the data root that holds the splits (same layout as ``alfworld-download``)."""
 
 SPLIT_GAME_COUNTS = {"train": 3553, "valid_seen": 140, "valid_unseen": 134}
-"""Official game counts after ALFWorld's filtering (spec §6.2); `install_alfworld_data` verifies them."""
+"""Official game counts after ALFWorld's filtering (docs/method.md, 'Splits'); `install_alfworld_data` verifies them."""
 
 OPTIONAL_SPLIT_COUNTS = {"valid_train": 200}
 """Splits that some copies carry and others do not; checked only when present."""
@@ -103,11 +105,19 @@ def resolve_alfworld_data(data_root: str | os.PathLike | None = None) -> Path:
         root, origin = default_alfworld_dir(), "the default cache ($RLVMR_CACHE/alfworld)"
     if root.name == JSON_DIRNAME:  # tolerate pointing at json_2.1.1 itself
         root = root.parent
-    if origin == "$ALFWORLD_DATA" and not (root / JSON_DIRNAME).is_dir() and is_installed():
-        # `import alfworld` writes its own default (~/.cache/alfworld) into $ALFWORLD_DATA when it is unset,
-        # so an empty $ALFWORLD_DATA next to a completed install of ours is almost always that side effect.
+    if origin == "$ALFWORLD_DATA" and not root.exists():
+        # A path the user set on purpose: running on some other copy of the data instead would hide the typo.
+        raise FileNotFoundError(
+            f"$ALFWORLD_DATA={os.environ['ALFWORLD_DATA']} does not exist. Point $ALFWORLD_DATA at the directory "
+            f"that holds {JSON_DIRNAME}/, or unset it to use the installed cache; to install: {INSTALL_HINT}."
+        )
+    if origin == "$ALFWORLD_DATA" and not (root / JSON_DIRNAME).is_dir() and _is_alfworld_import_default(root) \
+            and is_installed():
+        # `import alfworld` creates its own default folder and writes it into $ALFWORLD_DATA when the variable
+        # is unset; that empty folder next to a completed install of ours is this side effect, not a choice.
         warnings.warn(
-            f"$ALFWORLD_DATA={root} holds no {JSON_DIRNAME}/; using the installed copy at {default_alfworld_dir()}",
+            f"$ALFWORLD_DATA={root} (set by `import alfworld`) holds no {JSON_DIRNAME}/; using the installed copy "
+            f"at {default_alfworld_dir()}",
             stacklevel=2,
         )
         root, origin = default_alfworld_dir(), "the default cache ($RLVMR_CACHE/alfworld)"
@@ -117,6 +127,14 @@ def resolve_alfworld_data(data_root: str | os.PathLike | None = None) -> Path:
             f"To fix: {INSTALL_HINT}."
         )
     return root
+
+
+ALFWORLD_IMPORT_DEFAULT = "~/.cache/alfworld"
+"""The folder ``import alfworld`` creates and writes into ``$ALFWORLD_DATA`` when the variable is unset."""
+
+
+def _is_alfworld_import_default(root: Path) -> bool:
+    return root.expanduser().absolute() == Path(ALFWORLD_IMPORT_DEFAULT).expanduser().absolute()
 
 
 def traj_data_stub(task_dir_name: str) -> dict:
@@ -159,7 +177,9 @@ def write_traj_data_stubs(json_root: Path) -> int:
         for game in iter_game_files(split_dir):
             traj = game.parent / "traj_data.json"
             if not traj.exists():
-                traj.write_text(json.dumps(traj_data_stub(game.parent.parent.name)))
+                # Atomic, so an install killed here leaves no torn stub for a resumed install to keep; no fsync for
+                # 4,000 small derivable files (the marker, written last, is the durable one).
+                atomic_write_text(traj, json.dumps(traj_data_stub(game.parent.parent.name)), durable=False)
                 written += 1
     return written
 
@@ -292,9 +312,7 @@ def install_alfworld_data(
             "traj_data_stubs_written": stubs,
             "seconds": round(time.time() - t0, 1),
         }
-        tmp = marker.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info, indent=1))
-        os.replace(tmp, marker)
+        atomic_write_text(marker, json.dumps(info, indent=1))
     return dest
 
 
