@@ -18,14 +18,17 @@ from .dataset import (
     read_trajectories,
 )
 from .experts import LeakageError, assert_no_heldout, heldout_task_types, training_tasks
-from .teachers import AnnotationRejected, LLMTeacher, RuleTeacher, make_teacher
+from .chat_transport import EndpointError
+from .teachers import AnnotationRejected, LLMTeacher, RuleTeacher, TeacherUnavailable, make_teacher
 
 __all__ = [
     "AnnotationRejected",
+    "EndpointError",
     "LLMTeacher",
     "LeakageError",
     "RuleTeacher",
     "TagShareError",
+    "TeacherUnavailable",
     "assert_no_heldout",
     "build_coldstart_dataset",
     "check_tag_shares",

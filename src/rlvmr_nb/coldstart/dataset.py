@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from ..atomic_io import atomic_open
 from ..envs.base import TaskSpec
 from ..envs.registry import get_env
 from ..prompts import AgentMemory, PromptConfig
@@ -223,11 +224,9 @@ def _is_crash(error: Exception) -> bool:
 
 
 def _write_jsonl(path: Path, records: Iterable[dict[str, Any]]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
+    with atomic_open(path) as f:  # unique temp name: two builds into one folder never share a temp file
         for r in records:
             f.write(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n")
-    os.replace(tmp, path)
 
 
 def _sha256(path: Path) -> str:

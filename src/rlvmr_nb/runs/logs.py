@@ -15,6 +15,7 @@ import warnings
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..atomic_io import atomic_open
 from ..tags import META_TAGS
 
 METRIC_COLUMNS: tuple[str, ...] = (
@@ -108,15 +109,13 @@ def _json_lines(path: Path) -> Iterable[tuple[int, str, Any]]:
 
 def _rewrite_keeping(path: Path, keep: Any) -> int:
     """Rewrite a JSONL file with the lines whose parsed object satisfies `keep`; returns lines dropped."""
-    tmp = path.with_name(f".{path.name}.cut-{os.getpid()}")
     dropped = 0
-    with open(tmp, "w", encoding="utf-8") as out:
+    with atomic_open(path) as out:
         for _, line, obj in _json_lines(path):
             if keep(obj):
                 out.write(line if line.endswith("\n") else line + "\n")
             else:
                 dropped += 1
-    os.replace(tmp, path)
     return dropped
 
 
@@ -148,13 +147,11 @@ def truncate_logs(out_dir: str | os.PathLike, first_iteration: int) -> dict[str,
 
 def _rewrite_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequence[str] = METRIC_COLUMNS) -> None:
     """The CSV is derived from the JSONL rows: rebuild it from them (fixed columns)."""
-    tmp = path.with_name(f".{path.name}.cut-{os.getpid()}")
-    with open(tmp, "w", newline="") as f:
+    with atomic_open(path) as f:
         w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
         w.writeheader()
         for row in rows:
             w.writerow(row)
-    os.replace(tmp, path)
 
 
 def read_metrics(out_dir: str | os.PathLike) -> list[dict]:

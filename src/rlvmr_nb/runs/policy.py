@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import warnings
+
+from ..atomic_io import atomic_open, atomic_write_text
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
@@ -24,23 +26,15 @@ def wrap_lora(model: Any, r: int) -> Any:
 
 def write_config(out_dir: str | os.PathLike, config: Mapping[str, Any], name: str = "config.json") -> Path:
     """Dump a run's settings as JSON (atomically: a reader never sees half a file)."""
-    path = Path(out_dir) / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(dict(config), indent=2, default=str))
-    os.replace(tmp, path)
-    return path
+    return atomic_write_text(Path(out_dir) / name, json.dumps(dict(config), indent=2, default=str))
 
 
 def write_jsonl(path: str | os.PathLike, records: Iterable[Mapping[str, Any]]) -> Path:
     """One JSON object per line (a training log), written atomically."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w") as f:
+    with atomic_open(path) as f:
         for r in records:
             f.write(json.dumps(dict(r)) + "\n")
-    os.replace(tmp, path)
-    return path
+    return Path(path)
 
 
 def save_pretrained_policy(model: Any, tokenizer: Any, out_dir: str | os.PathLike) -> Path:
