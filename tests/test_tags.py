@@ -118,3 +118,16 @@ def test_think_mode_for_baselines(text, valid, reason):
     assert p.valid == valid and p.tag is None and p.plan is None
     if reason:
         assert reason in p.invalid_reasons
+
+
+def test_nested_tags_are_two_tags_as_the_official_count_says():
+    """`<planning><explore>x</explore></planning>` used to parse as one tag and pass strict validity; the official
+    ALFWorld check counts each tag on its own (2 here) and rejects it. A planning block nested in another tag
+    still sets the plan, as the official side-output does for any non-empty <planning>."""
+    nested = parse_output("<planning><explore>look around</explore></planning>\n<action>look</action>")
+    assert not nested.valid and "multiple_tags" in nested.invalid_reasons and nested.tag == "planning"
+    inner_plan = parse_output("<monitor>go on <planning>step 1: look</planning></monitor>\n<action>look</action>")
+    assert not inner_plan.valid and inner_plan.plan == "step 1: look"
+    assert parse_output("<planning>step 1: look</planning>\n<action>look</action>").valid
+    # lenient mode (ScienceWorld, paper App. A.2) allows several tags, nested or not
+    assert parse_output("<planning><explore>x</explore></planning><action>look</action>", mode="lenient").valid

@@ -36,6 +36,9 @@ _ACTION_BLOCK_NO_DOTALL = re.compile(r"<action>(.*?)</action>")  # the official 
 _ACTION_OPEN = re.compile(r"<action>", re.IGNORECASE)
 _META_BLOCK = re.compile(r"<(planning|explore|reflection|monitor)>(.*?)</\1>", re.IGNORECASE | re.DOTALL)
 _THINK_BLOCK = re.compile(r"<think>(.*?)</think>", re.IGNORECASE | re.DOTALL)
+_TAG_BLOCKS = {t: re.compile(rf"<{t}>(.*?)</{t}>", re.IGNORECASE | re.DOTALL) for t in META_TAGS}
+"""One pattern per tag: the official ALFWorld check counts each tag on its own, so a tag nested inside
+another counts too (``<planning><explore>x</explore></planning>`` holds two tags)."""
 _INNER_XML = re.compile(r"<[^<>]*>")
 _ACTION_NAMES, _META_NAMES, _THINK_NAMES = ("action",), META_TAGS, ("think",)
 _LENIENT_FALLBACK_CHARS = 20  # official ScienceWorld: with no action tags, the last 20 chars are sent
@@ -175,10 +178,19 @@ def _one_block_then_action(
 def _parse_strict(text: str) -> tuple[str | None, str, str, str | None, list[str]]:
     metas, reasoning, action, reasons = _one_block_then_action(text, _META_BLOCK, _META_NAMES, "tag")
     tag = metas[0].group(1).lower() if metas else None
+    # Nested tags: the official check counts each tag on its own, so a block of another tag that opens inside
+    # the one outer block found counts too. Blocks cannot open earlier (the scan would have found them first),
+    # so only the text from the outer block on is searched.
+    tail = text[metas[0].start():] if len(metas) == 1 else ""
+    inner = {t: find_blocks(_TAG_BLOCKS[t], (t,), tail) for t in META_TAGS if t != tag} if tail else {}
+    if any(inner.values()):
+        reasons.append("multiple_tags")
     plan = None
-    for m in metas:  # the plan side-output ignores validity (docs/method.md, 'Validity rules')
-        if m.group(1).lower() == "planning" and _clean_inner(m.group(2)):
-            plan = _clean_inner(m.group(2))
+    planning = [m.group(2) for m in metas if m.group(1).lower() == "planning"] + [
+        m.group(1) for m in inner.get("planning", [])]
+    for content in planning:  # the plan side-output ignores validity (docs/method.md, 'Validity rules')
+        if _clean_inner(content):
+            plan = _clean_inner(content)
             break
     return tag, reasoning, action, plan, reasons
 
