@@ -4,7 +4,8 @@ or under torchrun (gloo), then a checkpoint: the trainer's code path for ``shard
 argv: checkpoint folder, sharding ('ddp' | 'fsdp'), number of samples (default 18), micro-batch size (default 2).
 The old and reference log-probs go through the trainer's `_with_old_and_ref_logprobs` (under FSDP: every rank
 scores its share in lockstep, then all gather); the script checks that they equal the unsharded model's. The
-reference is then moved 0.05 nats off so the KL term has a gradient. Rank 0 also writes ``before.pt``."""
+reference is then moved 0.05 nats off so the KL term has a gradient. Rank 0 also writes ``before.pt`` (the initial
+weights) and ``rollout.pt`` (the rollout generator's weights after its refresh from the updated policy)."""
 
 import os
 import random
@@ -16,6 +17,7 @@ import torch  # noqa: E402
 
 from rlvmr_nb import distributed as dist  # noqa: E402
 from rlvmr_nb.loss import LossConfig  # noqa: E402
+from rlvmr_nb.generation.hf import HFGenerator  # noqa: E402
 from rlvmr_nb.models import load_model  # noqa: E402
 from rlvmr_nb.reference_policy import frozen_copy  # noqa: E402
 from rlvmr_nb.runs import save_checkpoint  # noqa: E402
@@ -49,8 +51,11 @@ for i in used:
 model.train()
 ppo_update(models.scorer, opt, samples, plan, tok.pad_token_id, cfg, world)
 save_checkpoint(out, 0, model, opt, cfg.to_dict() | {"model": "tiny-random:llama"}, write=rank == 0)
+generator = HFGenerator(models.rollout_model, tok)  # the trainer's rollout sampler, refreshed as each iteration does
+generator.update_weights(model)
 if rank == 0:
     torch.save(before, os.path.join(out, "before.pt"))
+    torch.save(generator.model.state_dict(), os.path.join(out, "rollout.pt"))
 if world > 1:
     dist.barrier(world)  # rank 1 leaving while rank 0 still writes sometimes aborted it in gloo's teardown
     torch.distributed.destroy_process_group()

@@ -4,6 +4,7 @@ torch.cuda.is_available / device_count patched; the test marked `cuda` needs a r
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -135,6 +136,19 @@ def test_cli_device_cuda_without_a_gpu_fails_with_a_message(tmp_path, command):
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert "CUDA GPU" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_cli_placement_flags_reach_the_run(tmp_path):
+    from rlvmr_nb.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "--env", "toy", "--model", "tiny-random:llama", "--iterations", "1", "--tasks", "1",
+                 "--group-size", "2", "--max-steps", "1", "--max-new-tokens", "4", "--mini-batch-size", "2",
+                 "--micro-batch-size", "2", "--device", "cpu", "--reference-device", "cpu",
+                 "--gradient-checkpointing", "--out", str(out)]) == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["device"], config["reference_device"], config["sharding"], config["gradient_checkpointing"]) == (
+        "cpu", "cpu", "ddp", True)
 
 
 def test_place_moves_only_what_is_elsewhere(tiny_llama_copy):

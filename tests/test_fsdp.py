@@ -3,6 +3,7 @@ hold a full state dict that `runs.load_policy` reads, and a sharded run resumes 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -52,6 +53,11 @@ def test_two_process_fsdp_update_equals_single_process(tmp_path, n_samples, micr
     # as for DDP (tests/test_trainer.py): ranks sum gradients in another order, AdamW magnifies last-bit differences
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-5)
+    # every rank's rollout copy was refreshed from the shards: rank 0's equals the updated weights in bf16
+    for path in (single, sharded):
+        rollout = torch.load(path / "rollout.pt", weights_only=True)
+        updated = load_policy(path / "ckpt-00000")[0].state_dict()
+        assert all(torch.equal(rollout[k], updated[k].to(torch.bfloat16)) for k in rollout)
     # the optimizer state was gathered whole too: one entry (exp_avg, exp_avg_sq) per parameter name
     state = torch.load(sharded / "ckpt-00000" / "state.pt", weights_only=True)["optimizer"]["state"]
     assert set(state) >= {k for k in a if k != "lm_head.weight"}  # the tied head shares the embedding's state
@@ -73,6 +79,8 @@ def test_torchrun_fsdp_training_checkpoints_and_resumes(tmp_path):
     subprocess.run([*cmd, "--iterations", "2"], env=_env(), check=True, timeout=600)
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1] and all(r["samples"] == 12 for r in rows)
+    config = json.loads((out / "config.json").read_text())
+    assert (config["sharding"], config["device"]) == ("fsdp", "cpu")
     assert latest_checkpoint(out).name == "ckpt-00001"
     second, _, _ = load_policy(out)
     changed = [k for k, v in first.state_dict().items() if not torch.equal(v, second.state_dict()[k])]
