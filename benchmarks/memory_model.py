@@ -401,6 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.derive_only:
         doc = json.loads(args.out.read_text())
+        doc["provenance"]["derived_with"] = {k: v for k, v in provenance().items() if k in ("command", "git_sha", "created")}
     else:
         started = time.time()
         doc = {"what": "memory of a training step: measured on the CPU per parameter, per token and per layer",

@@ -1,7 +1,8 @@
 """One PPO update on a fixed global batch with the trainer's placement (`sharding.place_models`), single-process
 or under torchrun (gloo), then a checkpoint: the trainer's code path for ``sharding="fsdp"``.
 
-argv: checkpoint folder, sharding ('ddp' | 'fsdp'), number of samples (default 18), micro-batch size (default 2).
+argv: checkpoint folder, sharding ('ddp' | 'fsdp'), number of samples (default 18), micro-batch size (default 2),
+gradient checkpointing ('1' | '0', default '0').
 The old and reference log-probs go through the trainer's `_with_old_and_ref_logprobs` (under FSDP: every rank
 scores its share in lockstep, then all gather); the script checks that they equal the unsharded model's. The
 reference is then moved 0.05 nats off so the KL term has a gradient. Rank 0 also writes ``before.pt`` (the initial
@@ -30,13 +31,16 @@ torch.set_num_threads(1)
 out, sharding = sys.argv[1], sys.argv[2]
 n_samples = int(sys.argv[3]) if len(sys.argv) > 3 else 18
 micro = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+checkpointing = len(sys.argv) > 5 and sys.argv[5] == "1"
 rank, world = dist.rank_world("gloo")
 model, tok = load_model("tiny-random:llama", seed=0)
 samples = random_samples(n_samples, seed=0)
 cfg = TrainConfig(lr=1e-3, mini_batch_size=8, micro_batch_size=micro, bf16_autocast=False, device="cpu",
-                  sharding=sharding, out_dir=out, loss=LossConfig(entropy_coef=0.001))
+                  sharding=sharding, out_dir=out, loss=LossConfig(entropy_coef=0.001), gradient_checkpointing=checkpointing)
 unsharded_logp = response_logprobs(model, samples, tok.pad_token_id, cfg.scoring)
 before = {k: v.clone() for k, v in model.state_dict().items()}
+if checkpointing:  # as the trainer does, before placing the model
+    model.gradient_checkpointing_enable()
 models = place_models(model, frozen_copy(model), torch.device("cpu"), world, cfg.sharding, cfg.reference_device,
                       cfg.bf16_autocast)
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)

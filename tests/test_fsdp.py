@@ -32,13 +32,14 @@ def test_fsdp_settings_are_checked():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("n_samples, micro", [(18, 2), (13, 3)])
-def test_two_process_fsdp_update_equals_single_process(tmp_path, n_samples, micro):
+@pytest.mark.parametrize("n_samples, micro, checkpointing", [(18, 2, False), (13, 3, True)])
+def test_two_process_fsdp_update_equals_single_process(tmp_path, n_samples, micro, checkpointing):
     """18 samples, mini-batch 8, micro-batch 2: the last mini-batch's single micro-batch leaves one rank a
     zero-weight padding call; 13 samples give the ranks different numbers of samples to score without
-    gradient. The update is read back through the checkpoint, i.e. through the gathered full state dict."""
+    gradient, here with gradient checkpointing (the setting the README recommends for FSDP). The update is
+    read back through the checkpoint, i.e. through the gathered full state dict."""
     script = HERE / "fsdp_update_script.py"
-    args = [str(n_samples), str(micro)]
+    args = [str(n_samples), str(micro), "1" if checkpointing else "0"]
     single, sharded = tmp_path / "single", tmp_path / "fsdp"
     subprocess.run([sys.executable, str(script), str(single), "ddp", *args], env=_env(), check=True, timeout=300)
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
