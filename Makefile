@@ -17,7 +17,7 @@ export RLVMR_CACHE ?= $(HOME)/.cache/rlvmr-nb
 VLLM_VENV  := $(RLVMR_CACHE)/venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: venv vllm-venv demo demo-quick check test test-fast figures data bench clean
+.PHONY: venv vllm-venv demo demo-quick check test test-fast figures data bench clean gpu-check
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -74,6 +74,14 @@ browser-deps:
 	  echo "browser-deps: not root and no password-less sudo, chromium not installed: tests/test_browser.py will skip"; \
 	else sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
 	  $$sudo sh -c '$(BROWSER_APT)' || echo "browser-deps: apt-get failed: tests/test_browser.py will skip"; fi
+
+# For a GPU owner: Triton kernels, fused loss vs Liger, one paper-shape RLVMR iteration, rollout throughput,
+# a short SmolLM2/ALFWorld run and Unsloth SFT on CUDA -> benchmarks/results/gpu_*.json. GPU_PYTHON: a Python
+# with a CUDA torch (the .venv pins the CPU build); GPU_CHECK_ARGS=--dry-run runs the CPU rehearsal instead.
+GPU_PYTHON ?= $(BIN)/python
+gpu-check:
+	$(if $(filter $(BIN)/python,$(GPU_PYTHON)),$(MAKE) venv)
+	PYTHONPATH=src $(GPU_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 data: $(STAMP)
 	$(BIN)/rlvmr-nb data alfworld

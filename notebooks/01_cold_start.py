@@ -48,6 +48,7 @@ epochs = 2  # SFT epochs (paper: 5)
 lr = 1e-4  # peak learning rate (paper: 1e-5 over ~80 optimiser steps; this CPU demo takes 8)
 batch_size = 8  # samples per optimiser step (paper: 128)
 sft_backend = "transformers"  # transformers (CPU or GPU) | unsloth (CUDA GPU with `pip install unsloth`)
+device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; CUDA asked for without a GPU is an error
 eval_games = 4  # held-out games evaluated before and after SFT
 eval_max_steps = 6  # steps per evaluation episode (paper: 30)
 eval_max_new_tokens = 64  # response tokens per step in evaluation
@@ -137,7 +138,7 @@ config = ColdStartExperimentConfig(
     max_samples=max_samples, max_sample_tokens=max_sample_tokens,
     # one sample per forward/backward and recomputed activations: ~2k-token samples then fit in a few GB
     sft=SFTConfig(epochs=epochs, lr=lr, batch_size=batch_size, micro_batch_size=1, gradient_checkpointing=True,
-                  max_length=max(2048, max_sample_tokens or 0), seed=seed, backend=sft_backend),
+                  max_length=max(2048, max_sample_tokens or 0), seed=seed, backend=sft_backend, device=device),
     eval_games=eval_games, eval_max_steps=eval_max_steps, eval_max_new_tokens=eval_max_new_tokens,
     results_path=str(results_file), model_out_dir=str(model_dir),
 )

@@ -48,6 +48,7 @@ max_steps = 5  # environment steps per episode (paper: 30)
 max_new_tokens = 48  # response tokens per step (paper: 1024; one tag sentence + action fits in ~48)
 max_prompt_tokens = 2048  # prompt budget (paper: 6000); the oldest history is dropped beyond it
 lr = 1e-6  # AdamW learning rate (paper: 1e-6)
+device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; CUDA asked for without a GPU is an error
 seed = 0  # the run's one seed
 runs_root = "runs"  # the run is written to runs_root/<algo>_<env>_<level>_seed<seed>
 train_overrides = {"micro_batch_size": 2, "gradient_checkpointing": True}  # other TrainConfig fields (CPU memory here)
@@ -79,7 +80,7 @@ model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-
 config = TrainConfig(algo=algo, env=env, level=level, model=model, out_dir=str(run_dir), seed=seed,
                      iterations=iterations, tasks_per_iteration=tasks_per_iteration, group_size=group_size,
                      max_steps=max_steps, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens, lr=lr,
-                     **train_overrides)
+                     device=device, **train_overrides)
 stem = f"train_{algo}_{env}_{level}"
 print(f"run folder: {run_dir.resolve()}")
 print(f"{iterations} iterations x {tasks_per_iteration} tasks x {group_size} rollouts x <= {max_steps} steps")

@@ -45,6 +45,7 @@ prompt_style = "meta_think"  # meta_think (RLVMR tags) | think (GRPO/GiGPO) | re
 temperature = 0.4  # sampling temperature (official validation: 0.4)
 seed = 0  # task subset and sampling seed
 batch_tasks = 8  # episodes generated together
+device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; CUDA asked for without a GPU is an error
 results_dir = "runs/eval"  # results go to results_dir/<method>_<env>_<model name>/
 out_dir = "figures"  # where eval_*.png is written
 formats = ["png"]  # figure formats to write
@@ -82,7 +83,7 @@ by_level, episodes_by_level = {}, {}
 for level in levels:
     config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seed, temperature=temperature,
                         max_steps=max_steps, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
-                        batch_tasks=batch_tasks)
+                        batch_tasks=batch_tasks, device=device)
     episodes, summary = evaluate_policy(policy, tokenizer, config)
     write_results(results_path / f"{level}.json", summary, config, episodes,
                   extra={"model": policy_info, "method": method_label})

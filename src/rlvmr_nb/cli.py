@@ -92,6 +92,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
         lr=args.lr, mini_batch_size=args.mini_batch_size, micro_batch_size=args.micro_batch_size,
         save_every=args.save_every, resume=args.resume, env_workers=args.env_workers, lora=args.lora,
         prompt_style=args.prompt_style, advantage=preset(args.preset), loss=LossConfig(kl_coef=args.kl_coef),
+        device=args.device, reference_device=args.reference_device, sharding=args.sharding,
+        gradient_checkpointing=args.gradient_checkpointing,
     )
     rows = train(cfg)
     for row in rows:
@@ -107,13 +109,20 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=args.seed,
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
-                     env_workers=args.env_workers)
+                     env_workers=args.env_workers, device=args.device)
     model, tok, described = load_policy(args.model, seed=args.seed)
     episodes, summary = evaluate_policy(model, tok, cfg)
     path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model, "policy": described})
     print(json.dumps(summary, indent=2, default=float))
     print(f"results: {path}")
     return 0
+
+
+def _add_device_argument(parser: argparse.ArgumentParser) -> None:
+    # the rules live in rlvmr_nb.devices (not imported here: it loads torch, which `--help` does not need)
+    parser.add_argument("--device", default="auto",
+                        help="auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; under torchrun each rank "
+                             "takes cuda:LOCAL_RANK. Asking for CUDA without a GPU is an error")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -180,6 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default="auto", help="'auto' (newest intact checkpoint), 'never' or a ckpt folder")
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--lora", action="store_true")
+    _add_device_argument(p)
+    p.add_argument("--reference-device", default="same", choices=["same", "cpu"],
+                   help="where the frozen reference policy is kept: on --device, or in CPU memory (moved to the "
+                        "GPU only for its log-prob pass)")
+    p.add_argument("--sharding", default="ddp", choices=["ddp", "fsdp"],
+                   help="under torchrun: a whole model per GPU (ddp) or FSDP2 shards (fsdp, for models that do not "
+                        "fit one GPU)")
+    p.add_argument("--gradient-checkpointing", action="store_true",
+                   help="recompute activations in backward (less memory: README, 'GPUs')")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")
@@ -194,6 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--out", default="runs/eval/results.json")
+    _add_device_argument(p)
     p.set_defaults(func=_cmd_eval)
 
     argv = list(sys.argv[1:] if argv is None else argv)

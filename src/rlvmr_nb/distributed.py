@@ -28,14 +28,20 @@ from .trajectory import Episode, parse_episode_id
 
 
 def rank_world(backend: str | None = None) -> tuple[int, int]:
-    """``(rank, world_size)``; initialises the process group under torchrun (nccl on CUDA, else gloo)."""
-    if "WORLD_SIZE" in os.environ and int(os.environ["WORLD_SIZE"]) > 1:
+    """``(rank, world_size)``; initialises the process group under torchrun with `backend` (default: nccl when
+    CUDA is visible, else gloo; the trainer passes `devices.process_group_backend` of its device)."""
+    if torchrun_world_size() > 1:
         import torch.distributed as dist
 
         if not dist.is_initialized():
             dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
         return dist.get_rank(), dist.get_world_size()
     return 0, 1
+
+
+def torchrun_world_size() -> int:
+    """Processes in the job (torchrun's WORLD_SIZE; 1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
 
 
 def local_rank() -> int:

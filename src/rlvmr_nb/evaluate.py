@@ -20,6 +20,7 @@ from typing import Any, Sequence
 from .envs import registry
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
 from .envs.base import TaskSpec
+from .devices import check_device_spec, place
 from .envs.registry import check_level, get_env
 from .metrics import summarize
 from .trajectory import Episode, write_episodes
@@ -50,6 +51,8 @@ class EvalConfig:
     """Episodes stepped together (generation is batched across them)."""
     env_workers: int = 0
     """Env worker processes (0: in-process)."""
+    device: str = "auto"
+    """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
 
     def __post_init__(self) -> None:
         from .prompts import STYLES
@@ -63,6 +66,7 @@ class EvalConfig:
             require_positive(self, ["max_tasks"])
         if self.max_prompt_tokens is not None:
             require_positive(self, ["max_prompt_tokens"])
+        check_device_spec(self.device)
 
 
 def eval_tasks(config: EvalConfig) -> list[TaskSpec]:
@@ -81,7 +85,7 @@ def evaluate_policy(
     make_env_slots: Any = None,
     progress: bool = True,
 ) -> tuple[list[Episode], dict]:
-    """Run one episode per task and return (episodes, metrics summary)."""
+    """Run one episode per task and return (episodes, metrics summary). `model` is moved to `config.device`."""
     from .generation.base import SamplingConfig
     from .generation.hf import HFGenerator
     from .prompts import PromptConfig
@@ -90,6 +94,7 @@ def evaluate_policy(
     tasks = list(tasks if tasks is not None else eval_tasks(config))
     if not tasks:
         raise ValueError("no evaluation tasks")
+    place(model, config.device)  # before any env starts: a missing GPU fails fast
     spec = get_env(config.env)
     env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
     generator = HFGenerator(model, tokenizer)

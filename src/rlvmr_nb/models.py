@@ -13,8 +13,9 @@ Accepted model specs (`load_model`):
 * ``tiny-random:llama`` / ``tiny-random:qwen2`` — a 2-layer, hidden-64 randomly initialised model with
   the REAL SmolLM2 tokenizer (49,152 tokens), seeded, for fast tests (ml_stack_probe §3).
 
-The RLVMR paper trains Qwen2.5-1.5B/7B-Instruct (spec §5); on this CPU-only project the embedded
-135M model is the default policy.
+The RLVMR paper trains Qwen2.5-1.5B/7B-Instruct; the embedded 135M model is the default policy on a CPU.
+Models load into CPU memory in fp32 (the master weights); the trainer, evaluation and SFT move them to the
+device their configs name (`devices`).
 """
 
 from __future__ import annotations
@@ -323,6 +324,7 @@ def load_model(
     cache_dir: str | os.PathLike | None = None,
     *,
     seed: int = 0,
+    device: str | torch.device | None = None,
 ) -> tuple[Any, Any]:
     """Load ``(model, tokenizer)`` from a model spec (see the module docstring), in eval mode.
 
@@ -332,6 +334,8 @@ def load_model(
             own bf16 copy when asked (bf16 prefill uses AMX on this CPU, ml_stack_probe §1).
         cache_dir: Hugging Face cache directory for hub ids (default: the HF default).
         seed: initialisation seed for ``tiny-random:`` models (ignored otherwise).
+        device: move the model there after loading (`devices.place`: 'auto', 'cuda', 'cuda:N', 'cpu');
+            None leaves it in CPU memory, where the trainer, evaluation and SFT place it from their configs.
 
     Raises:
         ModelLoadError: unknown spec, missing directory/package, or an unreachable hub id; the
@@ -345,7 +349,8 @@ def load_model(
     if spec.startswith(TINY_PREFIX):
         arch = _tiny_arch(spec)
         tokenizer = resolve_tokenizer(spec)
-        return tiny_random_model(arch, tokenizer, seed=seed, dtype=dtype), tokenizer
+        model = tiny_random_model(arch, tokenizer, seed=seed, dtype=dtype)
+        return _placed(model, device), tokenizer
     source = checkpoint_source(spec)
     directory = source if isinstance(source, Path) else None
     if directory is not None:
@@ -356,7 +361,15 @@ def load_model(
         model = _from_hub(AutoModelForCausalLM, spec, cache_dir=cache_dir, dtype=dtype)
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
-    return model.eval(), tokenizer
+    return _placed(model.eval(), device), tokenizer
+
+
+def _placed(model: Any, device: str | torch.device | None) -> Any:
+    if device is not None:
+        from .devices import place
+
+        place(model, device)
+    return model
 
 
 def describe_model(model: Any) -> dict[str, Any]:

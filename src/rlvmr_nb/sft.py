@@ -27,7 +27,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from .devices import autocast_context
+from .devices import autocast_context, place
 from .runs.policy import save_pretrained_policy
 from .sft_config import BACKENDS, SFTConfig, check_config, write_sft_run_files  # noqa: F401  (re-exported)
 
@@ -139,7 +139,9 @@ def train_sft(
 
 
 def _prepare_for_training(model, config: SFTConfig):
-    """transformers backend: peft LoRA on every linear layer but the output head, if asked."""
+    """transformers backend: the model on `config.device`, peft LoRA on every linear layer but the output head,
+    if asked."""
+    place(model, config.device)
     if config.lora:
         from peft import LoraConfig, get_peft_model
 
@@ -166,7 +168,7 @@ def run_sft_loop(
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     data = [tokenize_sample(tokenizer, s, config.max_length, config.truncate_prompt_left) for s in samples]
     params = [p for p in model.parameters() if p.requires_grad]
-    device = next(model.parameters()).device  # batches go where the weights are (CPU, or CUDA under Unsloth)
+    device = next(model.parameters()).device  # batches go where the weights are (`config.device`; Unsloth's GPU)
     opt = torch.optim.AdamW(params, lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     steps_per_epoch = math.ceil(len(data) / config.batch_size)
     total = steps_per_epoch * config.epochs

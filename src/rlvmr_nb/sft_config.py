@@ -50,6 +50,9 @@ class SFTConfig:
     """'transformers' (CPU and GPU) or 'unsloth' (CUDA only; optional dependency, `sft_unsloth`)."""
     load_in_4bit: bool = False
     """backend='unsloth' only: QLoRA on 4-bit base weights (needs lora=True); checkpoints are saved merged in 16 bit."""
+    device: str = "auto"
+    """Where the model trains (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'.
+    backend='unsloth' loads onto its GPU itself and refuses 'cpu'."""
 
 
 BACKENDS: tuple[str, ...] = ("transformers", "unsloth")
@@ -57,8 +60,13 @@ BACKENDS: tuple[str, ...] = ("transformers", "unsloth")
 
 def check_config(config: SFTConfig) -> None:
     """Reject backend/option combinations that cannot work, before any model work."""
+    from .devices import check_device_spec
+
     if config.backend not in BACKENDS:
         raise ValueError(f"unknown SFT backend {config.backend!r}; choose one of {BACKENDS}")
+    check_device_spec(config.device)
+    if config.backend == "unsloth" and config.device == "cpu":
+        raise ValueError("backend='unsloth' trains on a CUDA GPU only; use device='auto' or 'cuda', or backend='transformers'")
     if config.load_in_4bit and config.backend != "unsloth":
         raise ValueError("load_in_4bit is an option of backend='unsloth' (QLoRA on CUDA); set load_in_4bit=False")
     if config.load_in_4bit and not config.lora:

@@ -15,7 +15,7 @@ from typing import Any, NamedTuple, Sequence
 import numpy as np
 import torch
 
-from .devices import autocast_context
+from .devices import autocast_context, module_device
 from .loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 from .trajectory import Episode
 
@@ -118,18 +118,15 @@ class ResponseScorer(torch.nn.Module):
         return h, self.model.get_output_embeddings().weight
 
 
-def model_device(model: Any) -> torch.device:
-    return next(model.parameters()).device
-
-
 @torch.no_grad()
 def response_logprobs(model: Any, samples: Sequence[StepSample], pad_id: int, options: ScoringOptions) -> list[torch.Tensor]:
-    """No-grad per-token log-probs of every sample's response under `model` (old policy or reference),
-    chunked over the vocabulary; returned on the CPU, one tensor per sample."""
+    """No-grad per-token log-probs of every sample's response under `model` (old policy or reference; a
+    causal LM, or a `ResponseScorer` such as the FSDP-sharded one), chunked over the vocabulary; computed
+    on the model's device, returned on the CPU, one tensor per sample."""
     from .kernels import chunked_logprobs
 
-    scorer = ResponseScorer(model, options.autocast)
-    device = model_device(model)
+    scorer = model if isinstance(model, ResponseScorer) else ResponseScorer(model, options.autocast)
+    device = module_device(scorer)
     out: list[torch.Tensor] = []
     for i in range(0, len(samples), options.micro_batch_size):
         chunk = samples[i : i + options.micro_batch_size]
@@ -161,7 +158,7 @@ def micro_batch_loss(
     options: ScoringOptions, old_attr: str = "old_logprobs",
 ) -> tuple[torch.Tensor, dict]:
     """GRPO-MR loss of one micro-batch (paper Eq. 5): the fused chunked kernel, or the plain reference."""
-    device = next(scorer.parameters()).device
+    device = module_device(scorer)
     batch = pack(samples, pad_id, device)
     h, weight = scorer(batch.ids, batch.attn, batch.index)
     width = batch.mask.shape[1]

@@ -9,7 +9,8 @@ One iteration:
 
 Every random choice of an iteration (tasks, rollout sampling, mini-batch shuffle) is derived from
 (seed, iteration), so a run resumed from a checkpoint reproduces the uninterrupted run on CPU.
-Several processes (torchrun) split rollouts and micro-batches as `distributed` explains.
+Several processes (torchrun) split rollouts and micro-batches as `distributed` explains; where the models
+live (`TrainConfig.device`) and how they are spread over processes (DDP or FSDP2) is `sharding.place_models`.
 The method itself, with every option below, is described in docs/method.md.
 """
 
@@ -26,6 +27,7 @@ import numpy as np
 import torch
 
 from . import distributed as dist
+from .devices import check_device_spec, process_group_backend, resolve_device, use_device
 from .advantages import AdvantageConfig, compute_advantages, preset, with_advantages
 from .envs.base import TaskSpec
 from .envs import registry
@@ -34,9 +36,10 @@ from .loss import LossConfig
 from .metrics import summarize
 from .prompts import STYLES
 from .rewards import RewardConfig, assign_rewards
-from .reference_policy import frozen_copy, reference_view
+from .reference_policy import REFERENCE_DEVICES, frozen_copy, reference_view
 from .runs import MetricsLog, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
-from .step_samples import (ResponseScorer, ScoringOptions, StepSample, episodes_to_samples, micro_batch_loss,
+from .sharding import SHARDINGS, TrainingModels, full_tensor, lockstep_logprobs, place_models
+from .step_samples import (ScoringOptions, StepSample, episodes_to_samples, micro_batch_loss,
                            response_logprobs, with_logprobs)
 from .trajectory import Episode, append_episodes
 from .validation import require_choice, require_non_negative, require_positive
@@ -44,7 +47,8 @@ from .validation import require_choice, require_non_negative, require_positive
 ALGOS = ("rlvmr", "grpo", "gigpo")
 
 RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "resume", "progress", "save_episodes",
-                               "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size"})
+                               "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
+                               "device", "reference_device"})
 """Settings a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
 refused, since the checkpoint's optimizer state and the logs belong to the settings that made them."""
 
@@ -122,6 +126,17 @@ class TrainConfig:
     """Train LoRA adapters; the reference policy is then the base with adapters disabled."""
     lora_r: int = 16
     """LoRA rank."""
+    # --- placement (README, 'GPUs') -------------------------------------------------------------
+    device: str = "auto"
+    """Where the policy, the reference, the optimizer state and every tensor live (`devices`): 'auto' (CUDA
+    when available, else CPU), 'cuda', 'cuda:N' or 'cpu'; under torchrun each rank takes cuda:LOCAL_RANK.
+    Asking for CUDA where there is none is an error."""
+    reference_device: str = "same"
+    """'same': the reference policy lives on `device`; 'cpu': it is kept in CPU memory and copied to `device`
+    only for its log-prob pass (FSDP: its shards stay on the CPU), freeing GPU memory for rollouts and update."""
+    sharding: str = "ddp"
+    """With several processes (torchrun): 'ddp' (a whole copy of weights, gradients and AdamW states per rank)
+    or 'fsdp' (FSDP2: all three split across the ranks, for policies that do not fit one GPU; `sharding`)."""
     # --- bookkeeping ----------------------------------------------------------------------------
     save_every: int = 5
     """Checkpoint every k iterations (official code: 5 ALFWorld / 10 ScienceWorld)."""
@@ -152,6 +167,12 @@ class TrainConfig:
         require_choice(self, "algo", ALGOS)
         require_choice(self, "prompt_style", (None, *STYLES))
         require_choice(self, "old_logprobs", ("recompute", "sampler"))
+        check_device_spec(self.device)
+        require_choice(self, "reference_device", REFERENCE_DEVICES)
+        require_choice(self, "sharding", SHARDINGS)
+        if self.sharding == "fsdp" and self.lora:
+            raise ValueError("sharding='fsdp' with lora=True is not supported: a LoRA policy fits one GPU "
+                             "(README, 'GPUs'); use sharding='ddp'")
         check_level(self.level)
         require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
                                 "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
@@ -223,7 +244,7 @@ def ppo_update(scorer: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
             if micro.weight:
                 for key, value in metrics.items():
                     logs.setdefault(key, []).append(float(value))
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, config.grad_clip)
+        grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))  # FSDP: a DTensor
         if not torch.isfinite(grad_norm):
             raise FloatingPointError(f"non-finite gradient norm {float(grad_norm)}: the update is stopped")
         optimizer.step()
@@ -258,7 +279,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     from .prompts import PromptConfig
     from .rollout import RolloutConfig, run_rollouts
 
-    rank, world = dist.rank_world()
+    device = use_device(resolve_device(config.device))  # a clear error when CUDA is asked for and absent
+    rank, world = dist.rank_world(process_group_backend(device))
     out_dir = Path(config.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     random.seed(config.seed)
@@ -275,15 +297,15 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     if config.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    # on `device`, DDP-wrapped or FSDP-sharded; the optimizer is built on the placed (sharded) parameters
+    models = place_models(policy, reference, device, world, config.sharding, config.reference_device,
+                          config.bf16_autocast)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr,
                                   weight_decay=config.weight_decay)
     start = restore_run(out_dir, config.resume, TrainConfig.from_dict, config, policy, optimizer, RESUMABLE_CHANGES)
     if rank == 0:
         truncate_logs(out_dir, start)  # a resumed run logs each iteration once
         write_config(out_dir, config.to_dict())
-    scorer: torch.nn.Module = ResponseScorer(policy, config.bf16_autocast)
-    if world > 1:
-        scorer = torch.nn.parallel.DistributedDataParallel(scorer)
 
     spec = get_env(config.env)
     tasks = list(tasks if tasks is not None else spec.tasks("train", config.level))
@@ -291,7 +313,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         raise ValueError(f"empty training task pool for {config.env} {config.level}")
     env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
     # LoRA: sample from the adapted model itself (its state dict does not map onto a plain copy).
-    generator = HFGenerator(policy, tokenizer, dtype=None if config.lora else torch.bfloat16)
+    generator = HFGenerator(models.rollout_model, tokenizer, dtype=None if config.lora else torch.bfloat16)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.resolved_prompt_style,
                                  max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
@@ -320,11 +342,13 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
                 samples = shuffle_rng.sample(samples, len(samples) - len(samples) % config.mini_batch_size)
             plan = dist.schedule_update(len(samples), config.mini_batch_size, config.micro_batch_size,
                                         config.ppo_epochs, shuffle_rng, rank, world)
-            samples = _with_old_and_ref_logprobs(policy, reference, samples, dist.samples_used(plan), pad_id, config)
+            t_logprob = time.perf_counter()
+            samples = _with_old_and_ref_logprobs(models, samples, dist.samples_used(plan), pad_id, config, rank, world)
 
             t1 = time.perf_counter()
             policy.train()
-            update = ppo_update(scorer, optimizer, samples, plan, pad_id, config, world) if samples else {}
+            update = ppo_update(models.scorer, optimizer, samples, plan, pad_id, config, world) if samples else {}
+            update["logprob_s"] = t1 - t_logprob
             t_update = time.perf_counter() - t1
             row = _metrics_row(iteration, episodes, samples, update, t_rollout, t_update)
             rows.append(row)
@@ -332,8 +356,10 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             if rank == 0 and config.save_episodes:
                 append_episodes(out_dir / "episodes.jsonl",
                                 with_advantages(kept, advantages) + [ep for ep in episodes if ep.aborted])
-            if rank == 0 and ((iteration + 1) % config.save_every == 0 or iteration + 1 == config.iterations):
-                save_checkpoint(out_dir, iteration, policy, optimizer, config.to_dict(), keep=config.keep_checkpoints)
+            if (iteration + 1) % config.save_every == 0 or iteration + 1 == config.iterations:
+                # every rank: a sharded policy's state is gathered collectively; rank 0 writes
+                save_checkpoint(out_dir, iteration, policy, optimizer, config.to_dict(), keep=config.keep_checkpoints,
+                                write=rank == 0)
             dist.barrier(world)
     finally:
         log.close()
@@ -343,15 +369,25 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     return rows
 
 
-def _with_old_and_ref_logprobs(policy: Any, reference: Any, samples: list[StepSample], used: list[int],
-                               pad_id: int, config: TrainConfig) -> list[StepSample]:
-    """The samples this rank trains on, with the pre-update policy's and the reference's log-probs."""
+def _with_old_and_ref_logprobs(models: TrainingModels, samples: list[StepSample], used: list[int], pad_id: int,
+                               config: TrainConfig, rank: int = 0, world: int = 1) -> list[StepSample]:
+    """The samples this rank trains on, with the pre-update policy's and the reference's log-probs (FSDP:
+    every sample's, computed by all ranks together)."""
+    if models.lockstep:
+        used = list(range(len(samples)))
+
+    def score(model: Any, batch: list[StepSample]) -> list[torch.Tensor]:
+        if models.lockstep:
+            return lockstep_logprobs(model, batch, pad_id, config.scoring, rank, world)
+        return response_logprobs(model, batch, pad_id, config.scoring)
+
     mine = [samples[i] for i in used]
     if config.old_logprobs == "recompute":
-        mine = with_logprobs(mine, "old_logprobs", response_logprobs(policy, mine, pad_id, config.scoring))
+        mine = with_logprobs(mine, "old_logprobs", score(models.old_policy, mine))
     if config.loss.kl_coef:
-        with reference_view(policy, reference) as ref_model:
-            mine = with_logprobs(mine, "ref_logprobs", response_logprobs(ref_model, mine, pad_id, config.scoring))
+        with reference_view(models.policy, models.reference,
+                            models.device if models.reference_moves else None) as ref_model:
+            mine = with_logprobs(mine, "ref_logprobs", score(ref_model, mine))
     out = list(samples)
     for i, s in zip(used, mine):
         out[i] = s

@@ -43,7 +43,8 @@ class ColdStartExperimentConfig:
     stratify_tags: bool = True
     """Keep the dataset's tag shares in the `max_samples` subset (see `select_samples`)."""
     sft: SFTConfig = field(default_factory=SFTConfig)
-    """SFT hyper-parameters; `sft.backend` picks the trainer: 'transformers' (CPU/GPU) or 'unsloth' (CUDA)."""
+    """SFT hyper-parameters; `sft.backend` picks the trainer: 'transformers' (CPU/GPU) or 'unsloth' (CUDA), and
+    `sft.device` is where the whole experiment runs (both evaluations and the SFT)."""
     eval_games: int = 16
     """Held-out games evaluated before and after (seeded subset of the level's test split)."""
     eval_max_steps: int = 8
@@ -163,7 +164,8 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     model, tokenizer = load_sft_model(config.model, config.sft, seed=config.seed)
     eval_cfg = EvalConfig(env=config.env, level=config.level, max_tasks=config.eval_games, seed=config.seed,
                           temperature=config.eval_temperature, max_steps=config.eval_max_steps,
-                          max_new_tokens=config.eval_max_new_tokens, batch_tasks=config.eval_batch_tasks)
+                          max_new_tokens=config.eval_max_new_tokens, batch_tasks=config.eval_batch_tasks,
+                          device=config.sft.device)
     tasks = eval_tasks(eval_cfg)
 
     samples, sample_stats = select_samples(load_coldstart_samples(dataset, tokenizer), tokenizer,

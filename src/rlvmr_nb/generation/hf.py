@@ -100,7 +100,8 @@ class _ExponentialRaceSampler(LogitsProcessor):
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         probs = torch.softmax(scores.float(), dim=-1)
-        waits = torch.rand(probs.shape, generator=self.generator).log_().neg_()  # Exp(1); U = 0 gives inf
+        # Exp(1); U = 0 gives inf. Drawn where the scores are (the generator lives on that device too).
+        waits = torch.rand(probs.shape, generator=self.generator, device=probs.device).log_().neg_()
         tokens = probs.div_(waits).argmax(dim=-1, keepdim=True)
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
 
@@ -114,7 +115,7 @@ class _StopOnStrings(StoppingCriteria):
     def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
         tails = input_ids[:, max(self.prompt_len, input_ids.shape[1] - _STOP_TAIL_TOKENS) :]
         texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
-        return torch.tensor([any(s in t for s in self.stops) for t in texts], dtype=torch.bool)
+        return torch.tensor([any(s in t for s in self.stops) for t in texts], dtype=torch.bool, device=input_ids.device)
 
 
 def _stop_cut(tokenizer: Any, tokens: list[int], stops: Sequence[str]) -> int | None:
@@ -218,9 +219,18 @@ class HFGenerator(Generator):
     def dtype(self) -> torch.dtype:
         return next(self.model.parameters()).dtype
 
+    @property
+    def device(self) -> torch.device:
+        """Where the sampling model lives: prompts, caches and the sampler's random numbers go there."""
+        return next(self.model.parameters()).device
+
     @torch.no_grad()
     def update_weights(self, model: Any) -> None:
-        """Copy `model`'s weights into the sampling copy (cast to its dtype). No-op if shared."""
+        """Copy `model`'s weights into the sampling copy (cast to its dtype). No-op if shared.
+
+        A sharded (FSDP) source is gathered one tensor at a time, so every rank must call this together."""
+        from ..sharding import full_tensor
+
         if model is self.model:
             return
         src, dst = model.state_dict(), self.model.state_dict()
@@ -228,7 +238,7 @@ class HFGenerator(Generator):
         if missing:
             raise ValueError(f"update_weights: source model lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
         for name, tensor in dst.items():
-            tensor.copy_(src[name])
+            tensor.copy_(full_tensor(src[name]))
 
     def _encode(self, prompt: Prompt) -> list[int]:
         if isinstance(prompt, str):
@@ -298,7 +308,7 @@ class HFGenerator(Generator):
     def _prefix_cache(self, prefix: list[int], batch: int, headroom: int = 0) -> Any:
         """KV cache of `prefix` computed once at batch size 1: kept once (`SharedPrefixCache`) when
         the model attends with `cpu_attention`, else repeated `batch` times."""
-        ids = torch.tensor([prefix], dtype=torch.long)
+        ids = torch.tensor([prefix], dtype=torch.long, device=self.device)
         # Only the cache is wanted: run the decoder without the vocabulary head (~20 % of SmolLM2's FLOPs
         # per token, and a [1, P, vocab] fp32 tensor).
         cache = self.model.get_decoder()(input_ids=ids, use_cache=True).past_key_values
@@ -310,7 +320,7 @@ class HFGenerator(Generator):
     def _generate_chunk(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Generation]:
         pad = self.tokenizer.pad_token_id
         shared = self.shared_prefix_length(rows)
-        input_ids, attention_mask = self._layout(rows, shared)
+        input_ids, attention_mask = (t.to(self.device) for t in self._layout(rows, shared))
         width = input_ids.shape[1]
 
         processors: list[Any] = list(self.extra_logits_processors)
@@ -325,7 +335,7 @@ class HFGenerator(Generator):
         processors.append(recorder)
         if not sampling.greedy:  # our sampler draws the token; generate then decodes greedily
             # A private generator: seeding never disturbs the caller's global RNG stream.
-            generator = None if seed is None else torch.Generator().manual_seed(seed)
+            generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
             processors.append(_ExponentialRaceSampler(generator))
         stopper = _StopOnStrings(self.tokenizer, sampling.stop, width)
         config = GenerationConfig(

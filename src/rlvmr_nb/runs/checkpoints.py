@@ -7,6 +7,10 @@ A checkpoint ``ckpt-XXXXX`` (taken after iteration XXXXX) holds:
 * ``rng.json`` — Python's and NumPy's RNG states as JSON;
 * ``config.json`` — the run's settings when it was taken.
 
+A policy sharded by FSDP (`sharding`) is saved whole: its full state dict is gathered from the ranks, with
+the same keys as an unsharded policy's, so `policy.load_policy` and an unsharded run read it like any other;
+its optimizer state is keyed by parameter name and is restored only into an FSDP run.
+
 Everything is loaded with ``torch.load(weights_only=True)`` or JSON, so a planted pickle in a checkpoint
 cannot run code. Saving writes a temporary folder and renames it, so a kill mid-save leaves the previous
 checkpoint intact; loading reads every file before touching the model, and `resume_checkpoint` falls back
@@ -56,26 +60,37 @@ def _set_rng(rng: Mapping[str, Any], torch_state: torch.Tensor, cuda_states: lis
     name, keys, pos, has_gauss, cached = rng["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, cached))
     torch.set_rng_state(torch_state)
-    if cuda_states and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(cuda_states)
+    if cuda_states and torch.cuda.is_available():  # a checkpoint of a machine with more GPUs: the ones here
+        for index, cuda_state in enumerate(cuda_states[: torch.cuda.device_count()]):
+            torch.cuda.set_rng_state(cuda_state, index)
 
 
 def save_checkpoint(
     out_dir: str | os.PathLike, iteration: int, model: Any, optimizer: torch.optim.Optimizer,
     config: Mapping[str, Any], keep: int = 2, model_state: Mapping[str, torch.Tensor] | None = None,
+    write: bool = True,
 ) -> Path:
     """Write ``ckpt-<iteration>`` atomically and keep the newest `keep` checkpoints.
 
-    `model_state` replaces ``model.state_dict()`` when the caller gathered it (sharded models)."""
+    `model_state` replaces ``model.state_dict()`` when the caller gathered it. A sharded (FSDP) model's full
+    state is gathered here: then every rank must call this, and only the one with `write` writes."""
+    from ..sharding import full_state_dicts, is_sharded
+
     out_dir = Path(out_dir)
     final = checkpoint_path(out_dir, iteration)
+    optimizer_state = None
+    if is_sharded(_unwrap(model)):  # a collective: before any rank may return
+        model_state, optimizer_state = full_state_dicts(_unwrap(model), optimizer)
+    if not write:
+        return final
     tmp = out_dir / f".tmp-{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     state = model_state if model_state is not None else _unwrap(model).state_dict()
     torch.save({k: v.detach().cpu() for k, v in state.items()}, tmp / "model.pt")
     cuda = [s.cpu() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else []
-    torch.save({"optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(), "cuda_rng": cuda,
+    optimizer_state = optimizer_state if optimizer_state is not None else optimizer.state_dict()
+    torch.save({"optimizer": optimizer_state, "torch_rng": torch.get_rng_state(), "cuda_rng": cuda,
                 "iteration": int(iteration)}, tmp / "state.pt")
     (tmp / "rng.json").write_text(json.dumps(_rng_json()))
     (tmp / "config.json").write_text(json.dumps(dict(config), indent=2))
@@ -122,12 +137,20 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 
 def load_checkpoint(path: str | os.PathLike, model: Any, optimizer: torch.optim.Optimizer | None = None) -> int:
-    """Restore model (and optimizer and RNG) from `path`; returns the iteration it was taken after."""
+    """Restore model (and optimizer and RNG) from `path`; returns the iteration it was taken after.
+
+    Tensors go to the device of the model's parameters (a sharded model: each rank keeps its shard)."""
+    from ..sharding import is_sharded, load_full_state_dicts
+
     parts = read_checkpoint(path)
-    _unwrap(model).load_state_dict(parts["model.pt"])
+    state = parts["state.pt"]
+    if is_sharded(_unwrap(model)):
+        load_full_state_dicts(_unwrap(model), optimizer, parts["model.pt"], state["optimizer"] if optimizer else None)
+    else:
+        _unwrap(model).load_state_dict(parts["model.pt"])
+        if optimizer is not None:
+            optimizer.load_state_dict(state["optimizer"])
     if optimizer is not None:
-        state = parts["state.pt"]
-        optimizer.load_state_dict(state["optimizer"])
         _set_rng(parts["rng.json"], state["torch_rng"], state.get("cuda_rng"))
     return int(parts["state.pt"]["iteration"])
 

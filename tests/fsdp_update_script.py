@@ -1,0 +1,65 @@
+"""One PPO update on a fixed global batch with the trainer's placement (`sharding.place_models`), single-process
+or under torchrun (gloo), then a checkpoint: the trainer's code path for ``sharding="fsdp"``.
+
+argv: checkpoint folder, sharding ('ddp' | 'fsdp'), number of samples (default 18), micro-batch size (default 2),
+gradient checkpointing ('1' | '0', default '0').
+The old and reference log-probs go through the trainer's `_with_old_and_ref_logprobs` (under FSDP: every rank
+scores its share in lockstep, then all gather); the script checks that they equal the unsharded model's. The
+reference is then moved 0.05 nats off so the KL term has a gradient. Rank 0 also writes ``before.pt`` (the initial
+weights) and ``rollout.pt`` (the rollout generator's weights after its refresh from the updated policy)."""
+
+import os
+import random
+import sys
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import torch  # noqa: E402
+
+from rlvmr_nb import distributed as dist  # noqa: E402
+from rlvmr_nb.loss import LossConfig  # noqa: E402
+from rlvmr_nb.generation.hf import HFGenerator  # noqa: E402
+from rlvmr_nb.models import load_model  # noqa: E402
+from rlvmr_nb.reference_policy import frozen_copy  # noqa: E402
+from rlvmr_nb.runs import save_checkpoint  # noqa: E402
+from rlvmr_nb.sharding import place_models  # noqa: E402
+from rlvmr_nb.step_samples import response_logprobs  # noqa: E402
+from rlvmr_nb.trainer import TrainConfig, _with_old_and_ref_logprobs, ppo_update  # noqa: E402
+from trainer_helpers import random_samples  # noqa: E402
+
+torch.set_num_threads(1)
+out, sharding = sys.argv[1], sys.argv[2]
+n_samples = int(sys.argv[3]) if len(sys.argv) > 3 else 18
+micro = int(sys.argv[4]) if len(sys.argv) > 4 else 2
+checkpointing = len(sys.argv) > 5 and sys.argv[5] == "1"
+rank, world = dist.rank_world("gloo")
+model, tok = load_model("tiny-random:llama", seed=0)
+samples = random_samples(n_samples, seed=0)
+cfg = TrainConfig(lr=1e-3, mini_batch_size=8, micro_batch_size=micro, bf16_autocast=False, device="cpu",
+                  sharding=sharding, out_dir=out, loss=LossConfig(entropy_coef=0.001), gradient_checkpointing=checkpointing)
+unsharded_logp = response_logprobs(model, samples, tok.pad_token_id, cfg.scoring)
+before = {k: v.clone() for k, v in model.state_dict().items()}
+if checkpointing:  # as the trainer does, before placing the model
+    model.gradient_checkpointing_enable()
+models = place_models(model, frozen_copy(model), torch.device("cpu"), world, cfg.sharding, cfg.reference_device,
+                      cfg.bf16_autocast)
+opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
+plan = dist.schedule_update(len(samples), cfg.mini_batch_size, cfg.micro_batch_size, cfg.ppo_epochs,
+                            random.Random(0), rank, world)
+used = dist.samples_used(plan)
+samples = _with_old_and_ref_logprobs(models, samples, used, tok.pad_token_id, cfg, rank, world)
+for i in used:
+    torch.testing.assert_close(samples[i].old_logprobs, unsharded_logp[i], rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(samples[i].ref_logprobs, unsharded_logp[i], rtol=1e-5, atol=1e-5)
+    samples[i].ref_logprobs = samples[i].ref_logprobs - 0.05
+model.train()
+ppo_update(models.scorer, opt, samples, plan, tok.pad_token_id, cfg, world)
+save_checkpoint(out, 0, model, opt, cfg.to_dict() | {"model": "tiny-random:llama"}, write=rank == 0)
+generator = HFGenerator(models.rollout_model, tok)  # the trainer's rollout sampler, refreshed as each iteration does
+generator.update_weights(model)
+if rank == 0:
+    torch.save(before, os.path.join(out, "before.pt"))
+    torch.save(generator.model.state_dict(), os.path.join(out, "rollout.pt"))
+if world > 1:
+    dist.barrier(world)  # rank 1 leaving while rank 0 still writes sometimes aborted it in gloo's teardown
+    torch.distributed.destroy_process_group()
