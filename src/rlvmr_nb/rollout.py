@@ -1,4 +1,5 @@
-"""Multi-turn group rollouts: B tasks × G rollouts × up to T steps → `Episode`s (spec §3.1, §3.6).
+"""Multi-turn group rollouts: B tasks × G rollouts × up to T steps → `Episode`s (paper App. A.2;
+docs/method.md, 'Training iteration').
 
 At every step the prompts of *all* still-active episodes are generated in one batched call, then
 the environments step in parallel (an `EnvPool`, or `LocalEnvs` in-process). Episodes that finish
@@ -45,7 +46,7 @@ class EnvSlots(Protocol):
 
 @dataclass
 class RolloutConfig:
-    """Shape of one rollout batch (spec §3.1; paper App. A.2)."""
+    """Shape of one rollout batch (paper App. A.2; docs/method.md, 'Training iteration')."""
 
     group_size: int = 8
     """G: rollouts per task, sharing one group id (paper: 8)."""
@@ -83,7 +84,7 @@ def run_rollouts(
         generator: the policy's generation backend (its weights must be the current policy's).
         tokenizer: the policy tokenizer (chat template, prompt budgeting).
         prompt_config: prompt style and budget; its `parser_mode` sets the validity rules.
-        sampling: temperature etc. (spec §1.5: 1.0 for training, 0.4 for evaluation).
+        sampling: temperature etc. (1.0 for training, 0.4 for evaluation; docs/method.md, 'Generation settings').
         config: group size, max steps, seed.
         iteration: training iteration, used in group ids and seeds.
         group_indices: index of each task in the whole batch (default 0..B-1); with several ranks

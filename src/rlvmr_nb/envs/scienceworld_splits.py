@@ -1,4 +1,4 @@
-"""ScienceWorld L0/L1/L2 task lists (spec §6.1, §6.3), shipped as data; no Java needed to read them.
+"""ScienceWorld L0/L1/L2 task lists (paper §2.1, App. A.1; docs/method.md, 'Splits'), shipped as data; no Java needed to read them.
 
 Task ids index the simulator's alphabetically sorted task names (ids 0-29). The three files
 ``envs/data/scienceworld_L{0,1,2}.json`` hold ``train``/``test`` lists of ``[task_id, variation]`` pairs,
@@ -59,7 +59,7 @@ TASK_NAMES: tuple[str, ...] = (
     "test-conductivity-of-unknown-substances",
     "use-thermometer",
 )
-"""ScienceWorld 1.2.3 task names, sorted; the position is the task id used in the split files (spec §6.3)."""
+"""ScienceWorld 1.2.3 task names, sorted; the position is the task id used in the split files (docs/method.md, 'Splits')."""
 
 EXCLUDED_TASKS: tuple[str, ...] = ("use-thermometer",)
 """Tasks in no split (task id 29, ScienceWorld task 2-1)."""
@@ -76,7 +76,7 @@ L2_HELDOUT_TASKS: tuple[str, ...] = (
     "mendelian-genetics-unknown-plant",
     "test-conductivity-of-unknown-substances",
 )
-"""The 10 task types held out of L2 training (ids 1, 4, 8, 11, 13, 16, 18, 21, 24, 28; spec §6.3)."""
+"""The 10 task types held out of L2 training (ids 1, 4, 8, 11, 13, 16, 18, 21, 24, 28; docs/method.md, 'Splits')."""
 
 LEVELS = ("L0", "L1", "L2")
 SPLITS = ("train", "test")
@@ -89,7 +89,7 @@ SPLIT_SIZES = {
     ("L2", "train"): 2242,
     ("L2", "test"): 549,
 }
-"""Pair counts the shipped files must have (spec §6.3)."""
+"""Pair counts the shipped files must have (docs/method.md, 'Splits')."""
 
 
 def split_file_name(level: str) -> str:
@@ -164,7 +164,7 @@ def scienceworld_tasks(
     n: int | None = None,
     seed: int = 0,
 ) -> list[TaskSpec]:
-    """Task instances of a ScienceWorld level/split (spec §6.3) as `TaskSpec`s, in a fixed order.
+    """Task instances of a ScienceWorld level/split (docs/method.md, 'Splits') as `TaskSpec`s, in a fixed order.
 
     `task_names` keeps only those tasks; `per_task` keeps at most that many variations of each task and
     `n` at most that many instances overall, both as seeded samples without replacement (`seed`). The
