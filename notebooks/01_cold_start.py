@@ -52,6 +52,7 @@ device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; C
 eval_games = 4  # held-out games evaluated before and after SFT
 eval_max_steps = 6  # steps per evaluation episode (paper: 30)
 eval_max_new_tokens = 64  # response tokens per step in evaluation
+eval_stop = "action"  # action: stop after </action> (CPU token budget) | none: EOS or the budget (official)
 min_tag_share = 0.0  # minimum share of each tag in the dataset (the full build asks 0.05: `docs/method.md`, Cold start)
 runs_root = "runs"  # everything is written to runs_root/coldstart/<env>-<level>-n<N>-seed<S>/
 out_dir = "figures"  # where coldstart_*.png is written
@@ -139,7 +140,7 @@ config = ColdStartExperimentConfig(
     # one sample per forward/backward and recomputed activations: ~2k-token samples then fit in a few GB
     sft=SFTConfig(epochs=epochs, lr=lr, batch_size=batch_size, micro_batch_size=1, gradient_checkpointing=True,
                   max_length=max(2048, max_sample_tokens or 0), seed=seed, backend=sft_backend, device=device),
-    eval_games=eval_games, eval_max_steps=eval_max_steps, eval_max_new_tokens=eval_max_new_tokens,
+    eval_games=eval_games, eval_max_steps=eval_max_steps, eval_max_new_tokens=eval_max_new_tokens, eval_stop=eval_stop,
     results_path=str(results_file), model_out_dir=str(model_dir),
 )
 results = coldstart_sft_experiment(config)

@@ -41,6 +41,7 @@ levels = ["L0", "L1", "L2"]  # levels to evaluate
 max_tasks = 4  # tasks per level, a seeded subset (None: the whole split, e.g. 140 ALFWorld L0 games)
 max_steps = 8  # steps per episode (paper: 30)
 max_new_tokens = 64  # response tokens per step
+stop = "action"  # action: stop after </action> (CPU token budget) | none: EOS or max_new_tokens (official)
 prompt_style = "meta_think"  # meta_think (RLVMR tags) | think (GRPO/GiGPO) | react (zero-shot)
 temperature = 0.4  # sampling temperature (official validation: 0.4)
 seed = 0  # task subset and sampling seed
@@ -83,7 +84,7 @@ by_level, episodes_by_level = {}, {}
 for level in levels:
     config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seed, temperature=temperature,
                         max_steps=max_steps, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
-                        batch_tasks=batch_tasks, device=device)
+                        batch_tasks=batch_tasks, device=device, stop=stop)
     episodes, summary = evaluate_policy(policy, tokenizer, config)
     write_results(results_path / f"{level}.json", summary, config, episodes,
                   extra={"model": policy_info, "method": method_label})

@@ -80,21 +80,28 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_train(args: argparse.Namespace) -> int:
-    from .advantages import preset
-    from .loss import LossConfig
-    from .trainer import TrainConfig, train
+STOP_HELP = "none (default): EOS or --max-new-tokens, as the official runs; action: stop right after </action>"
 
-    cfg = TrainConfig(
-        algo=args.algo, env=args.env, level=args.level, model=args.model, out_dir=args.out, seed=args.seed,
-        iterations=args.iterations, tasks_per_iteration=args.tasks, group_size=args.group_size,
-        max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, max_prompt_tokens=args.max_prompt_tokens,
-        lr=args.lr, mini_batch_size=args.mini_batch_size, micro_batch_size=args.micro_batch_size,
-        save_every=args.save_every, resume=args.resume, env_workers=args.env_workers, lora=args.lora,
-        prompt_style=args.prompt_style, advantage=preset(args.preset), loss=LossConfig(kl_coef=args.kl_coef),
-        device=args.device, reference_device=args.reference_device, sharding=args.sharding,
-        gradient_checkpointing=args.gradient_checkpointing,
-    )
+TRAIN_FLAG_FIELDS = {
+    "algo": "algo", "env": "env", "level": "level", "model": "model", "out": "out_dir", "seed": "seed",
+    "iterations": "iterations", "tasks": "tasks_per_iteration", "group_size": "group_size", "max_steps": "max_steps",
+    "max_new_tokens": "max_new_tokens", "max_prompt_tokens": "max_prompt_tokens", "lr": "lr",
+    "kl_coef": "loss.kl_coef", "preset": "advantage.preset", "prompt_style": "prompt_style",
+    "mini_batch_size": "mini_batch_size", "micro_batch_size": "micro_batch_size", "save_every": "save_every",
+    "resume": "resume", "env_workers": "env_workers", "lora": "lora", "stop": "stop",
+    "device": "device", "reference_device": "reference_device", "sharding": "sharding",
+    "gradient_checkpointing": "gradient_checkpointing",
+}
+"""`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`config_files.train_config`).
+Every option defaults to None = not given, so only the options typed on the command line override --config."""
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    from .config_files import train_config
+    from .trainer import train
+
+    given = {field: getattr(args, dest) for dest, field in TRAIN_FLAG_FIELDS.items() if getattr(args, dest) is not None}
+    cfg = train_config(args.config, given)
     rows = train(cfg)
     for row in rows:
         print(f"it {row['iteration']}: success {row['success']:.3f} length {row['episode_length']:.1f} "
@@ -109,7 +116,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=args.seed,
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
-                     env_workers=args.env_workers, device=args.device)
+                     env_workers=args.env_workers, device=args.device, stop=args.stop)
     model, tok, described = load_policy(args.model, seed=args.seed)
     episodes, summary = evaluate_policy(model, tok, cfg)
     path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model, "policy": described})
@@ -118,15 +125,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_device_argument(parser: argparse.ArgumentParser) -> None:
+def _add_device_argument(parser: argparse.ArgumentParser, default: str | None = "auto") -> None:
     # the rules live in rlvmr_nb.devices (not imported here: it loads torch, which `--help` does not need)
-    parser.add_argument("--device", default="auto",
+    parser.add_argument("--device", default=default,
                         help="auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; under torchrun each rank "
                              "takes cuda:LOCAL_RANK. Asking for CUDA without a GPU is an error")
 
 
 def main(argv: list[str] | None = None) -> int:
     from .envs.registry import env_names, get_env
+    from .generation.base import STOP_POLICIES
     from .validation import non_negative_float, non_negative_int, positive_float, positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
@@ -164,39 +172,47 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("model", help="convert the embedded SmolLM2 GGUF once into the safetensors cache")
     p.set_defaults(func=_cmd_model)
 
-    p = sub.add_parser("train", help="GRPO-MR (or GRPO/GiGPO) training; resumes from out/ automatically")
-    p.add_argument("--algo", default="rlvmr", choices=["rlvmr", "grpo", "gigpo"])
-    p.add_argument("--env", default="alfworld", choices=env_names())
-    p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
-    p.add_argument("--model", default="embedded:smollm2-135m-instruct")
-    p.add_argument("--out", default="runs/rlvmr")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--iterations", type=positive_int, default=100)
-    p.add_argument("--tasks", type=positive_int, default=16, help="tasks per iteration (paper: 16)")
-    p.add_argument("--group-size", type=positive_int, default=8, help="rollouts per task (paper: 8)")
-    p.add_argument("--max-steps", type=positive_int, default=30)
-    p.add_argument("--max-new-tokens", type=positive_int, default=1024)
-    p.add_argument("--max-prompt-tokens", type=positive_int, default=6000)
-    p.add_argument("--lr", type=positive_float, default=1e-6)
-    p.add_argument("--kl-coef", type=non_negative_float, default=0.01)
-    p.add_argument("--preset", default="official_code", choices=["official_code", "paper"],
-                   help="GRPO-MR advantage + format-penalty semantics (docs/method.md, 'Paper vs official code')")
+    p = sub.add_parser("train", help="GRPO-MR (or GRPO/GiGPO) training; resumes from out/ automatically",
+                       description="Settings: TrainConfig's defaults (the official code's), then --config FILE.json "
+                                   "(e.g. configs/paper/rlvmr_alfworld.json, configs/ablations/*.json), then the "
+                                   "options given here; an option not given keeps the file's value.")
+    p.add_argument("--config", default=None, metavar="FILE.json",
+                   help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
+    p.add_argument("--algo", default=None, choices=["rlvmr", "grpo", "gigpo"], help="default: rlvmr")
+    p.add_argument("--env", default=None, choices=env_names(), help="default: alfworld")
+    p.add_argument("--level", default=None, choices=["L0", "L1", "L2"], help="default: L0")
+    p.add_argument("--model", default=None, help="default: embedded:smollm2-135m-instruct")
+    p.add_argument("--out", default=None, help="run folder (default: runs/rlvmr)")
+    p.add_argument("--seed", type=int, default=None, help="default: 0")
+    p.add_argument("--iterations", type=positive_int, default=None, help="default: 100")
+    p.add_argument("--tasks", type=positive_int, default=None, help="tasks per iteration (paper: 16, the default)")
+    p.add_argument("--group-size", type=positive_int, default=None, help="rollouts per task (paper: 8, the default)")
+    p.add_argument("--max-steps", type=positive_int, default=None, help="default: 30")
+    p.add_argument("--max-new-tokens", type=positive_int, default=None, help="default: 1024")
+    p.add_argument("--max-prompt-tokens", type=positive_int, default=None, help="default: 6000")
+    p.add_argument("--lr", type=positive_float, default=None, help="default: 1e-6")
+    p.add_argument("--kl-coef", type=non_negative_float, default=None, help="default: 0.01")
+    p.add_argument("--preset", default=None, choices=["official_code", "paper"],
+                   help="GRPO-MR advantage + format-penalty semantics (docs/method.md, 'Paper vs official code'; "
+                        "default: official_code); keeps the file's other advantage changes")
     p.add_argument("--prompt-style", default=None, choices=["meta_think", "think", "react"],
                    help="default: meta_think for rlvmr, think for grpo/gigpo")
-    p.add_argument("--mini-batch-size", type=positive_int, default=256)
-    p.add_argument("--micro-batch-size", type=positive_int, default=16)
-    p.add_argument("--save-every", type=positive_int, default=5)
-    p.add_argument("--resume", default="auto", help="'auto' (newest intact checkpoint), 'never' or a ckpt folder")
-    p.add_argument("--env-workers", type=non_negative_int, default=0)
-    p.add_argument("--lora", action="store_true")
-    _add_device_argument(p)
-    p.add_argument("--reference-device", default="same", choices=["same", "cpu"],
-                   help="where the frozen reference policy is kept: on --device, or in CPU memory (moved to the "
-                        "GPU only for its log-prob pass)")
-    p.add_argument("--sharding", default="ddp", choices=["ddp", "fsdp"],
-                   help="under torchrun: a whole model per GPU (ddp) or FSDP2 shards (fsdp, for models that do not "
-                        "fit one GPU)")
-    p.add_argument("--gradient-checkpointing", action="store_true",
+    p.add_argument("--stop", default=None, choices=sorted(STOP_POLICIES),
+                   help=STOP_HELP)
+    p.add_argument("--mini-batch-size", type=positive_int, default=None, help="default: 256")
+    p.add_argument("--micro-batch-size", type=positive_int, default=None, help="default: 16")
+    p.add_argument("--save-every", type=positive_int, default=None, help="default: 5")
+    p.add_argument("--resume", default=None, help="'auto' (newest intact checkpoint; default), 'never' or a ckpt folder")
+    p.add_argument("--env-workers", type=non_negative_int, default=None, help="default: 0 (envs in this process)")
+    p.add_argument("--lora", action="store_true", default=None)
+    _add_device_argument(p, default=None)
+    p.add_argument("--reference-device", default=None, choices=["same", "cpu"],
+                   help="where the frozen reference policy is kept: on --device (same, the default), or in CPU memory "
+                        "(moved to the GPU only for its log-prob pass)")
+    p.add_argument("--sharding", default=None, choices=["ddp", "fsdp"],
+                   help="under torchrun: a whole model per GPU (ddp, the default) or FSDP2 shards (fsdp, for models "
+                        "that do not fit one GPU)")
+    p.add_argument("--gradient-checkpointing", action="store_true", default=None,
                    help="recompute activations in backward (less memory: README, 'GPUs')")
     p.set_defaults(func=_cmd_train)
 
@@ -210,6 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--max-steps", type=positive_int, default=30)
     p.add_argument("--max-new-tokens", type=positive_int, default=1024)
     p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
+    p.add_argument("--stop", default="none", choices=sorted(STOP_POLICIES),
+                   help=STOP_HELP)
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--out", default="runs/eval/results.json")
     _add_device_argument(p)

@@ -43,6 +43,9 @@ class EvalConfig:
     """Steps per episode (paper: 30)."""
     max_new_tokens: int = 1024
     """Response budget per step (official validation: 1024, as in training). CPU runs use far fewer."""
+    stop: str = "none"
+    """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
+    'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
     max_prompt_tokens: int | None = 6000
     """Prompt budget; oldest history is dropped beyond it."""
     prompt_style: str = "meta_think"
@@ -55,11 +58,13 @@ class EvalConfig:
     """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
 
     def __post_init__(self) -> None:
+        from .generation.base import STOP_POLICIES
         from .prompts import STYLES
         from .validation import require_choice, require_non_negative, require_positive
 
         check_level(self.level)
         require_choice(self, "prompt_style", STYLES)
+        require_choice(self, "stop", STOP_POLICIES)
         require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks"])
         require_non_negative(self, ["temperature", "env_workers"])
         if self.max_tasks is not None:
@@ -86,7 +91,7 @@ def evaluate_policy(
     progress: bool = True,
 ) -> tuple[list[Episode], dict]:
     """Run one episode per task and return (episodes, metrics summary). `model` is moved to `config.device`."""
-    from .generation.base import SamplingConfig
+    from .generation.base import SamplingConfig, stop_strings
     from .generation.hf import HFGenerator
     from .prompts import PromptConfig
     from .rollout import RolloutConfig, run_rollouts
@@ -99,7 +104,8 @@ def evaluate_policy(
     env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
     generator = HFGenerator(model, tokenizer)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
-    sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
+    sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                              stop=stop_strings(config.stop))
     episodes: list[Episode] = []
     try:
         from tqdm.auto import tqdm

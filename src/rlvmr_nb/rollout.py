@@ -1,4 +1,5 @@
-"""Multi-turn group rollouts: B tasks × G rollouts × up to T steps → `Episode`s (spec §3.1, §3.6).
+"""Multi-turn group rollouts: B tasks × G rollouts × up to T steps → `Episode`s (paper App. A.2;
+docs/method.md, 'Training iteration').
 
 At every step the prompts of *all* still-active episodes are generated in one batched call, then
 the environments step in parallel (an `EnvPool`, or `LocalEnvs` in-process). Episodes that finish
@@ -7,6 +8,14 @@ computed here (architecture rule): the trainer calls `rewards.assign_rewards` on
 
 Every returned `Step` carries what the trainer needs: prompt and response token ids, the sampler's
 log-probs, tag, validity, admissibility, feedback and the env reward (r_s · won at the winning step).
+
+Admissible lists are read before the environments step. A list belongs to the state it came with, and
+an env whose list is expensive (ScienceWorld: 4.6× a raw step) hands a lazy one (`envs.lazy`) that
+raises `StaleActionsError` once the env has moved on. Each step reads only what it records: whether its
+action is in the list (the reflection reward and the invalid-action rate need that; an empty action is
+never a command, so it costs no read). A plain list is kept in `Step.admissible_actions`, as the
+prompt shows it; a lazy one is not (a ScienceWorld state has 100 to 1,500 valid actions, up to 64 KB),
+only its length in ``Step.extra["admissible_count"]``.
 """
 
 from __future__ import annotations
@@ -16,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping, Protocol, Sequence
 
 from .envs.base import Reset, StepResult, TaskSpec
+from .envs.lazy import LazyActionList, StaleActionsError
 from .envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
 from .generation.base import Generator, SamplingConfig
 from .prompts import AgentMemory, PromptConfig, to_chat
@@ -36,7 +46,7 @@ class EnvSlots(Protocol):
 
 @dataclass
 class RolloutConfig:
-    """Shape of one rollout batch (spec §3.1; paper App. A.2)."""
+    """Shape of one rollout batch (paper App. A.2; docs/method.md, 'Training iteration')."""
 
     group_size: int = 8
     """G: rollouts per task, sharing one group id (paper: 8)."""
@@ -74,7 +84,7 @@ def run_rollouts(
         generator: the policy's generation backend (its weights must be the current policy's).
         tokenizer: the policy tokenizer (chat template, prompt budgeting).
         prompt_config: prompt style and budget; its `parser_mode` sets the validity rules.
-        sampling: temperature etc. (spec §1.5: 1.0 for training, 0.4 for evaluation).
+        sampling: temperature etc. (1.0 for training, 0.4 for evaluation; docs/method.md, 'Generation settings').
         config: group size, max steps, seed.
         iteration: training iteration, used in group ids and seeds.
         group_indices: index of each task in the whole batch (default 0..B-1); with several ranks
@@ -131,21 +141,29 @@ def run_rollouts(
             )
             texts.append(to_chat(tokenizer, text))
         generations = generator.generate(texts, sampling.replace(n=1, seed=_derived_seed(config.seed, iteration, t)))
-        actions, parsed_by_slot = {}, {}
+        actions, parsed_by_slot, listed, faults = {}, {}, {}, {}
         for slot, gen in zip(active, generations):
             parsed = parse_output(gen.text, mode=prompt_config.parser_mode)
             parsed_by_slot[slot] = (parsed, gen)
+            try:  # before envs.step: afterwards the state's (lazy) list is gone
+                listed[slot] = read_admissibility(state[slot].admissible_actions, parsed.action)
+            except StaleActionsError:
+                raise
+            except RuntimeError as e:  # the env (or its pool worker) died while listing: abort this slot only
+                listed[slot], faults[slot] = (False, [], {}), e
+                continue
             actions[slot] = parsed.action
-        results = envs.step(actions)
+        results = {**envs.step(actions), **faults}
         for slot in active:
             parsed, gen = parsed_by_slot[slot]
+            admissible, recorded, extra = listed[slot]
             cur = state[slot]
             result = results.get(slot)
             memories[slot].record(cur.observation, gen.text, parsed.action)
             step = Step(
                 t=t,
                 observation=cur.observation,
-                admissible_actions=list(cur.admissible_actions),
+                admissible_actions=recorded,
                 output=gen.text,
                 tag=parsed.tag,
                 reasoning=parsed.reasoning,
@@ -153,11 +171,11 @@ def run_rollouts(
                 plan=parsed.plan,
                 valid=parsed.valid,
                 invalid_reasons=list(parsed.invalid_reasons),
-                admissible=parsed.action in cur.admissible_actions,
+                admissible=admissible,
                 prompt_token_ids=list(gen.prompt_token_ids),
                 response_token_ids=list(gen.token_ids),
                 response_logprobs=list(gen.logprobs),
-                extra={"finish_reason": gen.finish_reason},
+                extra={"finish_reason": gen.finish_reason, **extra},
             )
             episodes[slot].steps.append(step)
             if not isinstance(result, StepResult):
@@ -177,6 +195,22 @@ def run_rollouts(
     if bar:
         bar.close()
     return episodes
+
+
+def read_admissibility(actions: Sequence[str], action: str) -> tuple[bool, list[str], dict[str, Any]]:
+    """What a step records about its state's admissible list; call it before the env steps.
+
+    Returns whether `action` is admissible (exact match, as the official code checks), the list to keep
+    in `Step.admissible_actions` (a plain list as given; nothing for a lazy list) and step extras (a lazy
+    list's length). An empty action is never admissible and reads nothing.
+    """
+    lazy = isinstance(actions, LazyActionList)
+    if not action and lazy and not actions.loaded:
+        return False, [], {}
+    admissible = action in actions
+    if lazy:
+        return admissible, [], {"admissible_count": len(actions)}
+    return admissible, list(actions), {}
 
 
 def _abort(episode: Episode, result: Any, where: str) -> None:

@@ -32,6 +32,7 @@ from .advantages import AdvantageConfig, compute_advantages, preset, with_advant
 from .envs.base import TaskSpec
 from .envs import registry
 from .envs.registry import check_level, get_env
+from .generation.base import STOP_POLICIES, stop_strings
 from .loss import LossConfig
 from .metrics import summarize
 from .prompts import STYLES
@@ -88,6 +89,9 @@ class TrainConfig:
     """Prompt budget (official code: 6000); older history is dropped beyond it."""
     temperature: float = 1.0
     """Rollout sampling temperature (official code: 1.0)."""
+    stop: str = "none"
+    """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
+    'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
     env_workers: int = 0
     """Env worker processes (0 = step environments in-process)."""
     # --- rewards and advantages ---------------------------------------------------------------
@@ -173,6 +177,7 @@ class TrainConfig:
         if self.sharding == "fsdp" and self.lora:
             raise ValueError("sharding='fsdp' with lora=True is not supported: a LoRA policy fits one GPU "
                              "(README, 'GPUs'); use sharding='ddp'")
+        require_choice(self, "stop", STOP_POLICIES)
         check_level(self.level)
         require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
                                 "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
@@ -199,6 +204,7 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, d: dict) -> "TrainConfig":
         d = dict(d)
+        d.setdefault("stop", "action")  # run folders written before the stop option stopped at </action>
         if "advantage_preset" in d:  # run folders written before the advantage settings were nested
             d["advantage"] = preset(d.pop("advantage_preset"), mr_weight=d.pop("mr_weight", 1.0),
                                     gamma=d.pop("gigpo_gamma", 0.95))
@@ -316,7 +322,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     generator = HFGenerator(models.rollout_model, tokenizer, dtype=None if config.lora else torch.bfloat16)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.resolved_prompt_style,
                                  max_prompt_tokens=config.max_prompt_tokens)
-    sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
+    sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
+                              stop=stop_strings(config.stop))
     log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start)
     rows = []
     try:

@@ -50,6 +50,10 @@ class ColdStartExperimentConfig:
     eval_max_steps: int = 8
     eval_max_new_tokens: int = 128
     eval_temperature: float = 0.4
+    eval_stop: str = "action"
+    """Stop policy of the before/after evaluation (`generation.base.STOP_POLICIES`). 'action' (stop after
+    </action>) keeps this CPU measurement's token budget and the recorded cold-start results comparable;
+    'none' is the official setting."""
     eval_batch_tasks: int = 8
     train_prompt_probe: int = 0
     """Also measure the greedy format-valid rate on this many training prompts before and after (0: skip)."""
@@ -165,7 +169,7 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     eval_cfg = EvalConfig(env=config.env, level=config.level, max_tasks=config.eval_games, seed=config.seed,
                           temperature=config.eval_temperature, max_steps=config.eval_max_steps,
                           max_new_tokens=config.eval_max_new_tokens, batch_tasks=config.eval_batch_tasks,
-                          device=config.sft.device)
+                          device=config.sft.device, stop=config.eval_stop)
     tasks = eval_tasks(eval_cfg)
 
     samples, sample_stats = select_samples(load_coldstart_samples(dataset, tokenizer), tokenizer,

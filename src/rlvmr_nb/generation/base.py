@@ -17,7 +17,18 @@ from dataclasses import dataclass
 from typing import Any, Sequence, Union
 
 STOP_STRING = "</action>"
-"""Every RLVMR step ends with its action; generation stops right after this string."""
+"""Every RLVMR step ends with its action; the 'action' stop policy ends generation right after this string."""
+
+STOP_POLICIES: dict[str, tuple[str, ...]] = {"none": (), "action": (STOP_STRING,)}
+"""Stop policies of `TrainConfig.stop` / `EvalConfig.stop` (docs/method.md, 'Generation settings').
+
+* ``"none"``: no stop string, the response ends at EOS or the token budget, as in the official runs.
+  Text the model writes after ``</action>`` reaches the parser and can make a step invalid (a second
+  tag or action block), which the invalid-action rates of paper Figs. 3 and 5 count.
+* ``"action"``: stop right after ``</action>``. Saves the tokens a model writes after its action (the
+  CPU demo and CI configs use it for their token budget), but nothing after the action is ever parsed,
+  so the invalid rate comes out lower than under the official setting.
+"""
 
 FINISH_REASONS = ("stop", "eos", "length")
 """'stop': stopped after a stop string; 'eos': the model emitted EOS; 'length': hit max_new_tokens."""
@@ -71,6 +82,14 @@ SAMPLING_PRESETS: dict[str, SamplingConfig] = {
     "eval": EVAL_SAMPLING,
     "greedy": GREEDY_SAMPLING,
 }
+
+
+def stop_strings(policy: str) -> tuple[str, ...]:
+    """The stop strings of a stop policy name (`STOP_POLICIES`)."""
+    try:
+        return STOP_POLICIES[policy]
+    except KeyError:
+        raise ValueError(f"unknown stop policy {policy!r}; choose one of {sorted(STOP_POLICIES)}") from None
 
 
 def sampling_preset(name: str, **overrides: Any) -> SamplingConfig:

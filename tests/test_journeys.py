@@ -1,0 +1,96 @@
+"""The journey matrix: every env × every algorithm the README advertises, through the command line.
+
+For env ∈ {toy, alfworld, scienceworld} × algo ∈ {rlvmr, grpo, gigpo}: `rlvmr-nb train` one tiny iteration
+(tiny-random:llama, 1 task × 2 rollouts × 2 steps, 8 tokens), then `rlvmr-nb eval` of that run on each level
+L0/L1/L2 (the run folder for L0 and L2, its checkpoint folder for L1). The rlvmr runs step their envs in an
+`EnvPool` (--env-workers 2), the baselines in-process, so both env paths run on every world.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: E402,F401  (session fixtures)
+from rlvmr_nb.cli import main  # noqa: E402
+from rlvmr_nb.envs.registry import get_env  # noqa: E402
+from rlvmr_nb.runs import read_metrics  # noqa: E402
+from rlvmr_nb.trajectory import read_episodes  # noqa: E402
+
+ENVS = ("toy", "alfworld", "scienceworld")
+ALGOS = ("rlvmr", "grpo", "gigpo")
+LEVELS = ("L0", "L1", "L2")
+TINY = ["--model", "tiny-random:llama", "--max-steps", "2", "--max-new-tokens", "8"]
+
+
+def _journey(env: str, algo: str):
+    marks = [] if env == "toy" else [pytest.mark.slow, pytest.mark.envs]
+    return pytest.param((env, algo), id=f"{env}-{algo}", marks=marks)
+
+
+@pytest.fixture(scope="module")
+def module_patch():
+    with pytest.MonkeyPatch.context() as patch:
+        yield patch
+
+
+def _require_world(env: str, request, patch) -> None:
+    if env == "alfworld":
+        request.getfixturevalue("alfworld_engine")
+        # `import alfworld` points $ALFWORLD_DATA at its own empty default when unset: name ours explicitly.
+        patch.setenv("ALFWORLD_DATA", str(request.getfixturevalue("alfworld_data_root")))
+    if env == "scienceworld":
+        pytest.importorskip("scienceworld", reason="the ScienceWorld engine is missing: pip install 'rlvmr-nb[envs]'")
+        if shutil.which("java") is None:
+            pytest.skip("ScienceWorld needs Java")
+
+
+@pytest.fixture(scope="module", params=[_journey(e, a) for e in ENVS for a in ALGOS])
+def trained(request, tmp_path_factory, module_patch):
+    """One trained run per env × algo, shared by its train checks and its three evaluations."""
+    env, algo = request.param
+    _require_world(env, request, module_patch)
+    out = tmp_path_factory.mktemp(f"{env}-{algo}")
+    workers = "2" if algo == "rlvmr" else "0"
+    code = main(["train", "--env", env, "--algo", algo, *TINY, "--iterations", "1", "--tasks", "1", "--group-size", "2",
+                 "--mini-batch-size", "4", "--micro-batch-size", "2", "--env-workers", workers, "--out", str(out)])
+    return env, algo, out, code
+
+
+def test_train_one_iteration(trained):
+    env, algo, out, code = trained
+    assert code == 0
+    config = json.loads((out / "config.json").read_text())
+    assert (config["env"], config["algo"], config["stop"]) == (env, algo, "none")
+    rows = read_metrics(out)
+    assert [r["iteration"] for r in rows] == [0] and rows[0]["samples"] == 4 and rows[0]["aborted"] == 0
+    episodes = read_episodes(out / "episodes.jsonl")
+    assert len(episodes) == 2 and len({ep.task_id for ep in episodes}) == 1  # one group: the same task twice
+    assert all(ep.env == env and ep.length == 2 and not ep.aborted for ep in episodes)
+    steps = [s for ep in episodes for s in ep.steps]
+    assert all(s.advantage is not None and s.response_token_ids and s.feedback for s in steps)
+    assert (out / "ckpt-00000" / "model.pt").is_file()
+    if env == "scienceworld":  # lazy admissible lists: read before each step, counted, not copied
+        assert all(s.admissible_actions == [] and s.extra["admissible_count"] > 0 for s in steps if s.action)
+
+
+@pytest.mark.parametrize("level", LEVELS)
+def test_eval_each_level(trained, level, tmp_path):
+    env, algo, out, code = trained
+    assert code == 0, "the training run failed (see test_train_one_iteration)"
+    model = out / "ckpt-00000" if level == "L1" else out
+    style = "meta_think" if algo == "rlvmr" else "think"
+    results = tmp_path / f"{level}.json"
+    assert main(["eval", "--model", str(model), "--env", env, "--level", level, *TINY, "--max-tasks", "1",
+                 "--prompt-style", style, "--out", str(results)]) == 0
+    doc = json.loads(results.read_text())
+    assert doc["metrics"]["episodes"] == 1 and doc["config"]["level"] == level and doc["config"]["stop"] == "none"
+    assert doc["config"]["prompt_style"] == style
+    (episode,) = read_episodes(Path(results).with_suffix(".episodes.jsonl"))
+    assert episode.task_id in {t.task_id for t in get_env(env).tasks("test", level)}
+    assert 1 <= episode.length <= 2 and not episode.aborted
