@@ -99,17 +99,15 @@ def test_metric_intervals_cover_the_summary_and_name_their_method():
 
 def test_task_unit_moves_a_tasks_seeds_together():
     """Three seeds that agree on every task carry no more information than one: clustered by task the
-    interval is that of the ten tasks alone, while treating the 30 episodes as independent narrows it."""
+    interval is that of the ten tasks alone, while taking the 30 episodes as independent would narrow it."""
     outcomes = [True, False, False, True, False, False, False, True, False, False]
     one_seed = _games(outcomes)
     three_seeds = _games(outcomes * 3, task_ids=[f"task-{i}" for i in range(10)] * 3)
-    by_task = metric_intervals(three_seeds, unit="task", resamples=3000)
+    by_task = metric_intervals(three_seeds, resamples=3000)
     alone = ratio_interval([float(w) for w in outcomes], [1.0] * 10, resample_indices(10, 3000, seed=0))
     assert by_task["method"]["success"] == "bootstrap" and by_task["clusters"] == 10
     assert by_task["intervals"]["success"] == pytest.approx(list(alone))
-    naive = metric_intervals(three_seeds, unit="episode")["intervals"]["success"]
+    naive = wilson_interval(9, 30)  # the 30 episodes taken as independent trials
     assert naive[1] - naive[0] < by_task["intervals"]["success"][1] - by_task["intervals"]["success"][0]
     assert metric_intervals(one_seed)["intervals"]["success"] == pytest.approx(list(wilson_interval(3, 10)))
-    with pytest.raises(ValueError, match="unit"):
-        metric_intervals(one_seed, unit="seed")
     assert np.isnan(metric_intervals([])["intervals"]["success"][0])

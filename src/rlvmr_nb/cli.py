@@ -102,16 +102,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import EvalConfig, evaluate_policy, write_results
+    from .evaluate import EvalConfig, evaluate_seeds, write_seed_results
     from .runs import load_policy
 
-    cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=args.seed,
+    seeds = args.seeds or [args.seed]  # the task subset is the first seed's for all of them
+    cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=seeds[0],
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
                      env_workers=args.env_workers)
-    model, tok, described = load_policy(args.model, seed=args.seed)
-    episodes, summary = evaluate_policy(model, tok, cfg)
-    path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model, "policy": described})
-    print(json.dumps(summary, indent=2, default=float))
+    model, tok, described = load_policy(args.model, seed=seeds[0])
+    runs = evaluate_seeds(model, tok, cfg, seeds)
+    path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
+    print(json.dumps({k: aggregate[k] for k in ("metrics", "metrics_ci")}, indent=2, default=float))
     print(f"results: {path}")
     return 0
 
@@ -189,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
     p.add_argument("--max-tasks", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="several sampling seeds on the task list of the first (e.g. --seeds 0 1 2): one results file "
+                        "per seed and their aggregate at --out, with confidence intervals over tasks")
     p.add_argument("--max-steps", type=positive_int, default=30)
     p.add_argument("--max-new-tokens", type=positive_int, default=1024)
     p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])

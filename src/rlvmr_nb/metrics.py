@@ -170,19 +170,14 @@ EPISODE_TOTALS: dict[str, Callable[[Episode], tuple[float, float]]] = {
 """Each scalar metric of `summarize` as (numerator, denominator) totals of one episode: the metric over
 several episodes is sum(numerators) / sum(denominators) (success and length per episode, rates per step)."""
 
-CI_UNITS = ("episode", "task")
-
-
-def _clusters(episodes: Sequence[Episode], unit: str) -> list[list[Episode]]:
-    if unit == "episode":
-        return [[ep] for ep in episodes]
+def _task_clusters(episodes: Sequence[Episode]) -> list[list[Episode]]:
     by_task: dict[str, list[Episode]] = {}
     for ep in episodes:
         by_task.setdefault(ep.task_id, []).append(ep)
     return list(by_task.values())
 
 
-def _interval(name: str, clusters: list[list[Episode]], unit: str, confidence: float, resamples: int,
+def _interval(name: str, clusters: list[list[Episode]], confidence: float, resamples: int,
               seed: int) -> tuple[list[float], str]:
     from .stats import ratio_interval, resample_indices, wilson_interval
 
@@ -191,38 +186,35 @@ def _interval(name: str, clusters: list[list[Episode]], unit: str, confidence: f
     totals = [[EPISODE_TOTALS[name](ep) for ep in cluster] for cluster in clusters]
     num = [sum(t[0] for t in cluster) for cluster in totals]
     den = [sum(t[1] for t in cluster) for cluster in totals]
-    if name == "success" and unit == "episode":  # independent trials: a binomial count
+    if name == "success" and all(len(cluster) == 1 for cluster in clusters):  # independent trials: binomial
         return list(wilson_interval(int(sum(num)), int(sum(den)), confidence)), "wilson"
     return list(ratio_interval(num, den, resample_indices(len(clusters), resamples, seed), confidence)), "bootstrap"
 
 
-def metric_intervals(episodes: Sequence[Episode], confidence: float = 0.95, resamples: int = 2000, seed: int = 0,
-                     unit: str = "episode") -> dict[str, object]:
+def metric_intervals(episodes: Sequence[Episode], confidence: float = 0.95, resamples: int = 2000,
+                     seed: int = 0) -> dict[str, object]:
     """Confidence intervals of `summarize`'s scalar metrics and of success per task type.
 
-    `unit` is what the bootstrap resamples: ``"episode"`` (one seed, one episode per task: success gets
-    the Wilson interval, the other metrics a percentile bootstrap over episodes) or ``"task"`` (several
-    seeds or rollouts per task: every metric a percentile bootstrap over tasks, each task carrying all of
-    its episodes, since episodes of one task are not independent). Methods and citations: `stats`.
+    The unit of resampling is the task: all episodes of one task (several seeds, or rollouts of a group)
+    move together, since they are not independent. With one episode per task (one seed), success gets
+    the Wilson interval and every other metric a percentile bootstrap over episodes; with several
+    episodes per task, every metric gets a percentile bootstrap over tasks. Methods and citations: `stats`.
     Returns ``{"intervals": {metric: [low, high], "success_by_task_type": {type: [low, high]}},
     "method": {metric: "wilson" | "bootstrap"}, ...}``: the ``metrics_ci`` of a results file.
     """
     from .stats import REFERENCES
 
-    if unit not in CI_UNITS:
-        raise ValueError(f"unknown interval unit {unit!r}; choose one of {CI_UNITS}")
     finished = _finished(episodes)
-    clusters = _clusters(finished, unit)
+    clusters = _task_clusters(finished)
     intervals: dict[str, object] = {}
     methods: dict[str, str] = {}
     for name in EPISODE_TOTALS:
-        intervals[name], methods[name] = _interval(name, clusters, unit, confidence, resamples, seed)
+        intervals[name], methods[name] = _interval(name, clusters, confidence, resamples, seed)
     by_type: dict[str, list[float]] = {}
     for task_type in sorted({ep.task_type for ep in finished}):
-        of_type = _clusters([ep for ep in finished if ep.task_type == task_type], unit)
-        by_type[task_type], methods["success_by_task_type"] = _interval("success", of_type, unit, confidence,
-                                                                        resamples, seed)
+        of_type = _task_clusters([ep for ep in finished if ep.task_type == task_type])
+        by_type[task_type], methods["success_by_task_type"] = _interval("success", of_type, confidence, resamples, seed)
     intervals["success_by_task_type"] = by_type
-    return {"intervals": intervals, "method": methods, "confidence": confidence, "unit": unit,
+    return {"intervals": intervals, "method": methods, "confidence": confidence, "unit": "task",
             "clusters": len(clusters), "resamples": resamples, "seed": seed,
             "references": {m: REFERENCES[m] for m in sorted(set(methods.values()) & set(REFERENCES))}}
