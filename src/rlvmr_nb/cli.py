@@ -117,8 +117,21 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_overlap(args: argparse.Namespace) -> int:
+    from .envs.split_overlap import OVERLAP_MEASURES, write_overlap
+    from .evaluate import provenance
+
+    options = {"alfworld": {"data_root": args.data_root}, "scienceworld": {"descriptions": args.descriptions}}
+    doc = OVERLAP_MEASURES[args.env](**options[args.env])
+    print(json.dumps(doc, indent=2))
+    if args.out:
+        print(f"written: {write_overlap(args.out, doc, provenance())}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from .envs.registry import env_names, get_env
+    from .envs.split_overlap import OVERLAP_MEASURES
     from .validation import non_negative_float, non_negative_int, positive_float, positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
@@ -199,6 +212,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--out", default="runs/eval/results.json")
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("overlap", help="measure how much of the L0 'seen' test split the training split already holds")
+    p.add_argument("env", choices=sorted(OVERLAP_MEASURES))
+    p.add_argument("--data-root", default=None, help="ALFWorld data root (default: $ALFWORLD_DATA, else the cache)")
+    p.add_argument("--descriptions", action="store_true",
+                   help="ScienceWorld: also compare the printed task sentences (starts Java; ~20 min for 4,983 instances)")
+    p.add_argument("--out", default=None, help="JSON file to store the result in, beside other envs' "
+                                                "(e.g. benchmarks/results/l0_overlap.json)")
+    p.set_defaults(func=_cmd_overlap)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included
