@@ -62,3 +62,25 @@ def test_validation_is_logged_leaves_training_unchanged_and_resumes_once(tmp_pat
     assert all(torch.equal(plain[k], resumed[k]) for k in plain), "a resumed run with validation diverged"
     same = {r["iteration"]: r["val/success"] for r in read_validation(tmp_path / "resumed")}
     assert same[4] == val[2]["val/success"] and same[0] == val[0]["val/success"], "validation is not repeatable"
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_share_the_validation_and_agree_on_what_is_logged(tmp_path):
+    """2 gloo processes, 3 validation games (ranks play 2 and 1): every validation row holds all 3 episodes;
+    the resume keeps the final validation of the first call and neither rank plays it again (a rank that
+    did would wait forever in the gather)."""
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "run"
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rlvmr_nb.cli",
+           "train", "--env", "toy", "--model", "tiny-random:llama", "--tasks", "2", "--group-size", "2",
+           "--max-steps", "2", "--max-new-tokens", "6", "--max-prompt-tokens", "2048", "--mini-batch-size", "4",
+           "--micro-batch-size", "2", "--save-every", "1", "--lr", "1e-4", "--validate-every", "1",
+           "--validation-tasks", "3", "--out", str(out)]
+    subprocess.run([*cmd, "--iterations", "1"], env=env, check=True, timeout=600)
+    assert [(r["iteration"], r["val/episodes"]) for r in read_validation(out)] == [(0, 3), (1, 3)]
+    subprocess.run([*cmd, "--iterations", "2"], env=env, check=True, timeout=600)
+    assert [(r["iteration"], r["val/episodes"]) for r in read_validation(out)] == [(0, 3), (1, 3), (2, 3)]

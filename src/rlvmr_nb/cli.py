@@ -92,6 +92,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         lr=args.lr, mini_batch_size=args.mini_batch_size, micro_batch_size=args.micro_batch_size,
         save_every=args.save_every, resume=args.resume, env_workers=args.env_workers, lora=args.lora,
         prompt_style=args.prompt_style, advantage=preset(args.preset), loss=LossConfig(kl_coef=args.kl_coef),
+        validate_every=args.validate_every, validation_tasks=args.validation_tasks,
     )
     rows = train(cfg)
     for row in rows:
@@ -194,6 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default="auto", help="'auto' (newest intact checkpoint), 'never' or a ckpt folder")
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--lora", action="store_true")
+    p.add_argument("--validate-every", type=non_negative_int, default=0,
+                   help="validate on fixed test games before the first iteration, every k-th and after the last "
+                        "(0: off; official: 5); rows in <out>/validation.jsonl")
+    p.add_argument("--validation-tasks", type=positive_int, default=128, help="test games per validation (official: 128)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")

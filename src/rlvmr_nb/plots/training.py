@@ -30,6 +30,7 @@ def plot_training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]],
     """
     if not runs or not any(runs.values()):
         raise ValueError("no metrics rows to draw; pass {label: trainer.read_metrics(run_dir)} of a finished run")
+    validation = validation if validation and any(validation.values()) else None
     cols = min(2, len(metrics))
     rows = -(-len(metrics) // cols)
     fig = Figure(figsize=(4.2 * cols, 2.9 * rows + 0.4), layout="constrained")
