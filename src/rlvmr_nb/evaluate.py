@@ -162,7 +162,8 @@ def write_seed_results(path: str | Path, runs: Mapping[int, tuple[Sequence[Episo
     aggregate = aggregate_seeds(runs)
     if len(runs) == 1:
         ((seed, (episodes, summary)),) = runs.items()
-        return write_results(path, summary, replace(config, seed=seed), episodes, extra), aggregate
+        return write_results(path, summary, replace(config, seed=seed), episodes, extra,
+                             intervals=aggregate["metrics_ci"]), aggregate
     per_seed = {}
     for seed, (episodes, summary) in runs.items():
         seed_path = path.with_name(f"{path.stem}.seed{seed}{path.suffix}")
