@@ -30,7 +30,9 @@
 # 16 tasks × 8 rollouts × 30 steps on 8 GPUs. The defaults below are a CPU demo that finishes in
 # minutes: the embedded SmolLM2-135M-Instruct on real ALFWorld, a few iterations of a few
 # rollouts. Expect noisy, mostly flat curves at that scale; the point is that every number of
-# the loop is real and inspectable. Start from the cold-start model of notebook 01
+# the loop is real and inspectable. With `validate_every` the run also plays a fixed list of the
+# level's *test* games at temperature 0.4 before the first iteration, every k-th and after the
+# last (the official runs: 128 episodes every 5 iterations), drawn beside the training curves. Start from the cold-start model of notebook 01
 # (`model = "runs/coldstart/<name>/sft"`, as `configs/02_rl_training.json` does) for outputs in
 # the right format from the first step.
 #
@@ -49,6 +51,8 @@ max_new_tokens = 48  # response tokens per step (paper: 1024; one tag sentence +
 max_prompt_tokens = 2048  # prompt budget (paper: 6000); the oldest history is dropped beyond it
 lr = 1e-6  # AdamW learning rate (paper: 1e-6)
 device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; CUDA asked for without a GPU is an error
+validate_every = 1  # validate before the first iteration, every k-th and after the last (0: off; official: 5)
+validation_tasks = 4  # fixed test games per validation, a seeded subset of the level's test split (official: 128)
 seed = 0  # the run's one seed
 runs_root = "runs"  # the run is written to runs_root/<algo>_<env>_<level>_seed<seed>
 train_overrides = {"micro_batch_size": 2, "gradient_checkpointing": True, "stop": "action"}  # other TrainConfig fields (CPU budget)
@@ -69,7 +73,7 @@ from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
 from rlvmr_nb.plots import plot_training_curves, training_curve_records
-from rlvmr_nb.runs import model_label, read_metrics
+from rlvmr_nb.runs import model_label, read_metrics, read_validation
 from rlvmr_nb.trainer import TrainConfig, train
 from rlvmr_nb.trajectory import read_episodes
 
@@ -80,7 +84,8 @@ model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-
 config = TrainConfig(algo=algo, env=env, level=level, model=model, out_dir=str(run_dir), seed=seed,
                      iterations=iterations, tasks_per_iteration=tasks_per_iteration, group_size=group_size,
                      max_steps=max_steps, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens, lr=lr,
-                     device=device, **train_overrides)
+                     device=device, validate_every=validate_every, validation_tasks=validation_tasks,
+                     **train_overrides)
 stem = f"train_{algo}_{env}_{level}"
 print(f"run folder: {run_dir.resolve()}")
 print(f"{iterations} iterations x {tasks_per_iteration} tasks x {group_size} rollouts x <= {max_steps} steps")
@@ -89,7 +94,8 @@ print(f"{iterations} iterations x {tasks_per_iteration} tasks x {group_size} rol
 # ## Train
 #
 # The run writes `config.json`, one row per iteration to `metrics.jsonl` / `metrics.csv` (and
-# TensorBoard when installed), every episode to `episodes.jsonl`, and checkpoints `ckpt-XXXXX/`.
+# TensorBoard when installed), one row per validation to `validation.jsonl` / `validation.csv`
+# (TensorBoard: `val/` keys), every episode to `episodes.jsonl`, and checkpoints `ckpt-XXXXX/`.
 # Re-running this cell with the same folder resumes from the newest checkpoint (`resume="auto"`),
 # so an interrupted run continues and a finished one returns at once.
 
@@ -102,6 +108,10 @@ print(f"{len(rows)} new iteration(s)")
 #
 # Per iteration: the success rate of the training rollouts, their mean length, the invalid-action
 # rate (malformed output or a command that is not admissible) and the repetitive-action rate.
+# Dashed: the validations, on the same fixed test games each time; a validation at iteration i
+# measured the policy that played the training rollouts of iteration i. The band around the
+# validation success is its 95 % Wilson interval: with a handful of games it is wide, which is
+# the honest size of what such a run can show.
 
 # %%
 history = read_metrics(run_dir)
@@ -110,14 +120,22 @@ columns = ["iteration", "success", "episode_length", "invalid", "repetitive", "s
 pd.DataFrame(history)[[c for c in columns if c in history[0]]].round(4)
 
 # %%
+validations = read_validation(run_dir)
+val_columns = ["iteration", "val/episodes", "val/success", "val/success_low", "val/success_high",
+               "val/episode_length", "val/invalid", "val/repetitive", "val/seconds"]
+pd.DataFrame(validations, columns=val_columns).round(4) if validations else print("validation is off (validate_every = 0)")
+
+# %%
 runs = {f"{label} (this run)": history}
+validation = {f"{label} (this run)": validations}
 by_method = {label: history}  # for Fig. 6: one curve per method
 for other in map(Path, compare_with):
     other_method = paper.display_method(json.loads((other / "config.json").read_text())["algo"])
     other_rows = read_metrics(other)
     runs[f"{other_method} ({other.name})"] = other_rows
+    validation[f"{other_method} ({other.name})"] = read_validation(other)
     by_method.setdefault(other_method, other_rows)
-fig = plot_training_curves(runs, title=f"{label} on {env} {level}, from {model_name}")
+fig = plot_training_curves(runs, title=f"{label} on {env} {level}, from {model_name}", validation=validation)
 written = plots.save_figure(fig, out_path, stem, formats)
 Image(filename=str(out_path / f"{stem}.png"))
 

@@ -23,9 +23,15 @@
 # * **L2** unseen task categories (ALFWorld: cool and pick-two are never trained on).
 #
 # Unlike the official validation (128 random draws with replacement) each level's test split is
-# played once per task in a fixed order, or a seeded subset of it, at temperature 0.4. Every
-# level writes a results file with its metrics, configuration and provenance, plus its episodes;
-# one combined file feeds the paper's tables and figures (notebook 04 or below).
+# played once per task in a fixed order, or a seeded subset of it, at temperature 0.4, once per
+# sampling seed in `seeds` (the same games for every seed). Every level writes a results file with
+# its metrics, their 95 % confidence intervals, configuration and provenance, plus its episodes
+# (with several seeds: one file per seed and their aggregate); one combined file feeds the paper's
+# tables and figures (notebook 04 or below).
+#
+# The intervals: with one seed, success gets the Wilson score interval and the step rates and
+# episode length a percentile bootstrap over episodes; with several seeds every metric gets a
+# bootstrap over games, each game carrying all its seeds' episodes (`rlvmr_nb.stats`).
 #
 # The policy can be a model spec (`embedded:smollm2-135m-instruct`, a hub id), a saved model
 # folder (the cold-start output of notebook 01) or a trainer run folder / checkpoint of notebook
@@ -44,7 +50,7 @@ max_new_tokens = 64  # response tokens per step
 stop = "action"  # action: stop after </action> (CPU token budget) | none: EOS or max_new_tokens (official)
 prompt_style = "meta_think"  # meta_think (RLVMR tags) | think (GRPO/GiGPO) | react (zero-shot)
 temperature = 0.4  # sampling temperature (official validation: 0.4)
-seed = 0  # task subset and sampling seed
+seeds = [0, 1, 2]  # sampling seeds; the task subset is the first seed's for all of them
 batch_tasks = 8  # episodes generated together
 device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; CUDA asked for without a GPU is an error
 results_dir = "runs/eval"  # results go to results_dir/<method>_<env>_<model name>/
@@ -62,7 +68,7 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
-from rlvmr_nb.evaluate import EvalConfig, evaluate_policy, write_results
+from rlvmr_nb.evaluate import EvalConfig, evaluate_seeds, write_results, write_seed_results
 from rlvmr_nb.runs import load_policy, model_label
 
 model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
@@ -70,31 +76,35 @@ method_label = paper.display_method(method)
 run_name = f"{method_label}_{env}_{model_name}"
 results_path = Path(results_dir) / run_name
 out_path = Path(out_dir)
-policy, tokenizer, policy_info = load_policy(model, seed=seed)
+policy, tokenizer, policy_info = load_policy(model, seed=seeds[0])
 print(policy_info)
 
 # %% [markdown]
 # ## Play every level
 #
-# One episode per task. The episodes keep every step (output, tag, validity, admissibility,
-# feedback), so notebook 05 can search them for loops and reflections.
+# One episode per task and seed. The episodes keep every step (output, tag, validity,
+# admissibility, feedback), so notebook 05 can search them for loops and reflections.
 
 # %%
-by_level, episodes_by_level = {}, {}
+by_level, ci_by_level, episodes_by_level = {}, {}, {}
 for level in levels:
-    config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seed, temperature=temperature,
+    config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seeds[0], temperature=temperature,
                         max_steps=max_steps, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
                         batch_tasks=batch_tasks, device=device, stop=stop)
-    episodes, summary = evaluate_policy(policy, tokenizer, config)
-    write_results(results_path / f"{level}.json", summary, config, episodes,
-                  extra={"model": policy_info, "method": method_label})
-    by_level[level], episodes_by_level[level] = summary, episodes
-    print(f"{level}: {summary['episodes']} episodes, success {summary['success']:.1%}")
+    played = evaluate_seeds(policy, tokenizer, config, seeds)
+    _, aggregate = write_seed_results(results_path / f"{level}.json", played, config,
+                                      extra={"model": policy_info, "method": method_label})
+    summary, ci = aggregate["metrics"], aggregate["metrics_ci"]
+    by_level[level], ci_by_level[level] = summary, ci
+    episodes_by_level[level] = [ep for episodes, _ in played.values() for ep in episodes]
+    low, high = ci["intervals"]["success"]
+    print(f"{level}: {summary['episodes']} episodes ({len(seeds)} seed(s)), success {summary['success']:.1%} "
+          f"[{low:.1%}, {high:.1%}]")
 combined = write_results(results_path / "results.json", {method_label: by_level},
                          {"model": str(model), "method": method_label, "env": env, "levels": levels,
                           "max_tasks": max_tasks, "max_steps": max_steps, "prompt_style": prompt_style,
-                          "temperature": temperature, "seed": seed},
-                         extra={"model": policy_info})
+                          "temperature": temperature, "seeds": seeds},
+                         extra={"model": policy_info}, intervals={method_label: ci_by_level})
 print(f"results: {combined}")
 
 # %% [markdown]
@@ -103,12 +113,12 @@ print(f"results: {combined}")
 # Rates are fractions of all steps (success: of episodes). `invalid` counts a step whose output
 # is malformed *or* whose action is not admissible; the two parts are listed separately.
 # `repetitive` is an action repeated without bringing new information (`metrics` gives the exact
-# definition; the paper states none).
+# definition; the paper states none). Each value is followed by its 95 % confidence interval.
 
 # %%
 columns = ["episodes", "success", "invalid", "invalid_malformed", "invalid_non_admissible", "repetitive",
            "repetitive_consecutive", "episode_length"]
-pd.DataFrame({level: {c: s[c] for c in columns} for level, s in by_level.items()}).round(3)
+pd.DataFrame(plots.with_intervals(by_level, ci_by_level, columns))
 
 # %% [markdown]
 # Success per task type (the paper's Tables 4–5 for ALFWorld are per type on L1) and the tags the
@@ -128,18 +138,20 @@ pd.DataFrame({level: s["tag_distribution"] for level, s in by_level.items()}).T.
 # highlighted rows, and the paper's Fig. 3 (a base model,
 # SFT, GRPO) or Fig. 5 (SFT, GRPO, RLVMR) gets hatched bars of this run. The paper's numbers are
 # Qwen2.5-1.5B/7B after full training; a 135M model on a CPU budget is not expected to come close.
+# Our bars carry their 95 % confidence intervals as error bars.
 
 # %%
 written = []
 if env in paper.ENVS:
     ours = paper.load_ours(combined, env=env, model=model_name, scale=100.0)
+    ours_ci = plots.ours_intervals(combined, scale=100.0)
     display(plots.table1(ours=ours))
     display(plots.table2(ours=ours))
     if env == "alfworld":
         display(plots.table4(ours=ours))  # per task type; the paper's numbers are L1
     figure = plots.plot_fig5 if paper.method_key(method_label) in ("RLVMR", "GRPO", "SFT") else plots.plot_fig3
     stem = f"eval_{run_name}"
-    written = plots.save_figure(figure(ours=ours), out_path, stem, formats)
+    written = plots.save_figure(figure(ours=ours, ours_ci=ours_ci), out_path, stem, formats)
     display(Image(filename=str(out_path / f"{stem}.png")))
 else:
     print(f"the paper reports no {env!r} numbers; the tables above are the whole result")

@@ -174,15 +174,22 @@ def test_training_evaluation_and_case_study_notebooks(tmp_path):
     _run("02_rl_training", tmp_path)
     run_dir = tmp_path / "runs" / "rlvmr_toy_L0_seed0"
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
+    validations = [json.loads(line) for line in (run_dir / "validation.jsonl").read_text().splitlines()]
+    assert [v["iteration"] for v in validations] == [0, 1, 2] and all(v["val/episodes"] == 2 for v in validations)
     assert {"train_rlvmr_toy_L0.png", "train_rlvmr_toy_L0_fig6.png"} <= {p.name for p in (tmp_path / "figures").iterdir()}
 
     _run("03_evaluation", tmp_path, model=str(run_dir), method="RLVMR")
-    results = json.loads((tmp_path / "runs" / "eval" / "RLVMR_toy_rlvmr_toy_L0_seed0" / "results.json").read_text())
+    eval_dir = tmp_path / "runs" / "eval" / "RLVMR_toy_rlvmr_toy_L0_seed0"
+    results = json.loads((eval_dir / "results.json").read_text())
     assert set(results["metrics"]["RLVMR"]) == {"L0", "L1", "L2"}
-    assert results["model"]["checkpoint"] == "ckpt-00001" and results["metrics"]["RLVMR"]["L0"]["episodes"] == 2
+    assert results["model"]["checkpoint"] == "ckpt-00001" and results["metrics"]["RLVMR"]["L0"]["episodes"] == 4
+    ci = results["metrics_ci"]["RLVMR"]["L0"]  # 2 tasks x seeds 0 and 1: intervals over the 2 tasks
+    assert ci["clusters"] == 2 and ci["method"]["success"] == "bootstrap" and len(ci["intervals"]["invalid"]) == 2
+    assert json.loads((eval_dir / "L0.json").read_text())["seeds"] == [0, 1] and (eval_dir / "L0.seed1.json").is_file()
 
     executed = _run("05_case_studies", tmp_path)
-    assert "14 episodes in 4 file(s)" in _stdout(executed)  # 2 iterations x 2 tasks x 2 rollouts + 3 levels x 2
+    # 2 iterations x 2 tasks x 2 rollouts + 3 levels x 2 seeds x 2 tasks
+    assert "20 episodes in 7 file(s)" in _stdout(executed)
 
 
 @pytest.mark.slow

@@ -1,5 +1,6 @@
 """Run folders: checkpoints (safe loading, fallback, resume rules), logs that survive a resume, policy loading."""
 
+import csv
 import json
 import os
 import pickle
@@ -10,8 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlvmr_nb.runs import (  # noqa: E402
-    CheckpointError, MetricsLog, latest_checkpoint, load_policy, model_label, read_metrics, restore_run,
-    resume_checkpoint, save_checkpoint, truncate_logs,
+    VALIDATION_COLUMNS, CheckpointError, MetricsLog, latest_checkpoint, load_policy, model_label, read_metrics,
+    read_validation, restore_run, resume_checkpoint, save_checkpoint, truncate_logs,
 )
 from rlvmr_nb.runs.checkpoints import read_checkpoint  # noqa: E402
 from rlvmr_nb.trajectory import Episode, append_episodes, episode_id, parse_episode_id, read_episodes  # noqa: E402
@@ -105,33 +106,59 @@ def test_checkpoint_round_trip_restores_rng_and_optimizer(tmp_path):
     assert opt.state_dict()["state"][0]["step"] == 1
 
 
+def _validation(it):
+    return {"iteration": it, "val/success": it / 100, "val/episodes": 4, "val/tag/explore": 0.25}
+
+
 def test_resumed_logs_hold_every_iteration_once_and_csv_columns_are_fixed(tmp_path):
     log = MetricsLog(tmp_path)
     for it in range(5):  # iteration 3 brings a tag class the first rows lacked
+        if it % 3 == 0:  # validate every 3: before iterations 0 and 3
+            log.write_validation(_validation(it))
         log.write({"iteration": it, "success": it / 10, **({"tag": {"reflection": 0.5}} if it >= 3 else {})})
         append_episodes(tmp_path / "episodes.jsonl",
                         [Episode(task_id="t", env="toy", episode_id=episode_id(it, 0, r), info={"iteration": it})
                          for r in range(2)])
+    log.write_validation(_validation(5))  # after the last iteration (a run of 5), then killed before its checkpoint
     log.close()
     with open(tmp_path / "episodes.jsonl", "a") as f:
         f.write('{"task_id": "t", "env": "to')  # a kill mid-append
     with pytest.warns(RuntimeWarning, match="torn last line"):
         dropped = truncate_logs(tmp_path, 3)  # resuming after the checkpoint of iteration 2
-    assert dropped == {"metrics.jsonl": 2, "episodes.jsonl": 4}
+    # the validation before iteration 3 measured the policy that checkpoint restores: kept, not repeated
+    assert dropped == {"metrics.jsonl": 2, "episodes.jsonl": 4, "validation.jsonl": 1}
     log = MetricsLog(tmp_path, first_iteration=3)
     for it in range(3, 5):
         log.write({"iteration": it, "success": it / 10, "tag": {"reflection": 0.5}})
         append_episodes(tmp_path / "episodes.jsonl",
                         [Episode(task_id="t", env="toy", episode_id=episode_id(it, 0, r), info={"iteration": it})
                          for r in range(2)])
+    log.write_validation(_validation(5))
+    log.close()
+    assert [r["iteration"] for r in read_validation(tmp_path)] == [0, 3, 5]
+    val_csv = list(csv.DictReader(open(tmp_path / "validation.csv")))
+    assert [r["iteration"] for r in val_csv] == ["0", "3", "5"] and list(val_csv[0]) == list(VALIDATION_COLUMNS)
+    assert val_csv[1]["val/success"] == "0.03" and val_csv[1]["val/tag/explore"] == "0.25"
+    # TensorBoard: the resume purged steps >= 3 and wrote the kept validation of step 3 again
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("val/success")] == [0, 3, 5]
+    assert [e.step for e in events.Scalars("success")] == [0, 1, 2, 3, 4]
     assert [r["iteration"] for r in read_metrics(tmp_path)] == [0, 1, 2, 3, 4]
     ids = [e.episode_id for e in read_episodes(tmp_path / "episodes.jsonl")]
     assert len(ids) == len(set(ids)) == 10
-    import csv
-
     rows = list(csv.DictReader(open(tmp_path / "metrics.csv")))
     assert [r["iteration"] for r in rows] == ["0", "1", "2", "3", "4"]
     assert rows[0]["tag/reflection"] == "" and rows[4]["tag/reflection"] == "0.5" and rows[4]["success"] == "0.4"
+
+
+def test_a_fresh_start_keeps_no_validation_of_an_earlier_run(tmp_path):
+    log = MetricsLog(tmp_path)
+    log.write_validation(_validation(0))
+    log.close()
+    assert truncate_logs(tmp_path, 0) == {"validation.jsonl": 1} and read_validation(tmp_path) == []
 
 
 def test_episode_ids_are_built_and_parsed_in_one_place():

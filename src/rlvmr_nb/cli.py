@@ -90,7 +90,8 @@ TRAIN_FLAG_FIELDS = {
     "mini_batch_size": "mini_batch_size", "micro_batch_size": "micro_batch_size", "save_every": "save_every",
     "resume": "resume", "env_workers": "env_workers", "lora": "lora", "stop": "stop",
     "device": "device", "reference_device": "reference_device", "sharding": "sharding",
-    "gradient_checkpointing": "gradient_checkpointing",
+    "gradient_checkpointing": "gradient_checkpointing", "validate_every": "validate_every",
+    "validation_tasks": "validation_tasks",
 }
 """`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`config_files.train_config`).
 Every option defaults to None = not given, so only the options typed on the command line override --config."""
@@ -111,16 +112,17 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import EvalConfig, evaluate_policy, write_results
+    from .evaluate import EvalConfig, evaluate_seeds, write_seed_results
     from .runs import load_policy
 
-    cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=args.seed,
+    seeds = args.seeds or [args.seed]  # the task subset is the first seed's for all of them
+    cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=seeds[0],
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
                      env_workers=args.env_workers, device=args.device, stop=args.stop)
-    model, tok, described = load_policy(args.model, seed=args.seed)
-    episodes, summary = evaluate_policy(model, tok, cfg)
-    path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model, "policy": described})
-    print(json.dumps(summary, indent=2, default=float))
+    model, tok, described = load_policy(args.model, seed=seeds[0])
+    runs = evaluate_seeds(model, tok, cfg, seeds)
+    path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
+    print(json.dumps({k: aggregate[k] for k in ("metrics", "metrics_ci")}, indent=2, default=float))
     print(f"results: {path}")
     return 0
 
@@ -132,9 +134,22 @@ def _add_device_argument(parser: argparse.ArgumentParser, default: str | None = 
                              "takes cuda:LOCAL_RANK. Asking for CUDA without a GPU is an error")
 
 
+def _cmd_overlap(args: argparse.Namespace) -> int:
+    from .envs.split_overlap import OVERLAP_MEASURES, write_overlap
+    from .evaluate import provenance
+
+    options = {"alfworld": {"data_root": args.data_root}, "scienceworld": {"descriptions": args.descriptions}}
+    doc = OVERLAP_MEASURES[args.env](**options[args.env])
+    print(json.dumps(doc, indent=2))
+    if args.out:
+        print(f"written: {write_overlap(args.out, doc, provenance())}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from .envs.registry import env_names, get_env
     from .generation.base import STOP_POLICIES
+    from .envs.split_overlap import OVERLAP_MEASURES
     from .validation import non_negative_float, non_negative_int, positive_float, positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
@@ -214,6 +229,11 @@ def main(argv: list[str] | None = None) -> int:
                         "that do not fit one GPU)")
     p.add_argument("--gradient-checkpointing", action="store_true", default=None,
                    help="recompute activations in backward (less memory: README, 'GPUs')")
+    p.add_argument("--validate-every", type=non_negative_int, default=None,
+                   help="validate on fixed test games before the first iteration, every k-th and after the last "
+                        "(0: off, the default; official: 5); rows in <out>/validation.jsonl")
+    p.add_argument("--validation-tasks", type=positive_int, default=None,
+                   help="test games per validation (official: 128, the default)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")
@@ -223,6 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
     p.add_argument("--max-tasks", type=positive_int, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="several sampling seeds on the task list of the first (e.g. --seeds 0 1 2): one results file "
+                        "per seed and their aggregate at --out, with confidence intervals over tasks")
     p.add_argument("--max-steps", type=positive_int, default=30)
     p.add_argument("--max-new-tokens", type=positive_int, default=1024)
     p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
@@ -232,6 +255,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/eval/results.json")
     _add_device_argument(p)
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("overlap", help="measure how much of the L0 'seen' test split the training split already holds")
+    p.add_argument("env", choices=sorted(OVERLAP_MEASURES))
+    p.add_argument("--data-root", default=None, help="ALFWorld data root (default: $ALFWORLD_DATA, else the cache)")
+    p.add_argument("--descriptions", action="store_true",
+                   help="ScienceWorld: also compare the printed task sentences (starts Java; ~20 min for 4,983 instances)")
+    p.add_argument("--out", default=None, help="JSON file to store the result in, beside other envs' "
+                                                "(e.g. benchmarks/results/l0_overlap.json)")
+    p.set_defaults(func=_cmd_overlap)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included

@@ -1,8 +1,10 @@
-"""Evaluate a policy on a fixed split: Episodes + metrics → a traceable results file (spec §6, §11).
+"""Evaluate a policy on a fixed split: Episodes + metrics with confidence intervals → a traceable results file
+(docs/method.md, 'Evaluation').
 
 Unlike the official validation (128 random draws with replacement), evaluation iterates over the
 split's full, fixed task list in a deterministic order — or a seeded subset of it — once per task,
-at temperature 0.4 with sampling (spec §1.5).
+at temperature 0.4 with sampling. `evaluate_seeds` repeats that list under several sampling seeds and
+`write_seed_results` writes each seed and their aggregate.
 """
 
 from __future__ import annotations
@@ -12,17 +14,18 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from .envs import registry
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
 from .envs.base import TaskSpec
 from .devices import check_device_spec, place
 from .envs.registry import check_level, get_env
-from .metrics import summarize
+from .metrics import metric_intervals, summarize
+from .stats import spread
 from .trajectory import Episode, write_episodes
 
 @dataclass
@@ -128,6 +131,59 @@ def evaluate_policy(
     return episodes, summarize(episodes)
 
 
+def evaluate_seeds(
+    model: Any,
+    tokenizer: Any,
+    config: EvalConfig,
+    seeds: Sequence[int],
+    tasks: Sequence[TaskSpec] | None = None,
+    make_env_slots: Any = None,
+    progress: bool = True,
+) -> dict[int, tuple[list[Episode], dict]]:
+    """`evaluate_policy` once per sampling seed on ONE task list (that of `config.seed`, or `tasks`), so the
+    seeds differ only in the policy's samples. Returns ``{seed: (episodes, summary)}`` (`aggregate_seeds`)."""
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise ValueError(f"seeds must be distinct and at least one, got {list(seeds)}")
+    tasks = list(tasks if tasks is not None else eval_tasks(config))
+    return {seed: evaluate_policy(model, tokenizer, replace(config, seed=seed), tasks, make_env_slots, progress)
+            for seed in seeds}
+
+
+SEED_SPREAD_METRICS = ("success", "invalid", "invalid_malformed", "invalid_non_admissible", "repetitive",
+                       "repetitive_consecutive", "episode_length")
+"""Scalar metrics whose per-seed values are listed and summarised (mean, std, min, max) across seeds."""
+
+
+def aggregate_seeds(runs: Mapping[int, tuple[Sequence[Episode], dict]]) -> dict:
+    """Several seeds' evaluations as one: metrics over all their episodes, confidence intervals with each
+    task's episodes resampled together (`metrics.metric_intervals`), each seed's numbers and their spread."""
+    pooled = [ep for episodes, _ in runs.values() for ep in episodes]
+    by_seed = {str(seed): {k: summary[k] for k in SEED_SPREAD_METRICS} for seed, (_, summary) in runs.items()}
+    return {"metrics": summarize(pooled), "metrics_ci": metric_intervals(pooled), "seeds": list(runs),
+            "by_seed": by_seed,
+            "seed_spread": {k: spread([summary[k] for _, summary in runs.values()]) for k in SEED_SPREAD_METRICS}}
+
+
+def write_seed_results(path: str | Path, runs: Mapping[int, tuple[Sequence[Episode], dict]], config: EvalConfig,
+                       extra: dict | None = None) -> tuple[Path, dict]:
+    """Results of `evaluate_seeds`: with one seed, one ordinary results file; with several, one file per seed
+    (``<stem>.seed<k>.json`` with its episodes) and the aggregate (`aggregate_seeds`) at `path`.
+    Returns (the path of the file to cite, the aggregate)."""
+    path = Path(path)
+    aggregate = aggregate_seeds(runs)
+    if len(runs) == 1:
+        ((seed, (episodes, summary)),) = runs.items()
+        return write_results(path, summary, replace(config, seed=seed), episodes, extra,
+                             intervals=aggregate["metrics_ci"]), aggregate
+    per_seed = {}
+    for seed, (episodes, summary) in runs.items():
+        seed_path = path.with_name(f"{path.stem}.seed{seed}{path.suffix}")
+        per_seed[str(seed)] = write_results(seed_path, summary, replace(config, seed=seed), episodes, extra).name
+    doc_extra = {**(extra or {}), **{k: aggregate[k] for k in ("seeds", "by_seed", "seed_spread")},
+                 "seed_files": per_seed}
+    return write_results(path, aggregate["metrics"], config, extra=doc_extra, intervals=aggregate["metrics_ci"]), aggregate
+
+
 def provenance(seed: int | None = None) -> dict:
     """Command, versions, git SHA and machine: what a results file must carry to be traceable."""
     versions = {}
@@ -146,9 +202,12 @@ def provenance(seed: int | None = None) -> dict:
 
 
 def write_results(path: str | Path, summary: dict, config: Any, episodes: Sequence[Episode] | None = None,
-                  extra: dict | None = None) -> Path:
-    """Write a results JSON (metrics + config + provenance) and, optionally, the episodes beside it.
+                  extra: dict | None = None, intervals: dict | None = None) -> Path:
+    """Write a results JSON (metrics + their confidence intervals + config + provenance) and, optionally,
+    the episodes beside it.
 
+    ``metrics_ci`` holds `intervals` when given (e.g. a combined file's ``{method: {level: ...}}``),
+    else `metrics.metric_intervals` of `episodes` (Wilson for success, bootstrap otherwise; `stats`).
     Both files are replaced atomically (`atomic_io`): a reader polling the results sees the previous
     file or the new one, never a partial one. The episodes are written first, so a results file never
     points at episodes that are not there yet.
@@ -157,7 +216,10 @@ def write_results(path: str | Path, summary: dict, config: Any, episodes: Sequen
 
     path = Path(path)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
-    doc = {"metrics": summary, "config": cfg, "provenance": provenance(cfg.get("seed")), **(extra or {})}
+    if intervals is None and episodes is not None:
+        intervals = metric_intervals(episodes)
+    doc = {"metrics": summary, **({"metrics_ci": intervals} if intervals is not None else {}), "config": cfg,
+           "provenance": provenance(cfg.get("seed")), **(extra or {})}
     text = json.dumps(doc, indent=2, default=float)
     if episodes is not None:
         write_episodes(path.with_suffix(".episodes.jsonl"), episodes)

@@ -10,7 +10,7 @@ paper's percentages.
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from .tags import META_TAGS
 from .trajectory import Episode, Step
@@ -19,6 +19,14 @@ NO_EFFECT_FEEDBACK = frozenset({"Nothing happens.", "No known action matches tha
 """Environment answers that mean the action changed nothing (ALFWorld; ScienceWorld's unknown-command reply)."""
 
 REPETITION_DEFINITIONS = ("no_progress", "consecutive", "any_repeat")
+
+
+INVALID_STEP: dict[str, Callable[[Step], bool]] = {
+    "malformed": lambda s: not s.valid,
+    "non_admissible": lambda s: not s.admissible,
+    "combined": lambda s: (not s.valid) or (not s.admissible),
+}
+"""The three invalid-step tests of `invalid_action_rates`, by name (one definition for rates and intervals)."""
 
 
 def _finished(episodes: Iterable[Episode]) -> list[Episode]:
@@ -53,13 +61,8 @@ def invalid_action_rates(episodes: Iterable[Episode]) -> dict[str, float]:
     """
     steps = _steps(episodes)
     if not steps:
-        return {"malformed": float("nan"), "non_admissible": float("nan"), "combined": float("nan")}
-    n = len(steps)
-    return {
-        "malformed": sum(not s.valid for s in steps) / n,
-        "non_admissible": sum(not s.admissible for s in steps) / n,
-        "combined": sum((not s.valid) or (not s.admissible) for s in steps) / n,
-    }
+        return {kind: float("nan") for kind in INVALID_STEP}
+    return {kind: sum(map(is_invalid, steps)) / len(steps) for kind, is_invalid in INVALID_STEP.items()}
 
 
 def repetitive_steps(episode: Episode, definition: str = "no_progress") -> list[bool]:
@@ -145,3 +148,73 @@ def summarize(episodes: Sequence[Episode]) -> dict[str, object]:
         "tag_distribution": tag_distribution(episodes),
         "mr_reward_by_tag": mean_mr_reward_by_tag(episodes),
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# Confidence intervals (`stats`)
+# --------------------------------------------------------------------------------------------------
+
+def _steps_where(flags: Sequence[bool]) -> tuple[float, float]:
+    return float(sum(flags)), float(len(flags))
+
+
+EPISODE_TOTALS: dict[str, Callable[[Episode], tuple[float, float]]] = {
+    "success": lambda ep: (float(ep.won), 1.0),
+    "invalid_malformed": lambda ep: _steps_where([INVALID_STEP["malformed"](s) for s in ep.steps]),
+    "invalid_non_admissible": lambda ep: _steps_where([INVALID_STEP["non_admissible"](s) for s in ep.steps]),
+    "invalid": lambda ep: _steps_where([INVALID_STEP["combined"](s) for s in ep.steps]),
+    "repetitive": lambda ep: _steps_where(repetitive_steps(ep, "no_progress")),
+    "repetitive_consecutive": lambda ep: _steps_where(repetitive_steps(ep, "consecutive")),
+    "episode_length": lambda ep: (float(ep.length), 1.0),
+}
+"""Each scalar metric of `summarize` as (numerator, denominator) totals of one episode: the metric over
+several episodes is sum(numerators) / sum(denominators) (success and length per episode, rates per step)."""
+
+def _task_clusters(episodes: Sequence[Episode]) -> list[list[Episode]]:
+    by_task: dict[str, list[Episode]] = {}
+    for ep in episodes:
+        by_task.setdefault(ep.task_id, []).append(ep)
+    return list(by_task.values())
+
+
+def _interval(name: str, clusters: list[list[Episode]], confidence: float, resamples: int,
+              seed: int) -> tuple[list[float], str]:
+    from .stats import ratio_interval, resample_indices, wilson_interval
+
+    if not clusters:
+        return [float("nan"), float("nan")], "none"
+    totals = [[EPISODE_TOTALS[name](ep) for ep in cluster] for cluster in clusters]
+    num = [sum(t[0] for t in cluster) for cluster in totals]
+    den = [sum(t[1] for t in cluster) for cluster in totals]
+    if name == "success" and all(len(cluster) == 1 for cluster in clusters):  # independent trials: binomial
+        return list(wilson_interval(int(sum(num)), int(sum(den)), confidence)), "wilson"
+    return list(ratio_interval(num, den, resample_indices(len(clusters), resamples, seed), confidence)), "bootstrap"
+
+
+def metric_intervals(episodes: Sequence[Episode], confidence: float = 0.95, resamples: int = 2000,
+                     seed: int = 0) -> dict[str, object]:
+    """Confidence intervals of `summarize`'s scalar metrics and of success per task type.
+
+    The unit of resampling is the task: all episodes of one task (several seeds, or rollouts of a group)
+    move together, since they are not independent. With one episode per task (one seed), success gets
+    the Wilson interval and every other metric a percentile bootstrap over episodes; with several
+    episodes per task, every metric gets a percentile bootstrap over tasks. Methods and citations: `stats`.
+    Returns ``{"intervals": {metric: [low, high], "success_by_task_type": {type: [low, high]}},
+    "method": {metric: "wilson" | "bootstrap"}, ...}``: the ``metrics_ci`` of a results file.
+    """
+    from .stats import REFERENCES
+
+    finished = _finished(episodes)
+    clusters = _task_clusters(finished)
+    intervals: dict[str, object] = {}
+    methods: dict[str, str] = {}
+    for name in EPISODE_TOTALS:
+        intervals[name], methods[name] = _interval(name, clusters, confidence, resamples, seed)
+    by_type: dict[str, list[float]] = {}
+    for task_type in sorted({ep.task_type for ep in finished}):
+        of_type = _task_clusters([ep for ep in finished if ep.task_type == task_type])
+        by_type[task_type], methods["success_by_task_type"] = _interval("success", of_type, confidence, resamples, seed)
+    intervals["success_by_task_type"] = by_type
+    return {"intervals": intervals, "method": methods, "confidence": confidence, "unit": "task",
+            "clusters": len(clusters), "resamples": resamples, "seed": seed,
+            "references": {m: REFERENCES[m] for m in sorted(set(methods.values()) & set(REFERENCES))}}

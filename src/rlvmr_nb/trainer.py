@@ -5,7 +5,9 @@ One iteration:
     → drop aborted episodes (an infrastructure fault is not a failure) → rewards (`rewards.assign_rewards`)
     → advantages (`advantages.compute_advantages`: rlvmr | grpo | gigpo) → one sample per step
     → old and reference log-probs → PPO-clip update over shuffled mini-batches of micro-batches
-    → metrics (`runs.MetricsLog`) and episodes → a checkpoint every `save_every` iterations.
+    → metrics (`runs.MetricsLog`) and episodes → a checkpoint every `save_every` iterations;
+    with `validate_every`, the policy on fixed test games before the first, every k-th and after the last
+    iteration (`trainer_validation`).
 
 Every random choice of an iteration (tasks, rollout sampling, mini-batch shuffle) is derived from
 (seed, iteration), so a run resumed from a checkpoint reproduces the uninterrupted run on CPU.
@@ -42,6 +44,7 @@ from .runs import MetricsLog, restore_run, save_checkpoint, truncate_logs, wrap_
 from .sharding import SHARDINGS, TrainingModels, full_tensor, lockstep_logprobs, place_models
 from .step_samples import (ScoringOptions, StepSample, episodes_to_samples, micro_batch_loss,
                            response_logprobs, with_logprobs)
+from .trainer_validation import Validator
 from .trajectory import Episode, append_episodes
 from .validation import require_choice, require_non_negative, require_positive
 
@@ -49,9 +52,10 @@ ALGOS = ("rlvmr", "grpo", "gigpo")
 
 RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "resume", "progress", "save_episodes",
                                "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
-                               "device", "reference_device"})
+                               "device", "reference_device", "validate_every"})
 """Settings a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
-refused, since the checkpoint's optimizer state and the logs belong to the settings that made them."""
+refused, since the checkpoint's optimizer state and the logs belong to the settings that made them
+(`validate_every` only spaces the validations; their games and temperature may not change)."""
 
 
 @dataclass
@@ -152,6 +156,15 @@ class TrainConfig:
     """Append every iteration's episodes to out_dir/episodes.jsonl."""
     progress: bool = True
     """tqdm bars."""
+    # --- validation during training (`trainer_validation`) ----------------------------------------
+    validate_every: int = 0
+    """Validate before the first iteration, every k iterations and after the last (0 = off; official: 5).
+    Rows go to out_dir/validation.jsonl, validation.csv and TensorBoard's `val/` keys."""
+    validation_tasks: int | None = 128
+    """Size of the fixed validation list: a subset of the level's test split drawn once with `seed` (official:
+    128 episodes drawn anew, with replacement, each time); None or more than the split: the whole split."""
+    validation_temperature: float = 0.4
+    """Sampling temperature of validation episodes (official: 0.4); steps and token budgets are training's."""
 
     def __post_init__(self) -> None:
         if isinstance(self.advantage, dict):
@@ -182,7 +195,10 @@ class TrainConfig:
         require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
                                 "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
                                 "save_every", "keep_checkpoints", "lora_r"])
-        require_non_negative(self, ["env_workers", "weight_decay", "grad_clip"])
+        require_non_negative(self, ["env_workers", "weight_decay", "grad_clip", "validate_every",
+                                    "validation_temperature"])
+        if self.validation_tasks is not None:
+            require_positive(self, ["validation_tasks"])
         if self.max_prompt_tokens is not None:
             require_positive(self, ["max_prompt_tokens"])
         if self.mini_batch_size < self.micro_batch_size:
@@ -271,7 +287,8 @@ def _iteration_rng(seed: int, iteration: int, purpose: str) -> random.Random:
 
 
 def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
-          make_env_slots: Callable[[], Any] | None = None, policy: Any = None, tokenizer: Any = None) -> list[dict]:
+          make_env_slots: Callable[[], Any] | None = None, policy: Any = None, tokenizer: Any = None,
+          validation_pool: Sequence[TaskSpec] | None = None) -> list[dict]:
     """Run GRPO-MR (or a baseline) and return this call's per-iteration metric rows.
 
     Args:
@@ -279,6 +296,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         tasks: training task pool (default: the env's training split of `config.level`).
         make_env_slots: factory of `rollout.EnvSlots` (default: `envs.registry.make_env_slots`).
         policy, tokenizer: a preloaded model (default: `models.load_model(config.model)`).
+        validation_pool: games the validation list is drawn from (default: the level's test split);
+            used only with `config.validate_every` (`trainer_validation`).
     """
     from .generation.base import SamplingConfig
     from .generation.hf import HFGenerator
@@ -325,9 +344,12 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                               stop=stop_strings(config.stop))
     log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start)
+    validator = Validator.for_run(config, out_dir, validation_pool, make_env_slots, rank, world)
     rows = []
     try:
         for iteration in range(start, config.iterations):
+            if validator:  # the policy after `iteration` updates: before the first, every k-th
+                validator.maybe_validate(iteration, policy, tokenizer, log, rank, world)
             t0 = time.perf_counter()
             batch = _iteration_rng(config.seed, iteration, "tasks").sample(tasks, min(config.tasks_per_iteration, len(tasks)))
             policy.eval()
@@ -368,6 +390,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
                 save_checkpoint(out_dir, iteration, policy, optimizer, config.to_dict(), keep=config.keep_checkpoints,
                                 write=rank == 0)
             dist.barrier(world)
+        if validator:  # the final policy
+            validator.maybe_validate(config.iterations, policy, tokenizer, log, rank, world)
     finally:
         log.close()
         generator.close()

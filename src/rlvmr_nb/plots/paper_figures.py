@@ -18,6 +18,7 @@ from matplotlib.patches import Patch
 
 from .. import paper
 from ..paper import ours_for_model, pivot, select
+from .intervals import draw_interval
 from .style import ENV_LABELS, METRIC_LABELS, OURS_HATCH, figure_style, method_color, title_and_legend
 
 
@@ -67,8 +68,10 @@ def _bar_panel(
     x_label: Callable[[tuple], str],
     y_max: float,
     title: str,
+    ours_ci: Mapping[Any, tuple[float, float]] | None = None,
 ) -> list[str]:
-    """One panel of grouped bars: x groups = the block's columns, one bar per method (+ ours).
+    """One panel of grouped bars: x groups = the block's columns, one bar per method (+ ours, with its
+    confidence interval as an error bar when `ours_ci` holds one: `intervals.ours_intervals`).
 
     Returns the methods drawn, in order, for the figure legend.
     """
@@ -101,9 +104,13 @@ def _bar_panel(
                 style = {"color": colour} if source == "paper" else {
                     "facecolor": "white", "edgecolor": colour, "hatch": OURS_HATCH, "linewidth": 0.8}
                 ax.bar(xi + offset, v, width * 0.92, **style)
-                ax.annotate(f"{v:.1f}", (xi + offset, v), xytext=(0, 1.5), textcoords="offset points",
+                bounds = None
+                if source == "ours" and ours_ci:
+                    bounds = ours_ci.get((mkey[0], x[x_fields.index("level")], metric, None))
+                label_y = draw_interval(ax, xi + offset, v, bounds)
+                ax.annotate(f"{v:.1f}", (xi + offset, label_y), xytext=(0, 1.5), textcoords="offset points",
                             ha="center", va="bottom", **label_kw)
-                top = max(top, v * (1.18 if label_kw["rotation"] else 1.1))
+                top = max(top, label_y * (1.18 if label_kw["rotation"] else 1.1))
     ax.set_xticks(range(len(xs)), [x_label(x) for x in xs])
     ax.set_ylim(0, top)
     ax.set_title(title)
@@ -115,11 +122,15 @@ def _bar_panel(
 
 
 
-def _bar_legend(fig: Figure, methods: list[str], ours: list[dict[str, Any]] | None, title: str) -> None:
+def _bar_legend(fig: Figure, methods: list[str], ours: list[dict[str, Any]] | None, title: str,
+                with_intervals: bool = False) -> None:
     handles = [Patch(color=method_color(m), label=m) for m in methods]
     if ours:
         handles.append(Patch(facecolor="white", edgecolor="#333333", hatch=OURS_HATCH,
                              label=f"hatched = {_ours_label(ours)}"))
+    if ours and with_intervals:
+        handles.append(Line2D([], [], color="#222222", marker="|", linestyle="none", markersize=8,
+                              label="error bars: our 95 % CI"))
     title_and_legend(fig, handles, title)
 
 
@@ -135,6 +146,7 @@ def _bar_figure(
     title: Callable[[list[dict[str, Any]]], str],
     suptitle: str,
     panel_size: tuple[float, float],
+    ours_ci: Mapping[Any, tuple[float, float]] | None = None,
 ) -> Figure:
     ours_recs = as_ours(ours)
     with figure_style():
@@ -144,9 +156,9 @@ def _bar_figure(
         for ax, (block, y_max) in zip(axes, panels):
             recs = _paper_block(paper_records, block)
             drawn = _bar_panel(ax, recs, ours_recs, x_fields=x_fields, x_label=x_label, y_max=y_max,
-                               title=title(recs))
+                               title=title(recs), ours_ci=ours_ci)
             methods += [m for m in drawn if m not in methods]
-        _bar_legend(fig, methods, ours_recs, suptitle)
+        _bar_legend(fig, methods, ours_recs, suptitle, with_intervals=bool(ours_ci))
     return fig
 
 
@@ -157,8 +169,10 @@ def _panel_title(recs: list[dict[str, Any]]) -> str:
     return f"{prefix}{METRIC_LABELS[r['metric']].replace(' (%)', '')}, {_size(r['model'])}"
 
 
-def plot_fig1(paper_records: Sequence[Mapping[str, Any]] | None = None, ours: Any = None) -> Figure:
-    """Fig. 1: ALFWorld success and repetitive-action rate, Vanilla/GRPO/RLVMR, seen (L0) vs unseen (L2)."""
+def plot_fig1(paper_records: Sequence[Mapping[str, Any]] | None = None, ours: Any = None,
+              ours_ci: Mapping[Any, tuple[float, float]] | None = None) -> Figure:
+    """Fig. 1: ALFWorld success and repetitive-action rate, Vanilla/GRPO/RLVMR, seen (L0) vs unseen (L2).
+    `ours_ci` (`intervals.ours_intervals`, same scale as `ours`) adds error bars to our bars."""
     def label(x: tuple) -> str:
         model, level = x
         return f"{'Seen' if level == 'L0' else 'Unseen'} ({level})\n{_size(model)}"
@@ -171,24 +185,31 @@ def plot_fig1(paper_records: Sequence[Mapping[str, Any]] | None = None, ours: An
         [("fig1a", 100.0), ("fig1b", 60.0)], 1, 2, paper_records=paper_records, ours=ours,
         x_fields=("model", "level"), x_label=label, title=title,
         suptitle="Fig. 1 - ALFWorld: success and repetitive actions, seen vs unseen", panel_size=(5.2, 3.4),
+        ours_ci=ours_ci,
     )
 
 
-def plot_fig3(paper_records: Sequence[Mapping[str, Any]] | None = None, ours: Any = None) -> Figure:
-    """Fig. 3: ALFWorld success / invalid / repetitive by level, Vanilla, SFT, GRPO; rows 1.5B and 7B."""
+def plot_fig3(paper_records: Sequence[Mapping[str, Any]] | None = None, ours: Any = None,
+              ours_ci: Mapping[Any, tuple[float, float]] | None = None) -> Figure:
+    """Fig. 3: ALFWorld success / invalid / repetitive by level, Vanilla, SFT, GRPO; rows 1.5B and 7B.
+    `ours_ci` (`intervals.ours_intervals`, same scale as `ours`) adds error bars to our bars."""
     panels = [("fig3a", 100.0), ("fig3b", 100.0), ("fig3c", 60.0), ("fig3d", 100.0), ("fig3e", 100.0), ("fig3f", 60.0)]
     return _bar_figure(
         panels, 2, 3, paper_records=paper_records, ours=ours, x_fields=("level",), x_label=lambda x: x[0],
         title=_panel_title, suptitle="Fig. 3 - ALFWorld: baselines by generalisation level", panel_size=(3.9, 3.0),
+        ours_ci=ours_ci,
     )
 
 
-def plot_fig5(paper_records: Sequence[Mapping[str, Any]] | None = None, ours: Any = None) -> Figure:
-    """Fig. 5: ALFWorld invalid and repetitive action rates by level, SFT, GRPO, RLVMR; rows 1.5B and 7B."""
+def plot_fig5(paper_records: Sequence[Mapping[str, Any]] | None = None, ours: Any = None,
+              ours_ci: Mapping[Any, tuple[float, float]] | None = None) -> Figure:
+    """Fig. 5: ALFWorld invalid and repetitive action rates by level, SFT, GRPO, RLVMR; rows 1.5B and 7B.
+    `ours_ci` (`intervals.ours_intervals`, same scale as `ours`) adds error bars to our bars."""
     panels = [("fig5a", 30.0), ("fig5b", 40.0), ("fig5c", 30.0), ("fig5d", 40.0)]
     return _bar_figure(
         panels, 2, 2, paper_records=paper_records, ours=ours, x_fields=("level",), x_label=lambda x: x[0],
         title=_panel_title, suptitle="Fig. 5 - ALFWorld: exploration efficiency", panel_size=(4.4, 3.0),
+        ours_ci=ours_ci,
     )
 
 

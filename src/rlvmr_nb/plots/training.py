@@ -1,5 +1,5 @@
-"""Figures of our own training runs: trainer metrics against iteration, the same metrics as paper
-Fig. 6 curve records, and the cold-start measurement (SFT loss, rates before vs after)."""
+"""Figures of our own training runs: trainer metrics (and validations) against iteration, the same metrics as
+paper Fig. 6 curve records, and the cold-start measurement (SFT loss, rates before vs after)."""
 
 from __future__ import annotations
 
@@ -19,13 +19,18 @@ _CURVE_LABELS = {  # trainer metrics rows (`trainer.read_metrics`) -> panel titl
 
 def plot_training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]],
                          metrics: Sequence[str] = ("success", "episode_length", "invalid", "repetitive"),
-                         title: str | None = None) -> Figure:
+                         title: str | None = None,
+                         validation: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> Figure:
     """One panel per metric against iteration, one line per run (``{label: trainer.read_metrics(dir)}``).
 
     Runs labelled by a method name (RLVMR, GRPO, GiGPO) take that method's colour (`METHOD_COLORS`).
+    `validation` (``{label: runs.read_validation(dir)}``) adds each run's validation as a dashed line in its
+    colour, success with its 95 % Wilson band; a validation at iteration i measured the policy that played
+    the training rollouts of iteration i.
     """
     if not runs or not any(runs.values()):
         raise ValueError("no metrics rows to draw; pass {label: trainer.read_metrics(run_dir)} of a finished run")
+    validation = validation if validation and any(validation.values()) else None
     cols = min(2, len(metrics))
     rows = -(-len(metrics) // cols)
     fig = Figure(figsize=(4.2 * cols, 2.9 * rows + 0.4), layout="constrained")
@@ -39,8 +44,10 @@ def plot_training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]],
             pts = [(r["iteration"], r[metric]) for r in history if r.get(metric) is not None]
             if pts:
                 ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3.5, linewidth=1.6,
-                        color=colors[label], label=label)
-        ax.set_title(_CURVE_LABELS.get(metric, metric), fontsize=10)
+                        color=colors[label], label=f"{label}, training rollouts" if validation else label)
+            _validation_curve(ax, (validation or {}).get(label, ()), metric, colors[label], label)
+        name = _CURVE_LABELS.get(metric, metric)
+        ax.set_title(name.replace("training ", "") if validation else name, fontsize=10)
         ax.set_xlabel("iteration")
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.25, linewidth=0.5)
@@ -55,6 +62,21 @@ def plot_training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]],
     if title:
         fig.suptitle(title, fontsize=11)
     return fig
+
+
+def _validation_curve(ax: Any, rows: Sequence[Mapping[str, Any]], metric: str, color: str, label: str) -> None:
+    """Validation rows (`runs.read_validation`) of one run on one panel: dashed, square markers, and for
+    success the Wilson band of each validation."""
+    key = f"val/{metric}"
+    pts = sorted((r["iteration"], r[key], r.get(f"{key}_low"), r.get(f"{key}_high")) for r in rows
+                 if r.get(key) is not None)
+    if not pts:
+        return
+    xs = [p[0] for p in pts]
+    ax.plot(xs, [p[1] for p in pts], linestyle="--", marker="s", markersize=3.5, linewidth=1.4, color=color,
+            label=f"{label}, validation")
+    if all(p[2] is not None and p[3] is not None for p in pts):
+        ax.fill_between(xs, [p[2] for p in pts], [p[3] for p in pts], color=color, alpha=0.12, linewidth=0)
 
 
 def training_curve_records(by_method: Mapping[str, Sequence[Mapping[str, Any]]], *, env: str,

@@ -6,6 +6,7 @@ One run folder (``out_dir``) holds:
 * ``ckpt-XXXXX/`` — checkpoints after iteration XXXXX: ``model.pt`` (weights), ``state.pt`` (optimizer and
   torch RNG, tensors only), ``rng.json`` (Python and NumPy RNG), ``config.json`` (`checkpoints`);
 * ``metrics.jsonl`` / ``metrics.csv`` / ``tensorboard/`` — one row per iteration (`logs`);
+* ``validation.jsonl`` / ``validation.csv`` — one row per validation during training (`logs`, `trainer_validation`);
 * ``episodes.jsonl`` — every rollout, one episode per line (`trajectory.append_episodes`);
 * an SFT output folder: a saved transformers model + ``sft_config.json`` + ``sft_log.jsonl`` (`policy`).
 
@@ -21,11 +22,11 @@ from .checkpoints import (
     resume_checkpoint,
     save_checkpoint,
 )
-from .logs import METRIC_COLUMNS, MetricsLog, read_metrics, truncate_logs
+from .logs import METRIC_COLUMNS, VALIDATION_COLUMNS, MetricsLog, read_metrics, read_validation, truncate_logs
 from .policy import load_policy, model_label, save_pretrained_policy, wrap_lora, write_config, write_jsonl
 
 __all__ = [
     "CheckpointError", "METRIC_COLUMNS", "MetricsLog", "latest_checkpoint", "list_checkpoints", "load_checkpoint",
-    "load_policy", "model_label", "read_metrics", "restore_run", "resume_checkpoint", "save_checkpoint", "save_pretrained_policy",
-    "truncate_logs", "wrap_lora", "write_config", "write_jsonl",
+    "load_policy", "model_label", "read_metrics", "read_validation", "restore_run", "resume_checkpoint", "save_checkpoint", "save_pretrained_policy",
+    "truncate_logs", "VALIDATION_COLUMNS", "wrap_lora", "write_config", "write_jsonl",
 ]

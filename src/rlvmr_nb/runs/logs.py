@@ -1,5 +1,6 @@
 """Per-iteration metric logs of a run: ``metrics.jsonl`` (every key), ``metrics.csv`` (a fixed column set)
-and TensorBoard (when installed), plus the cut-back that makes a resumed run log each iteration once.
+and TensorBoard (when installed); the validation rows beside them (``validation.jsonl`` / ``.csv``, ``val/``
+keys); and the cut-back that makes a resumed run log each iteration and each validation once.
 
 The CSV has exactly the columns of `METRIC_COLUMNS`, in that order, whatever a row holds: a metric a row
 lacks is left empty, one that is not a column goes only to the JSONL file. So a tag class that first
@@ -31,7 +32,16 @@ METRIC_COLUMNS: tuple[str, ...] = (
 iteration (`metrics.summarize`), the PPO update's means over micro-batches (`loss.grpo_loss`), the
 sampler/trainer log-prob mismatch, and timings."""
 
-LOG_FILES = ("metrics.jsonl", "metrics.csv", "episodes.jsonl")
+VALIDATION_COLUMNS: tuple[str, ...] = (
+    "iteration", "val/episodes", "val/aborted", "val/success", "val/success_low", "val/success_high",
+    "val/episode_length", "val/invalid", "val/invalid_malformed", "val/invalid_non_admissible", "val/repetitive",
+    "val/repetitive_consecutive", *(f"val/tag/{t}" for t in (*META_TAGS, "none")), "val/seconds",
+)
+"""The columns of ``validation.csv``: the metrics of one validation (`metrics.summarize` of its episodes,
+success with its Wilson interval) and its wall time. ``iteration`` counts the training iterations done before
+it (0: the initial policy), so a validation row lines up with the training row of the same policy."""
+
+LOG_FILES = ("metrics.jsonl", "metrics.csv", "episodes.jsonl", "validation.jsonl", "validation.csv")
 
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -47,10 +57,12 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class MetricsLog:
-    """One row per iteration to metrics.jsonl, metrics.csv and TensorBoard (if installed).
+    """One row per iteration to metrics.jsonl, metrics.csv and TensorBoard (if installed); one row per
+    validation to validation.jsonl, validation.csv and TensorBoard's ``val/`` keys (`write_validation`).
 
     Only the writing process (rank 0) should pass ``enabled=True``. `first_iteration` is where a resumed
-    run starts: TensorBoard events from that step on are purged (`truncate_logs` cuts the text files)."""
+    run starts: TensorBoard events from that step on are purged (`truncate_logs` cuts the text files), and
+    the validation of that very step, which `truncate_logs` keeps, is written to TensorBoard again."""
 
     def __init__(self, out_dir: str | os.PathLike, enabled: bool = True, first_iteration: int = 0,
                  columns: Sequence[str] = METRIC_COLUMNS):
@@ -63,20 +75,35 @@ class MetricsLog:
                 self.tb = SummaryWriter(str(self.out_dir / "tensorboard"), purge_step=first_iteration or None)
             except Exception:  # noqa: BLE001 - tensorboard is optional
                 self.tb = None
+            if first_iteration:
+                for row in read_validation(self.out_dir):
+                    if int(row["iteration"]) >= first_iteration:
+                        self._to_tensorboard(row)
 
     def write(self, row: Mapping[str, Any]) -> None:
+        """Log one training iteration's row (keys nested or flat; ``iteration`` required)."""
+        self._append("metrics", self.columns, row)
+
+    def write_validation(self, row: Mapping[str, Any]) -> None:
+        """Log one validation's row (``iteration`` and ``val/...`` keys, `VALIDATION_COLUMNS`)."""
+        self._append("validation", VALIDATION_COLUMNS, row)
+
+    def _append(self, stem: str, columns: Sequence[str], row: Mapping[str, Any]) -> None:
         if not self.enabled:
             return
         flat = flatten(row)
-        with open(self.out_dir / "metrics.jsonl", "a") as f:
+        with open(self.out_dir / f"{stem}.jsonl", "a") as f:
             f.write(json.dumps(flat) + "\n")
-        path = self.out_dir / "metrics.csv"
+        path = self.out_dir / f"{stem}.csv"
         new = not path.exists() or path.stat().st_size == 0
         with open(path, "a", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=self.columns, extrasaction="ignore", restval="")
+            w = csv.DictWriter(f, fieldnames=columns, extrasaction="ignore", restval="")
             if new:
                 w.writeheader()
             w.writerow(flat)
+        self._to_tensorboard(flat)
+
+    def _to_tensorboard(self, flat: Mapping[str, Any]) -> None:
         if self.tb is not None:
             for k, v in flat.items():
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "iteration":
@@ -130,8 +157,9 @@ def _iteration_of_episode(d: Mapping[str, Any]) -> int:
 
 def truncate_logs(out_dir: str | os.PathLike, first_iteration: int) -> dict[str, int]:
     """Cut a run's logs back to the iterations before `first_iteration` (where a resumed run starts), and
-    repair torn last lines, so every iteration appears exactly once after the resume appends. Returns the
-    number of lines dropped per file."""
+    repair torn last lines, so every iteration appears exactly once after the resume appends. Validations
+    are kept up to and including `first_iteration` when it is > 0 (the trainer skips one already logged).
+    Returns the number of lines dropped per file."""
     out_dir = Path(out_dir)
     dropped: dict[str, int] = {}
     metrics = out_dir / "metrics.jsonl"
@@ -142,6 +170,13 @@ def truncate_logs(out_dir: str | os.PathLike, first_iteration: int) -> dict[str,
     episodes = out_dir / "episodes.jsonl"
     if episodes.exists():
         dropped["episodes.jsonl"] = _rewrite_keeping(episodes, lambda d: _iteration_of_episode(d) < first_iteration)
+    validation = out_dir / "validation.jsonl"
+    if validation.exists():
+        # The validation at `first_iteration` measured the policy the checkpoint restores, so it is kept and
+        # not run again; at 0 there is no checkpoint behind it (maybe other settings), so nothing is kept.
+        dropped["validation.jsonl"] = _rewrite_keeping(
+            validation, lambda r: int(r["iteration"]) < first_iteration or 0 < first_iteration == int(r["iteration"]))
+        _rewrite_csv(out_dir / "validation.csv", read_validation(out_dir), VALIDATION_COLUMNS)
     return dropped
 
 
@@ -157,4 +192,10 @@ def _rewrite_csv(path: Path, rows: Sequence[Mapping[str, Any]], columns: Sequenc
 def read_metrics(out_dir: str | os.PathLike) -> list[dict]:
     """The per-iteration rows of a run (for notebooks and plots); a torn last line is skipped."""
     path = Path(out_dir) / "metrics.jsonl"
+    return [obj for _, _, obj in _json_lines(path)] if path.exists() else []
+
+
+def read_validation(out_dir: str | os.PathLike) -> list[dict]:
+    """The validation rows of a run (``iteration``, ``val/...``), oldest first; a torn last line is skipped."""
+    path = Path(out_dir) / "validation.jsonl"
     return [obj for _, _, obj in _json_lines(path)] if path.exists() else []

@@ -1,0 +1,139 @@
+"""Validation during training: the policy on a fixed, seeded list of the level's test games before the first
+iteration, every `TrainConfig.validate_every` iterations and after the last (docs/method.md, 'Training
+iteration' and 'Evaluation').
+
+The official runs validate on 128 episodes drawn at random, with replacement, every 5 iterations, at
+temperature 0.4. Here the list is drawn once (`envs.alfworld.seeded_subset` of the level's test split, with
+the run's seed) and played in full each time, with the same sampling seed, so two validations differ only
+in the policy. Each validation is one `evaluate.evaluate_policy` call (no second rollout loop) and one row of
+`metrics.summarize` numbers, success with its Wilson interval (`stats`), logged by `runs.MetricsLog`.
+
+Several processes (torchrun): every rank plays every `world`-th game of the list and rank 0 gathers the
+episodes. A validation then takes 1/world of the time, and no rank waits idle in a collective call while
+rank 0 plays alone — a wait that NCCL's watchdog ends after its timeout (10 minutes by default), which
+128 episodes of 30 steps with a 7B policy can exceed. The split makes the samples depend on the number of
+processes (each rank batches its own share), not their distribution.
+
+Validation leaves every random-number stream of the run as it found it, so a run with validation trains
+exactly like one without, and a resumed run that skips a validation already logged stays reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import torch
+
+from . import distributed as dist
+from .envs.alfworld import seeded_subset
+from .envs.base import TaskSpec
+from .envs.registry import get_env
+from .evaluate import EvalConfig, evaluate_policy
+from .metrics import summarize
+from .runs import MetricsLog, read_validation
+from .stats import wilson_interval
+from .trajectory import Episode
+
+SCALAR_METRICS = ("episodes", "aborted", "success", "episode_length", "invalid", "invalid_malformed",
+                  "invalid_non_admissible", "repetitive", "repetitive_consecutive")
+"""The `metrics.summarize` numbers a validation row holds (as ``val/<name>``), beside the tag mix and the
+success per task type."""
+
+
+def validation_task_list(config: Any, pool: Sequence[TaskSpec] | None = None) -> list[TaskSpec]:
+    """The run's fixed validation games: `config.validation_tasks` of the level's test split (or of `pool`)
+    drawn with `config.seed`, in split order; the whole split when it is smaller or the size is None."""
+    tasks = list(pool if pool is not None else get_env(config.env).tasks("test", config.level))
+    if not tasks:
+        raise ValueError(f"no validation tasks for {config.env} {config.level}")
+    n = config.validation_tasks
+    return tasks if n is None or n >= len(tasks) else seeded_subset(tasks, n, config.seed)
+
+
+def validation_row(iteration: int, episodes: Sequence[Episode], seconds: float) -> dict[str, Any]:
+    """One validation as a log row: ``iteration`` (training iterations done before it) and ``val/`` metrics."""
+    summary = summarize(episodes)
+    wins = sum(ep.won for ep in episodes if not ep.aborted)
+    low, high = wilson_interval(wins, int(summary["episodes"]))
+    return {"iteration": iteration, **{f"val/{k}": summary[k] for k in SCALAR_METRICS},
+            "val/success_low": low, "val/success_high": high, "val/tag": summary["tag_distribution"],
+            "val/success_by_task_type": summary["success_by_task_type"], "val/seconds": seconds}
+
+
+@contextlib.contextmanager
+def rng_untouched() -> Iterator[None]:
+    """Run a block without moving Python's, NumPy's or torch's global random streams (CPU and this GPU)."""
+    python_state, numpy_state = random.getstate(), np.random.get_state()
+    cuda = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    try:
+        with torch.random.fork_rng(devices=cuda):
+            yield
+    finally:
+        random.setstate(python_state)
+        np.random.set_state(numpy_state)
+
+
+def _logged_iterations(out_dir: Path, rank: int, world: int) -> frozenset[int]:
+    """Iterations whose validation the (already cut back) log holds; rank 0 reads, every rank learns it."""
+    logged: list[Any] = [sorted({int(r["iteration"]) for r in read_validation(out_dir)}) if rank == 0 else None]
+    if world > 1:
+        torch.distributed.broadcast_object_list(logged, src=0)
+    return frozenset(logged[0])
+
+
+@dataclass
+class Validator:
+    """When to validate a run, on which games, with which settings; `maybe_validate` does it."""
+
+    every: int
+    iterations: int
+    tasks: list[TaskSpec]
+    eval_config: EvalConfig
+    make_env_slots: Callable[[], Any] | None
+    logged: frozenset[int]
+    progress: bool = True
+
+    @classmethod
+    def for_run(cls, config: Any, out_dir: Path, pool: Sequence[TaskSpec] | None = None,
+                make_env_slots: Callable[[], Any] | None = None, rank: int = 0, world: int = 1) -> "Validator | None":
+        """The validator of a `trainer.TrainConfig` (None when `validate_every` is 0). Episodes use the
+        training budget (steps, response and prompt tokens) and prompt, at `validation_temperature`."""
+        if not config.validate_every:
+            return None
+        eval_config = EvalConfig(
+            env=config.env, level=config.level, seed=config.seed, temperature=config.validation_temperature,
+            max_steps=config.max_steps, max_new_tokens=config.max_new_tokens, max_prompt_tokens=config.max_prompt_tokens,
+            prompt_style=config.resolved_prompt_style, batch_tasks=config.tasks_per_iteration * config.group_size,
+            env_workers=config.env_workers)
+        return cls(config.validate_every, config.iterations, validation_task_list(config, pool), eval_config,
+                   make_env_slots, _logged_iterations(out_dir, rank, world), config.progress and rank == 0)
+
+    def due(self, iteration: int) -> bool:
+        """Validate the policy after `iteration` training iterations? (0, every k-th, the last; once each.)"""
+        scheduled = iteration % self.every == 0 or iteration == self.iterations
+        return scheduled and iteration not in self.logged
+
+    def maybe_validate(self, iteration: int, policy: Any, tokenizer: Any, log: MetricsLog, rank: int = 0,
+                       world: int = 1) -> dict[str, Any] | None:
+        """Validate if `due`: every rank plays its share, rank 0 logs the row and gets it back (others None)."""
+        if not self.due(iteration):
+            return None
+        t0 = time.perf_counter()
+        mine = self.tasks[rank::world]
+        with rng_untouched():
+            episodes = (evaluate_policy(policy, tokenizer, self.eval_config, mine, self.make_env_slots,
+                                        progress=self.progress)[0] if mine else [])
+        if world > 1:
+            episodes = dist.all_gather_episodes(episodes, world)
+        self.logged = self.logged | {iteration}
+        if rank != 0:
+            return None
+        row = validation_row(iteration, episodes, time.perf_counter() - t0)
+        log.write_validation(row)
+        return row
