@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import numpy as np
 
