@@ -50,6 +50,8 @@ class EvalConfig:
     """Episodes stepped together (generation is batched across them)."""
     env_workers: int = 0
     """Env worker processes (0: in-process)."""
+    generation_batch_size: int = 8
+    """Rows per generate call (`HFGenerator.max_batch_size`)."""
 
 
 def eval_tasks(config: EvalConfig) -> list[TaskSpec]:
@@ -79,7 +81,7 @@ def evaluate_policy(
         raise ValueError("no evaluation tasks")
     spec = get_env(config.env)
     env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
-    generator = HFGenerator(model, tokenizer)
+    generator = HFGenerator(model, tokenizer, max_batch_size=config.generation_batch_size)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
     episodes: list[Episode] = []
