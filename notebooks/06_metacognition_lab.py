@@ -66,7 +66,7 @@ from IPython.display import HTML, Image, display
 
 from rlvmr_nb import casestudy
 from rlvmr_nb.envs.lab import describe_task, level_tasks
-from rlvmr_nb.lab import COLDSTART_ARM, load_lab_config, run_arm, run_coldstart, run_evaluation
+from rlvmr_nb.lab import load_lab_config, run_coldstart, run_seed
 from rlvmr_nb.lab.experiment import StageTimer
 from rlvmr_nb.lab.report import write_lab_report
 from rlvmr_nb.lab.stats import lab_summary
@@ -115,15 +115,10 @@ print(describe_model(model), f"vocabulary {len(tokenizer)} words")
 # is the cold-start checkpoint itself.
 
 # %%
+timing = dict(timer.stages)
 for seed in config.seeds:
-    with timer.stage(f"eval {COLDSTART_ARM} seed{seed}"):
-        run_evaluation(config, out, COLDSTART_ARM, seed, sft_dir)
-    for algo in config.algos:
-        with timer.stage(f"train {algo} seed{seed}"):
-            run_dir = run_arm(config, out, algo, seed)
-        with timer.stage(f"eval {algo} seed{seed}"):
-            run_evaluation(config, out, algo, seed, run_dir)
-pd.DataFrame(timer.stages).T
+    timing.update(run_seed(config, out, seed))  # cold-start evaluation, then each arm trained and evaluated
+pd.DataFrame(timing).T
 
 # %% [markdown]
 # ## Results
@@ -132,7 +127,7 @@ pd.DataFrame(timer.stages).T
 
 # %%
 summary = lab_summary(config, out)
-summary["timing"] = timer.stages
+summary["timing"] = timing
 report = write_lab_report(summary, out, figures_dir, results_file)
 table = pd.DataFrame(summary["table"])
 table.pivot_table(index=["metric", "level"], columns="arm", values="mean").round(3)

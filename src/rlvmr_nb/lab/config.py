@@ -56,6 +56,9 @@ class LabConfig:
     eval_temperature: float = 0.4
     bootstrap: int = 2000
     """Bootstrap resamples for the confidence intervals (seeds, then episodes within a seed)."""
+    workers: int = 1
+    """Processes that run the seeds side by side after the cold start (1: one after the other, in this
+    process). Each worker uses one torch thread; on a CPU shared with other jobs this buys throughput."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes copied into the results file."""
 
@@ -64,7 +67,7 @@ class LabConfig:
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "iterations", "tasks_per_iteration",
                                 "group_size", "max_steps", "max_new_tokens", "lr", "mini_batch_size",
-                                "micro_batch_size", "eval_tasks", "bootstrap"])
+                                "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
         if not self.algos or not self.seeds or not self.levels:
             raise ValueError("a lab run needs at least one algo, one seed and one level")
 

@@ -150,10 +150,34 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
     return [eval_path(out, arm, seed, level) for level in config.levels]
 
 
+def run_seed(config: LabConfig, out: str | os.PathLike, seed: int, log: Callable[[str], None] = print) -> dict:
+    """Everything of one seed after the cold start: the cold start's evaluation, then every arm trained and
+    evaluated. Returns the wall and CPU seconds of each stage."""
+    timer = StageTimer(Path(out) / f"timing-seed{seed}.json")
+    sft_dir = coldstart_dir(out)
+    with timer.stage(f"eval {COLDSTART_ARM} seed{seed}"):
+        run_evaluation(config, out, COLDSTART_ARM, seed, sft_dir)
+    for algo in config.algos:
+        with timer.stage(f"train {algo} seed{seed}"):
+            run_dir = run_arm(config, out, algo, seed)
+        with timer.stage(f"eval {algo} seed{seed}"):
+            run_evaluation(config, out, algo, seed, run_dir)
+        log(f"{algo} seed {seed}: {run_dir}")
+    return timer.stages
+
+
+def _seed_in_worker(config: dict, out: str, seed: int) -> dict:
+    import torch
+
+    torch.set_num_threads(1)  # several workers share the cores
+    return run_seed(LabConfig.from_dict(config), out, seed, log=lambda _: None)
+
+
 def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print,
             progress: bool = False) -> dict[str, Any]:
-    """The whole experiment: cold start, every (algo, seed) arm, evaluation of the cold start and of every
-    arm on every level, then the summary with confidence intervals (`lab.stats.lab_summary`)."""
+    """The whole experiment: cold start, then per seed the cold start's evaluation and every arm trained
+    and evaluated on every level (`run_seed`; `config.workers` seeds at a time), then the summary with
+    confidence intervals (`lab.stats.lab_summary`). Timing: ``timing.json`` (wall and CPU seconds)."""
     from .stats import lab_summary
 
     out = Path(out)
@@ -163,17 +187,19 @@ def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None
     with timer.stage("coldstart"):
         sft_dir = run_coldstart(config, out, progress)
     log(f"cold start: {sft_dir}")
-    for seed in config.seeds:
-        with timer.stage(f"eval {COLDSTART_ARM} seed{seed}"):
-            run_evaluation(config, out, COLDSTART_ARM, seed, sft_dir)
-    for seed in config.seeds:
-        for algo in config.algos:
-            with timer.stage(f"train {algo} seed{seed}"):
-                run_dir = run_arm(config, out, algo, seed)
-            with timer.stage(f"eval {algo} seed{seed}"):
-                run_evaluation(config, out, algo, seed, run_dir)
-            log(f"{algo} seed {seed}: {run_dir}")
+    with timer.stage("seeds"):
+        if config.workers == 1:
+            stages = [run_seed(config, out, seed, log) for seed in config.seeds]
+        else:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            context = multiprocessing.get_context("spawn")
+            with ProcessPoolExecutor(config.workers, mp_context=context) as pool:
+                stages = list(pool.map(_seed_in_worker, [config.to_dict()] * len(config.seeds),
+                                       [str(out)] * len(config.seeds), config.seeds))
+    timing = {**timer.stages, **{k: v for s in stages for k, v in s.items()}}
     summary = lab_summary(config, out)
-    summary["timing"] = timer.stages
+    summary["timing"] = timing
     (out / "lab_results.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
     return summary
