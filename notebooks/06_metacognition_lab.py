@@ -25,7 +25,7 @@
 #   cycle, objects hidden in closed containers, distractors; tens of thousands of steps a second. Splits:
 #   L0 new layouts, L1 unseen (object, destination) combinations, L2 a held-out task kind
 #   (`put_two`, "put the X and the Y in the C.");
-# * **the policy** (`rlvmr_nb.lab.policy`): a ~0.7 M-parameter Llama with a word-level vocabulary
+# * **the policy** (`rlvmr_nb.lab.policy`): a ~0.5 M-parameter Llama with a word-level vocabulary
 #   built from the world's text, loaded, sampled and trained by the same code as SmolLM2;
 # * **one cold start** (paper §3.3): expert trajectories tagged by the `RuleTeacher`, SFT from scratch;
 # * **two arms from that checkpoint, equal budget, several seeds**: GRPO (outcome advantage only,
@@ -47,7 +47,7 @@
 # `rlvmr_nb.notebooks.run_notebook("06_metacognition_lab", "configs/06_metacognition_lab.json")`.
 
 # %% tags=["parameters"]
-config_file = "configs/lab/classroom.json"  # a LabConfig: classroom (<= 20 min), recorded (more seeds), ci (tiny)
+config_file = "configs/lab/classroom.json"  # a LabConfig file: classroom, recorded (more seeds) or ci (tiny)
 overrides = {}  # LabConfig fields to change, e.g. {"seeds": [0, 1, 2]}
 out_dir = "runs/lab/classroom"  # run folder; rerunning resumes and skips finished stages
 figures_dir = "figures/lab"  # where the figures and the case-study page are written

@@ -84,6 +84,12 @@ class LabConfig:
 
 
 def load_lab_config(path: str | os.PathLike, **overrides: Any) -> LabConfig:
-    """A `LabConfig` from a JSON file, with `overrides` on top."""
-    data = json.loads(Path(path).read_text())
+    """A `LabConfig` from a JSON file, with `overrides` on top. A relative path that does not exist here is
+    looked up in the repository (``configs/lab/...`` from a notebook run in another folder)."""
+    path = Path(path)
+    if not path.is_file() and not path.is_absolute():
+        from ..notebooks import project_root
+
+        path = project_root() / path
+    data = json.loads(path.read_text())
     return LabConfig.from_dict({**data, **overrides})
