@@ -62,16 +62,14 @@ import json
 from pathlib import Path
 
 import pandas as pd
-from IPython.display import HTML, Image, display
+from IPython.display import HTML, Image, Markdown, display
 
-from rlvmr_nb import casestudy
 from rlvmr_nb.envs.lab import describe_task, level_tasks
 from rlvmr_nb.lab import load_lab_config, run_coldstart, run_seed
 from rlvmr_nb.lab.experiment import StageTimer
-from rlvmr_nb.lab.report import write_lab_report
+from rlvmr_nb.lab.report import results_markdown, write_lab_report
 from rlvmr_nb.lab.stats import lab_summary
 from rlvmr_nb.models import describe_model, load_model
-from rlvmr_nb.trajectory import read_episodes
 
 config = load_lab_config(config_file, **overrides)
 out = Path(out_dir)
@@ -129,8 +127,7 @@ pd.DataFrame(timing).T
 summary = lab_summary(config, out)
 summary["timing"] = timing
 report = write_lab_report(summary, out, figures_dir, results_file)
-table = pd.DataFrame(summary["table"])
-table.pivot_table(index=["metric", "level"], columns="arm", values="mean").round(3)
+display(Markdown(results_markdown(summary)))
 
 # %%
 Image(filename=str(report["paths"]["metrics"]))

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ..plots import method_color
 from ..plots.style import figure_style
@@ -90,6 +91,7 @@ def plot_lab_differences(summary: Mapping[str, Any], title: str | None = None) -
             ax.set_yticks(list(ys), list(rows["level"]))
             ax.invert_yaxis()
             ax.set_title(f"RLVMR − GRPO: {label}")
+            ax.set_xlabel("difference (fraction; 95 % interval)")
             ax.grid(axis="x", alpha=0.25, linewidth=0.5)
         fig.suptitle(title or "Hypothesis: repetitive rate lower (left of 0), unseen success not lower", fontsize=9.5)
     return fig
@@ -112,6 +114,7 @@ def plot_lab_training(summary: Mapping[str, Any], title: str | None = None) -> F
                          legend=ax is axes[0])
             ax.set_title(f"training {label}")
             ax.set_ylabel("")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             if metric != "episode_length":
                 ax.set_ylim(-0.02, 1.02)
             ax.grid(alpha=0.25, linewidth=0.5)

@@ -39,3 +39,22 @@ def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures
     target.write_text(json.dumps(document, indent=2, default=float) + "\n")
     paths["results"] = target
     return {"paths": paths, "patterns": counts}
+
+
+def results_markdown(summary: Mapping[str, Any], metrics: tuple[str, ...] = (
+        "success", "repetitive", "invalid", "episode_length", "format_valid")) -> str:
+    """The summary's table as Markdown: one row per (metric, arm), one column per level, each cell
+    ``estimate [95 % interval]`` (rates in percent, length in steps)."""
+    table = summary["table"]
+    levels = list(dict.fromkeys(r["level"] for r in table))
+    arms = list(dict.fromkeys(r["arm"] for r in table))
+    lines = ["| metric | arm | " + " | ".join(levels) + " |", "|---|---|" + "---|" * len(levels)]
+    for metric in metrics:
+        scale, unit = (1.0, "") if metric == "episode_length" else (100.0, " %")
+        for arm in arms:
+            cells = []
+            for level in levels:
+                r = next(x for x in table if (x["arm"], x["level"], x["metric"]) == (arm, level, metric))
+                cells.append(f"{scale * r['mean']:.1f} [{scale * r['lo']:.1f}, {scale * r['hi']:.1f}]")
+            lines.append(f"| {metric.replace('_', ' ')}{unit} | {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
