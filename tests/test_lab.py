@@ -102,9 +102,10 @@ def test_hypothesis_verdicts():
     diffs = [{"level": "L0", "metric": "repetitive", "mean": -0.1, "lo": -0.2, "hi": -0.01},
              {"level": "L1", "metric": "repetitive", "mean": 0.0, "lo": -0.1, "hi": 0.1},
              {"level": "L1", "metric": "success", "mean": -0.2, "lo": -0.3, "hi": -0.1},
-             {"level": "L2", "metric": "success", "mean": 0.0, "lo": -0.1, "hi": 0.1}]
+             {"level": "L2", "metric": "success", "mean": 0.0, "lo": -0.1, "hi": 0.1},
+             {"level": "L2", "metric": "repetitive", "mean": 0.0, "lo": 0.0, "hi": 0.0}]
     v = stats.hypothesis_verdict(diffs)
-    assert v == {"repetitive_lower": {"L0": "supported", "L1": "inconclusive"},
+    assert v == {"repetitive_lower": {"L0": "supported", "L1": "inconclusive", "L2": "uninformative"},
                  "unseen_success_not_lower": {"L1": "contradicted", "L2": "supported"}}
 
 

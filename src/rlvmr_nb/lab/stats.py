@@ -141,9 +141,12 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
 def hypothesis_verdict(differences: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The pre-stated hypothesis, read off the RLVMR − GRPO intervals: (a) RLVMR's repetitive-action rate is
     lower on every level (interval below 0); (b) its success on the unseen splits (L1, L2) is not lower
-    (interval not entirely below 0). 'supported', 'contradicted' (interval on the wrong side of 0) or
-    'inconclusive' (interval covers 0) per part and level."""
+    (interval not entirely below 0). 'supported', 'contradicted' (interval on the wrong side of 0),
+    'inconclusive' (interval covers 0) or 'uninformative' (the interval is exactly [0, 0]: e.g. no episode
+    of either arm succeeded) per part and level."""
     def verdict(d: dict[str, Any], lower_is_claim: bool) -> str:
+        if d["lo"] == d["hi"] == 0:
+            return "uninformative"
         if lower_is_claim:
             return "supported" if d["hi"] < 0 else "contradicted" if d["lo"] > 0 else "inconclusive"
         return "contradicted" if d["hi"] < 0 else "supported"
