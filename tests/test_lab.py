@@ -106,7 +106,9 @@ def test_hypothesis_verdicts():
              {"level": "L2", "metric": "repetitive", "mean": 0.0, "lo": 0.0, "hi": 0.0}]
     v = stats.hypothesis_verdict(diffs)
     assert v == {"repetitive_lower": {"L0": "supported", "L1": "inconclusive", "L2": "uninformative"},
-                 "unseen_success_not_lower": {"L1": "contradicted", "L2": "supported"}}
+                 "unseen_success_not_lower": {"L1": "contradicted", "L2": "inconclusive"}}
+    assert stats.hypothesis_verdict([{"level": "L1", "metric": "success", "mean": 0.1, "lo": 0.0, "hi": 0.2}]) == {
+        "repetitive_lower": {}, "unseen_success_not_lower": {"L1": "supported"}}
 
 
 @pytest.mark.slow

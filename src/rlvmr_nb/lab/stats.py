@@ -140,16 +140,16 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
 
 def hypothesis_verdict(differences: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """The pre-stated hypothesis, read off the RLVMR − GRPO intervals: (a) RLVMR's repetitive-action rate is
-    lower on every level (interval below 0); (b) its success on the unseen splits (L1, L2) is not lower
-    (interval not entirely below 0). 'supported', 'contradicted' (interval on the wrong side of 0),
-    'inconclusive' (interval covers 0) or 'uninformative' (the interval is exactly [0, 0]: e.g. no episode
-    of either arm succeeded) per part and level."""
-    def verdict(d: dict[str, Any], lower_is_claim: bool) -> str:
+    lower (claimed side: below 0) on every level; (b) its success on the unseen splits (L1, L2) is not
+    lower (claimed side: 0 or above). Per part and level: 'supported' (the whole interval on the claimed
+    side), 'contradicted' (the whole interval on the other side), 'inconclusive' (it straddles), or
+    'uninformative' (exactly [0, 0]: e.g. no episode of either arm succeeded)."""
+    def verdict(d: dict[str, Any], below_zero: bool) -> str:
         if d["lo"] == d["hi"] == 0:
             return "uninformative"
-        if lower_is_claim:
-            return "supported" if d["hi"] < 0 else "contradicted" if d["lo"] > 0 else "inconclusive"
-        return "contradicted" if d["hi"] < 0 else "supported"
+        if below_zero:
+            return "supported" if d["hi"] < 0 else "contradicted" if d["lo"] >= 0 else "inconclusive"
+        return "supported" if d["lo"] >= 0 else "contradicted" if d["hi"] < 0 else "inconclusive"
 
     rep = {d["level"]: verdict(d, True) for d in differences if d["metric"] == "repetitive"}
     unseen = {d["level"]: verdict(d, False) for d in differences if d["metric"] == "success" and d["level"] != "L0"}
