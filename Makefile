@@ -17,7 +17,7 @@ export RLVMR_CACHE ?= $(HOME)/.cache/rlvmr-nb
 VLLM_VENV  := $(RLVMR_CACHE)/venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: venv vllm-venv demo demo-quick check test test-fast figures data bench clean gpu-check
+.PHONY: venv vllm-venv demo demo-quick check test test-fast figures data bench clean gpu-check metalab metalab-recorded
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -88,6 +88,15 @@ data: $(STAMP)
 
 figures: $(STAMP)
 	$(BIN)/rlvmr-nb figures
+
+# The metacognition lab (notebook 06's experiment): GRPO vs RLVMR from one cold start on the lab world.
+# classroom: 2 seeds, minutes on 2 cores; metalab-recorded: 6 seeds, the results file and figures in the README.
+# (Not `make lab`, which starts JupyterLab.)
+metalab: $(STAMP)
+	$(BIN)/rlvmr-nb lab --config configs/lab/classroom.json --figures figures/lab --results benchmarks/results/lab_classroom.json
+
+metalab-recorded: $(STAMP)
+	$(BIN)/rlvmr-nb lab --config configs/lab/recorded.json --figures figures/lab --results benchmarks/results/lab_recorded.json
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -146,6 +146,20 @@ def _cmd_overlap(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lab(args: argparse.Namespace) -> int:
+    from .lab import load_lab_config, run_lab
+    from .lab.report import write_lab_report
+
+    config = load_lab_config(args.config)
+    out = args.out or f"runs/metalab/{config.name}"
+    summary = run_lab(config, out)
+    report = write_lab_report(summary, out, args.figures or f"{out}/figures", args.results)
+    print(json.dumps({"hypothesis": summary["hypothesis"], "patterns": report["patterns"]}, indent=2))
+    for name, path in report["paths"].items():
+        print(f"{name}: {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from .envs.registry import env_names, get_env
     from .generation.base import STOP_POLICIES
@@ -264,6 +278,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="JSON file to store the result in, beside other envs' "
                                                 "(e.g. benchmarks/results/l0_overlap.json)")
     p.set_defaults(func=_cmd_overlap)
+
+    p = sub.add_parser("lab", help="the metacognition lab: GRPO vs RLVMR from one cold start over seeds, L0/L1/L2, "
+                                   "intervals, figures, case studies (configs/lab/*.json)")
+    p.add_argument("--config", default="configs/lab/classroom.json", help="a LabConfig JSON file")
+    p.add_argument("--out", default=None, help="run folder (default runs/metalab/<config name>); rerunning resumes")
+    p.add_argument("--figures", default=None, help="figure folder (default <out>/figures)")
+    p.add_argument("--results", default=None, help="results JSON (default <out>/lab_results.json)")
+    p.set_defaults(func=_cmd_lab)
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included

@@ -59,6 +59,8 @@ class EvalConfig:
     """Env worker processes (0: in-process)."""
     device: str = "auto"
     """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
+    generation_batch_size: int = 8
+    """Rows per generate call (`HFGenerator.max_batch_size`)."""
 
     def __post_init__(self) -> None:
         from .generation.base import STOP_POLICIES
@@ -68,7 +70,7 @@ class EvalConfig:
         check_level(self.level)
         require_choice(self, "prompt_style", STYLES)
         require_choice(self, "stop", STOP_POLICIES)
-        require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks"])
+        require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks", "generation_batch_size"])
         require_non_negative(self, ["temperature", "env_workers"])
         if self.max_tasks is not None:
             require_positive(self, ["max_tasks"])
@@ -105,7 +107,7 @@ def evaluate_policy(
     place(model, config.device)  # before any env starts: a missing GPU fails fast
     spec = get_env(config.env)
     env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
-    generator = HFGenerator(model, tokenizer)
+    generator = HFGenerator(model, tokenizer, max_batch_size=config.generation_batch_size)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                               stop=stop_strings(config.stop))

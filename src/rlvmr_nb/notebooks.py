@@ -21,6 +21,7 @@ from typing import Any, Mapping, Sequence
 
 NOTEBOOKS: tuple[str, ...] = (
     "00_tour", "01_cold_start", "02_rl_training", "03_evaluation", "04_paper_figures", "05_case_studies",
+    "06_metacognition_lab",
 )
 """Every notebook, in reading order."""
 

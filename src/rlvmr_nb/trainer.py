@@ -52,7 +52,7 @@ ALGOS = ("rlvmr", "grpo", "gigpo")
 
 RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "resume", "progress", "save_episodes",
                                "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
-                               "device", "reference_device", "validate_every"})
+                               "device", "reference_device", "validate_every", "generation_batch_size"})
 """Settings a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
 refused, since the checkpoint's optimizer state and the logs belong to the settings that made them
 (`validate_every` only spaces the validations; their games and temperature may not change)."""
@@ -98,6 +98,8 @@ class TrainConfig:
     'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
     env_workers: int = 0
     """Env worker processes (0 = step environments in-process)."""
+    generation_batch_size: int = 8
+    """Rows per generate call (`HFGenerator.max_batch_size`); small policies gain from larger batches."""
     # --- rewards and advantages ---------------------------------------------------------------
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     """GRPO-MR normalisation and combination (`advantages.preset('official_code' | 'paper')`), GiGPO's γ and ω."""
@@ -194,7 +196,7 @@ class TrainConfig:
         check_level(self.level)
         require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
                                 "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
-                                "save_every", "keep_checkpoints", "lora_r"])
+                                "save_every", "keep_checkpoints", "lora_r", "generation_batch_size"])
         require_non_negative(self, ["env_workers", "weight_decay", "grad_clip", "validate_every",
                                     "validation_temperature"])
         if self.validation_tasks is not None:
@@ -338,7 +340,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         raise ValueError(f"empty training task pool for {config.env} {config.level}")
     env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
     # LoRA: sample from the adapted model itself (its state dict does not map onto a plain copy).
-    generator = HFGenerator(models.rollout_model, tokenizer, dtype=None if config.lora else torch.bfloat16)
+    generator = HFGenerator(models.rollout_model, tokenizer, dtype=None if config.lora else torch.bfloat16,
+                            max_batch_size=config.generation_batch_size)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.resolved_prompt_style,
                                  max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,

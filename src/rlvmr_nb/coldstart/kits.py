@@ -170,6 +170,45 @@ SCIENCEWORLD = ColdStartKit(
 )
 
 
+# ----- the metacognition lab -------------------------------------------------------------------------------
+
+
+def _lab_expert_env(expert: str) -> Any:
+    from ..envs.lab import LabEnv
+
+    return LabEnv()
+
+
+def _lab_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
+    from ..envs.lab import lab_expert_actions
+    from .experts import replay
+
+    template = Episode(task_id=task.task_id, env=task.env, split=task.split, task_type=task.task_type,
+                       info={"expert": "search"})
+    return replay(env, task.env, task, lab_expert_actions(task, seed=seed), template)
+
+
+def _lab_rules() -> RuleKit:
+    from . import lab_rules
+
+    return RuleKit(plan=lab_rules.plan_from_expert, propose_mistakes=lab_rules.propose_mistakes,
+                   took_effect=lab_rules.mistake_took_effect, label_steps=lab_rules.label_steps)
+
+
+LAB = ColdStartKit(
+    env="lab",
+    experts=("search",),
+    default_trajectories=200,
+    skip_task_types=(),
+    make_expert_env=_lab_expert_env,
+    expert_episode=_lab_expert_episode,
+    admissible_from_env=True,
+    rules=_LazyRules(_lab_rules),  # type: ignore[arg-type]
+    describe_expert=lambda expert, share: {"expert": "lab searching expert (knows the map, not the containers)",
+                                           "handcoded_share": None},
+)
+
+
 def kit_names() -> Sequence[str]:
     """Registered envs that have a cold-start kit."""
     from ..envs.registry import env_names, get_env

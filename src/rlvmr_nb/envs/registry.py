@@ -201,3 +201,13 @@ register_env(EnvSpec(
     prompt_family="alfworld",
     description="a pure-Python household game for tests and demos (no levels: every level is the same)",
 ))
+register_env(EnvSpec(
+    name="lab",
+    env_class="rlvmr_nb.envs.lab:LabEnv",
+    task_lists="rlvmr_nb.envs.lab:level_tasks",
+    prompt_family="lab",
+    heldout_types="rlvmr_nb.envs.lab:heldout_task_types",
+    coldstart_kit="rlvmr_nb.coldstart.kits:LAB",
+    description="the metacognition lab: a small house with closed containers and dead ends, L0/L1/L2 splits "
+                "(new layouts / unseen object-destination pairs / a held-out task kind)",
+))

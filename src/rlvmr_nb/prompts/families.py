@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable, Sequence
 
+from .lab import LAB_INTRO, lab_layout
 from .blocks import (
     ALFWORLD_INTRO,
     SCIENCEWORLD_INTRO,
@@ -51,6 +52,9 @@ class PromptFamily:
     """Extra meta-think guidelines on writing the action, one line each."""
     lists_action_forms: bool = False
     """The instructions list `PromptConfig.alfworld_action_forms` (the family's command grammar)."""
+    layout: Callable[..., str] | None = None
+    """A whole layout of the family's own, ``(memory, observation, admissible, available, window) -> text``,
+    used instead of the shared one (the lab's compact prompt, `prompts.lab`); None: the shared layout."""
 
 
 def alfworld_history(shown: Sequence[HistoryEntry], config: PromptConfig) -> list[str]:
@@ -108,6 +112,17 @@ PROMPT_FAMILIES: dict[str, PromptFamily] = {
         available_actions=scienceworld_available,
         meta_think_parser_mode="lenient",
         action_word="suitable",
+    ),
+    "lab": PromptFamily(
+        intro=LAB_INTRO,
+        task_from_observation=None,
+        history=alfworld_history,
+        recent_outputs_with_observation=False,
+        action_templates=None,
+        available_actions=alfworld_available,
+        meta_think_parser_mode="strict",
+        action_word="admissible",
+        layout=lab_layout,
     ),
 }
 """Prompt family of each environment, keyed by `PromptConfig.env`."""

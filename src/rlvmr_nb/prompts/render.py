@@ -75,6 +75,8 @@ def _render_with_window(
     """Render showing only the last `window` history entries (window <= steps taken)."""
     cfg = memory.config
     family, style = cfg.family, cfg.style
+    if family.layout is not None:  # a family with a layout of its own (the lab's compact prompt)
+        return family.layout(memory, observation, admissible, available, window)
     t = memory.steps_taken
     shown = memory.entries[t - window :] if window > 0 else []
     parts: list[str] = []

@@ -1,0 +1,173 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     notebook_metadata_filter: -jupytext.text_representation.jupytext_version
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 06 · The metacognition lab: does RLVMR loop less than GRPO?
+#
+# The paper's central claim (paper Fig. 1, Table 1): outcome-only GRPO learns to succeed through
+# inefficient, repetitive behaviour (31.2 % repetitive actions on hard ALFWorld tasks) and generalises
+# worse, while RLVMR's verifiable meta-reasoning rewards cut repetition and hold up on unseen tasks.
+# Testing it on ALFWorld needs a GPU cluster. This notebook tests it in minutes on a laptop CPU:
+#
+# * **the world** (`rlvmr_nb.envs.lab`): a small house, rooms joined as a tree with dead ends and one
+#   cycle, objects hidden in closed containers, distractors; tens of thousands of steps a second. Splits:
+#   L0 new layouts, L1 unseen (object, destination) combinations, L2 a held-out task kind
+#   (`put_two`, "put the X and the Y in the C.");
+# * **the policy** (`rlvmr_nb.lab.policy`): a ~0.5 M-parameter Llama with a word-level vocabulary
+#   built from the world's text, loaded, sampled and trained by the same code as SmolLM2;
+# * **one cold start** (paper §3.3): expert trajectories tagged by the `RuleTeacher`, SFT from scratch;
+# * **two arms from that checkpoint, equal budget, several seeds**: GRPO (outcome advantage only,
+#   the paper's "w/o A^MC" from the cold start: same prompt and tags) and RLVMR (GRPO-MR, the same
+#   code as every other run of this package, `docs/method.md`, 'Advantages');
+# * **evaluation** on L0/L1/L2 with 95 % intervals (two-stage bootstrap over seeds and episodes).
+#
+# ## The hypothesis, stated before the run
+#
+# At equal training budget from the same cold start,
+# **(a)** RLVMR's repetitive-action rate is lower than GRPO's, and
+# **(b)** RLVMR's success on the unseen splits (L1, L2) is not lower than GRPO's.
+#
+# The verdict is read off the intervals of RLVMR − GRPO: "supported" when the interval lies on the
+# claimed side of zero, "contradicted" when it lies on the other side, "inconclusive" when it covers
+# zero. Whatever comes out is reported as it is; the world was not tuned to make it come out.
+#
+# Batch use: `rlvmr-nb lab --config configs/lab/classroom.json` runs the same stages, or
+# `rlvmr_nb.notebooks.run_notebook("06_metacognition_lab", "configs/06_metacognition_lab.json")`.
+
+# %% tags=["parameters"]
+config_file = "configs/lab/classroom.json"  # a LabConfig file: classroom, recorded (more seeds) or ci (tiny)
+overrides = {}  # LabConfig fields to change, e.g. {"seeds": [0, 1, 2]}
+out_dir = "runs/metalab/classroom"  # run folder; rerunning resumes and skips finished stages
+figures_dir = "figures/lab"  # where the figures and the case-study page are written
+results_file = "runs/metalab/classroom/lab_results.json"  # the results JSON (the recorded run: benchmarks/results/)
+
+# %%
+from rlvmr_nb.notebooks import setup_notebook
+
+setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
+
+import json
+from pathlib import Path
+
+import pandas as pd
+from IPython.display import HTML, Image, Markdown, display
+
+from rlvmr_nb.envs.lab import describe_task, level_tasks
+from rlvmr_nb.lab import load_lab_config, run_coldstart, run_seed
+from rlvmr_nb.lab.experiment import StageTimer
+from rlvmr_nb.lab.report import results_markdown, write_lab_report
+from rlvmr_nb.lab.stats import lab_summary
+from rlvmr_nb.models import describe_model, load_model
+
+config = load_lab_config(config_file, **overrides)
+out = Path(out_dir)
+out.mkdir(parents=True, exist_ok=True)
+timer = StageTimer(out / "timing.json")
+pd.Series(config.to_dict()).to_frame("setting")
+
+# %% [markdown]
+# ## The world
+#
+# One task of each split. The agent starts in the hallway, sees only its room, and must search closed
+# containers; "Nothing happens." answers any command that is not admissible, and walking back and forth
+# between rooms repeats observations: both count as repetitive actions (`metrics.repetitive_steps`).
+
+# %%
+pd.DataFrame([{"level": lvl, **describe_task(level_tasks("test", lvl)[0])} for lvl in config.levels])
+
+# %% [markdown]
+# ## Cold start
+#
+# 1. expert trajectories of the training split, tagged by the `RuleTeacher` (planning at step 0,
+#    explore while searching, monitor while executing, reflection after an inserted, replayed mistake);
+# 2. a word-level vocabulary from the world's text and the tagged set, and a fresh small Llama;
+# 3. SFT on the tagged steps. The cold start must teach the tag format first: its format-valid rate on
+#    unseen layouts (L0 test) is measured below, with the other evaluations.
+
+# %%
+with timer.stage("coldstart"):
+    sft_dir = run_coldstart(config, out)
+manifest = json.loads((out / "coldstart" / "data" / "manifest.json").read_text())
+model, tokenizer = load_model(str(sft_dir))
+print(f"{manifest['counts']['trajectories']} trajectories, {manifest['counts']['samples']} samples, tag shares "
+      + ", ".join(f"{t} {s:.0%}" for t, s in manifest["tags"]["shares"].items()))
+print(describe_model(model), f"vocabulary {len(tokenizer)} words")
+
+# %% [markdown]
+# ## Training: GRPO and RLVMR from the same checkpoint
+#
+# Every arm: `trainer.train` with the meta-think prompt, the same seeds, iterations, tasks, rollouts and
+# learning rate; only the advantage estimator differs. Each arm is then evaluated on every level, and so
+# is the cold-start checkpoint itself.
+
+# %%
+timing = dict(timer.stages)
+for seed in config.seeds:
+    timing.update(run_seed(config, out, seed))  # cold-start evaluation, then each arm trained and evaluated
+pd.DataFrame(timing).T
+
+# %% [markdown]
+# ## Results
+#
+# Pooled estimates with 95 % intervals (two-stage bootstrap: seeds, then episodes within a seed).
+
+# %%
+summary = lab_summary(config, out)
+summary["timing"] = timing
+report = write_lab_report(summary, out, figures_dir, results_file)
+display(Markdown(results_markdown(summary)))
+
+# %%
+Image(filename=str(report["paths"]["metrics"]))
+
+# %% [markdown]
+# The hypothesis, part by part (RLVMR − GRPO, 95 % intervals):
+
+# %%
+print(json.dumps(summary["hypothesis"], indent=2))
+pd.DataFrame(summary["differences"]).round(3)
+
+# %%
+if "differences" in report["paths"]:
+    display(Image(filename=str(report["paths"]["differences"])))
+
+# %% [markdown]
+# ## Training curves (paper Fig. 6)
+
+# %%
+Image(filename=str(report["paths"]["training"]))
+
+# %% [markdown]
+# ## Case studies
+#
+# `casestudy.search_runs` over each arm's evaluation episodes: loops (3 or more stalled repeats of one
+# command, paper §2.2) and recoveries through `<reflection>` (paper §4.2). The longest GRPO loop and the
+# best RLVMR recovery, whatever the search found:
+
+# %%
+print(pd.DataFrame(report["patterns"]).to_string(index=False))
+display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
+
+# %% [markdown]
+# ## What this scale can and cannot tell
+#
+# It can tell whether, for a small policy in a small world, the meta-reasoning advantage changes how often
+# the agent repeats itself and how well it transfers, with intervals that include seed-to-seed variation.
+# It cannot tell whether the paper's numbers hold for 1.5B/7B models on ALFWorld: the world, the policy,
+# the budget (a few iterations instead of 100) and the prompt are all much smaller, and with few seeds the
+# intervals stay wide. A null or reversed result here is evidence about this setting, not about the paper's.
+
+# %%
+print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))

@@ -1,0 +1,95 @@
+"""One lab experiment's settings (`LabConfig`), read from ``configs/lab/*.json``.
+
+The defaults are the "classroom" configuration: it must finish in 20 minutes on a 2-core machine. The
+"recorded" configuration (``configs/lab/recorded.json``) has more seeds and evaluation episodes; the
+CI one (``configs/lab/ci.json``) runs end to end in well under a minute.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..validation import require_positive
+
+
+@dataclass
+class LabConfig:
+    """Everything one run of the lab needs (cold start, RL arms, evaluation, statistics)."""
+
+    name: str = "classroom"
+    """Label of the configuration in results files and figure titles."""
+    # --- cold start (paper §3.3) --------------------------------------------------------------
+    coldstart_trajectories: int = 300
+    """Tagged expert trajectories of the training split (`RuleTeacher`)."""
+    policy_layers: int = 3
+    """Decoder layers of the lab transformer (`lab.policy.LabPolicyConfig`)."""
+    policy_hidden: int = 128
+    """Hidden size of the lab transformer."""
+    sft_epochs: int = 10
+    sft_lr: float = 3e-3
+    """A freshly initialised policy needs a far larger rate than the paper's 1e-5 fine-tuning of a pretrained one."""
+    sft_batch_size: int = 16
+    format_check_tasks: int = 24
+    """Unseen layouts (L0 test tasks) the cold-start model plays to measure its format validity."""
+    # --- RL arms (paper §3.4, App. A.2) ---------------------------------------------------------
+    algos: tuple[str, ...] = ("grpo", "rlvmr")
+    """Trained from the same cold-start checkpoint with the same budget; 'gigpo' may be added."""
+    seeds: tuple[int, ...] = (0, 1)
+    iterations: int = 8
+    tasks_per_iteration: int = 8
+    group_size: int = 4
+    max_steps: int = 20
+    """Steps per episode (training and evaluation); the searching expert needs 4-17."""
+    max_new_tokens: int = 48
+    lr: float = 1e-4
+    kl_coef: float = 0.01
+    mini_batch_size: int = 128
+    micro_batch_size: int = 32
+    # --- evaluation (paper §2.1) ------------------------------------------------------------------
+    levels: tuple[str, ...] = ("L0", "L1", "L2")
+    eval_tasks: int = 30
+    """Tasks per level and policy (a seeded subset of the level's 60 test tasks)."""
+    eval_temperature: float = 0.4
+    bootstrap: int = 2000
+    """Bootstrap resamples for the confidence intervals (seeds, then episodes within a seed)."""
+    workers: int = 1
+    """Processes that run the seeds side by side after the cold start (1: one after the other, in this
+    process). Each worker uses one torch thread; on a CPU shared with other jobs this buys throughput."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free-form notes copied into the results file."""
+
+    def __post_init__(self) -> None:
+        self.algos, self.seeds, self.levels = tuple(self.algos), tuple(self.seeds), tuple(self.levels)
+        require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
+                                "sft_batch_size", "format_check_tasks", "iterations", "tasks_per_iteration",
+                                "group_size", "max_steps", "max_new_tokens", "lr", "mini_batch_size",
+                                "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
+        if not self.algos or not self.seeds or not self.levels:
+            raise ValueError("a lab run needs at least one algo, one seed and one level")
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> "LabConfig":
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(d) - names)
+        if unknown:
+            raise ValueError(f"unknown lab setting(s) {unknown}; known: {sorted(names)}")
+        return cls(**d)
+
+
+def load_lab_config(path: str | os.PathLike, **overrides: Any) -> LabConfig:
+    """A `LabConfig` from a JSON file, with `overrides` on top. A relative path that does not exist here is
+    looked up in the repository (``configs/lab/...`` from a notebook run in another folder)."""
+    path = Path(path)
+    if not path.is_file() and not path.is_absolute():
+        from ..notebooks import project_root
+
+        path = project_root() / path
+    data = json.loads(path.read_text())
+    return LabConfig.from_dict({**data, **overrides})

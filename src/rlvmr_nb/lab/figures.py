@@ -1,0 +1,123 @@
+"""The lab's figures, drawn with seaborn on pyplot-free matplotlib figures (as `rlvmr_nb.plots` does).
+
+* `plot_lab_metrics` — success, repetitive-action, invalid-action rate and episode length per level and
+  arm (paper Figs. 1, 3 and 5 measure the same quantities): bars at the pooled estimate, 95 % two-stage
+  bootstrap intervals, one dot per seed.
+* `plot_lab_differences` — the hypothesis: RLVMR − GRPO per level with its interval, against zero.
+* `plot_lab_training` — training success, episode length, invalid and repetitive rates per iteration
+  (paper Fig. 6), mean over seeds with seaborn's bootstrap band over seeds.
+
+Method colours are the package's (`plots.METHOD_COLORS`); the cold start is grey.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from ..plots import method_color
+from ..plots.style import figure_style
+
+_PANELS = (("success", "success rate"), ("repetitive", "repetitive-action rate"),
+           ("invalid", "invalid-action rate"), ("episode_length", "episode length (steps)"))
+_COLD = "#9e9e9e"
+
+
+def _palette(arms: list[str]) -> dict[str, str]:
+    return {a: _COLD if a == "cold start" else method_color(a) for a in arms}
+
+
+def _frame(records: Any) -> Any:
+    import pandas as pd
+
+    return pd.DataFrame(list(records))
+
+
+def plot_lab_metrics(summary: Mapping[str, Any], title: str | None = None) -> Figure:
+    """Four panels (module docstring) from `lab.stats.lab_summary`'s table and per-seed values."""
+    import seaborn as sns
+
+    table, seeds = _frame(summary["table"]), _frame(summary["per_seed"])
+    arms = list(dict.fromkeys(table["arm"]))
+    levels = list(dict.fromkeys(table["level"]))
+    palette = _palette(arms)
+    with figure_style():
+        fig = Figure(figsize=(9.0, 6.2), layout="constrained")
+        axes = fig.subplots(2, 2).ravel()
+        for ax, (metric, label) in zip(axes, _PANELS):
+            rows = table[table["metric"] == metric]
+            sns.barplot(data=rows, x="level", y="mean", hue="arm", order=levels, hue_order=arms, palette=palette,
+                        errorbar=None, ax=ax, alpha=0.85, legend=ax is axes[0])
+            width = 0.8 / len(arms)
+            for i, arm in enumerate(arms):
+                for j, level in enumerate(levels):
+                    r = rows[(rows["arm"] == arm) & (rows["level"] == level)]
+                    if len(r):
+                        x = j - 0.4 + width * (i + 0.5)
+                        ax.errorbar(x, r["mean"].iloc[0], yerr=[[r["mean"].iloc[0] - r["lo"].iloc[0]],
+                                                               [r["hi"].iloc[0] - r["mean"].iloc[0]]],
+                                    color="#222222", capsize=2.5, linewidth=1)
+            sns.stripplot(data=seeds, x="level", y=metric, hue="arm", order=levels, hue_order=arms, dodge=True,
+                          palette={a: "#222222" for a in arms}, size=3, alpha=0.6, ax=ax, legend=False)
+            ax.set_title(label)
+            ax.set_xlabel("")
+            ax.set_ylabel("")
+            if metric != "episode_length":
+                ax.set_ylim(0, 1.02)
+            ax.grid(axis="y", alpha=0.25, linewidth=0.5)
+        axes[0].legend(title=None, frameon=False, fontsize=8, loc="upper right")
+        fig.suptitle(title or "Lab evaluation: L0 new layouts · L1 unseen combinations · L2 held-out task kind\n"
+                              "(bars: pooled estimate; whiskers: 95 % bootstrap over seeds and episodes; dots: seeds)",
+                     fontsize=9.5)
+    return fig
+
+
+def plot_lab_differences(summary: Mapping[str, Any], title: str | None = None) -> Figure:
+    """RLVMR − GRPO per level for the repetitive-action rate and the success rate, with 95 % intervals."""
+    diffs = _frame(summary["differences"])
+    if diffs.empty:
+        raise ValueError("the summary has no RLVMR - GRPO differences (train both 'grpo' and 'rlvmr')")
+    with figure_style():
+        fig = Figure(figsize=(7.6, 2.9), layout="constrained")
+        axes = fig.subplots(1, 2)
+        for ax, (metric, label) in zip(axes, (("repetitive", "repetitive-action rate"), ("success", "success rate"))):
+            rows = diffs[diffs["metric"] == metric]
+            ys = range(len(rows))
+            ax.errorbar(rows["mean"], list(ys), xerr=[rows["mean"] - rows["lo"], rows["hi"] - rows["mean"]],
+                        fmt="o", color=method_color("RLVMR"), ecolor="#333333", capsize=3)
+            ax.axvline(0, color="#777777", linewidth=0.8, linestyle="--")
+            ax.set_yticks(list(ys), list(rows["level"]))
+            ax.invert_yaxis()
+            ax.set_title(f"RLVMR − GRPO: {label}")
+            ax.set_xlabel("difference (fraction; 95 % interval)")
+            ax.grid(axis="x", alpha=0.25, linewidth=0.5)
+        fig.suptitle(title or "Hypothesis: repetitive rate lower (left of 0), unseen success not lower", fontsize=9.5)
+    return fig
+
+
+def plot_lab_training(summary: Mapping[str, Any], title: str | None = None) -> Figure:
+    """Training curves per iteration (paper Fig. 6), one line per arm, band over seeds."""
+    import seaborn as sns
+
+    curves = _frame(summary["training_curves"])
+    if curves.empty:
+        raise ValueError("the summary has no training rows")
+    arms = list(dict.fromkeys(curves["arm"]))
+    with figure_style():
+        fig = Figure(figsize=(9.0, 5.6), layout="constrained")
+        axes = fig.subplots(2, 2).ravel()
+        for ax, (metric, label) in zip(axes, _PANELS):
+            sns.lineplot(data=curves, x="iteration", y=metric, hue="arm", hue_order=arms, palette=_palette(arms),
+                         errorbar=("ci", 95), n_boot=500, seed=0, marker="o", markersize=3.5, ax=ax,
+                         legend=ax is axes[0])
+            ax.set_title(f"training {label}")
+            ax.set_ylabel("")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            if metric != "episode_length":
+                ax.set_ylim(-0.02, 1.02)
+            ax.grid(alpha=0.25, linewidth=0.5)
+        axes[0].legend(title=None, frameon=False, fontsize=8)
+        fig.suptitle(title or "Training rollouts per iteration (mean over seeds, 95 % band over seeds)", fontsize=9.5)
+    return fig

@@ -1,0 +1,60 @@
+"""Everything a finished lab run shows: its figures, its case-study page and one results file."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+from ..plots import save_figure
+from .cases import case_study_html, find_cases, pattern_counts
+from .figures import plot_lab_differences, plot_lab_metrics, plot_lab_training
+
+
+def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures_dir: str | os.PathLike,
+                     results_file: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Draw the figures into `figures_dir` (PNG), search the case studies, save the page beside the
+    figures, and write the summary (with the pattern counts and provenance) to `results_file`
+    (default: ``<out>/lab_results.json``). Returns the written paths and the pattern counts."""
+    from ..casestudy import save_html
+    from ..evaluate import provenance
+
+    name = summary["config"]["name"]
+    figures = Path(figures_dir)
+    paths: dict[str, Any] = {}
+    paths["metrics"] = save_figure(plot_lab_metrics(summary), figures, f"lab_{name}_metrics", ("png",))[0]
+    paths["training"] = save_figure(plot_lab_training(summary), figures, f"lab_{name}_training", ("png",))[0]
+    if summary["differences"]:
+        paths["differences"] = save_figure(plot_lab_differences(summary), figures, f"lab_{name}_hypothesis",
+                                           ("png",))[0]
+    arms = ["cold start", *summary["config"]["algos"]]
+    found = find_cases(out, arms)
+    counts = pattern_counts(found)
+    paths["case_studies"] = save_html(figures / f"lab_{name}_case_studies.html", case_study_html(found),
+                                      title=f"Metacognition lab ({name}): case studies")
+    document = {**summary, "case_study_patterns": counts, "provenance": provenance()}
+    target = Path(results_file) if results_file else Path(out) / "lab_results.json"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    target.write_text(json.dumps(document, indent=2, default=float) + "\n")
+    paths["results"] = target
+    return {"paths": paths, "patterns": counts}
+
+
+def results_markdown(summary: Mapping[str, Any], metrics: tuple[str, ...] = (
+        "success", "repetitive", "invalid", "episode_length", "format_valid")) -> str:
+    """The summary's table as Markdown: one row per (metric, arm), one column per level, each cell
+    ``estimate [95 % interval]`` (rates in percent, length in steps)."""
+    table = summary["table"]
+    levels = list(dict.fromkeys(r["level"] for r in table))
+    arms = list(dict.fromkeys(r["arm"] for r in table))
+    lines = ["| metric | arm | " + " | ".join(levels) + " |", "|---|---|" + "---|" * len(levels)]
+    for metric in metrics:
+        scale, unit = (1.0, "") if metric == "episode_length" else (100.0, " %")
+        for arm in arms:
+            cells = []
+            for level in levels:
+                r = next(x for x in table if (x["arm"], x["level"], x["metric"]) == (arm, level, metric))
+                cells.append(f"{scale * r['mean']:.1f} [{scale * r['lo']:.1f}, {scale * r['hi']:.1f}]")
+            lines.append(f"| {metric.replace('_', ' ')}{unit} | {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""The lab policy (word-level tokenizer + small Llama), the lab statistics, and the lab end to end:
+`rlvmr-nb lab` with configs/lab/ci.json and notebook 06 under papermill with configs/ci."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from rlvmr_nb.lab import stats  # noqa: E402
+from rlvmr_nb.lab.policy import build_vocabulary, make_policy, make_tokenizer, world_corpus  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def lab_tokenizer(tmp_path_factory):
+    """The vocabulary as `build_lab_policy` makes it: the world's text plus a tagged cold-start set."""
+    from rlvmr_nb.coldstart import build_coldstart_dataset, read_samples
+
+    data = build_coldstart_dataset("lab", "L0", 20, seed=0, out_dir=tmp_path_factory.mktemp("cs"), progress=False)
+    texts = [s[k] for s in read_samples(data) for k in ("prompt", "response")]
+    return make_tokenizer(build_vocabulary([*world_corpus(), *texts]))
+
+
+def test_word_tokenizer_round_trips_what_the_parser_reads(lab_tokenizer):
+    from rlvmr_nb.prompts import AgentMemory, PromptConfig, to_chat
+    from rlvmr_nb.tags import parse_output
+
+    tok = lab_tokenizer
+    output = "<explore>The key may be in the Box, so i open it.</explore>\n<action>open box</action>\n"
+    ids = tok(output, add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in ids
+    decoded = tok.decode(ids, skip_special_tokens=True)
+    a, b = parse_output(output, mode="strict"), parse_output(decoded, mode="strict")
+    assert b.valid and (b.tag, b.action) == (a.tag, a.action) == ("explore", "open box")
+    assert tok(decoded, add_special_tokens=False)["input_ids"] == ids  # decoding is a fixed point
+    memory = AgentMemory(task="put the key and the apple in the crate.", config=PromptConfig(env="lab"))
+    chat = to_chat(tok, memory.render("You are in the hallway. Exits: cellar.", ["go to cellar", "look"]))
+    chat_ids = tok(chat, add_special_tokens=False)["input_ids"]
+    assert tok.unk_token_id not in chat_ids and chat.endswith("<|assistant|>\n")
+    assert tok.convert_ids_to_tokens(chat_ids[:3]) == ["<|user|>", "task", ":"]
+    assert len(chat_ids) < 120
+
+
+def test_policy_saves_as_a_model_folder_the_library_loads_and_samples(lab_tokenizer, tmp_path):
+    from rlvmr_nb.generation.base import SamplingConfig
+    from rlvmr_nb.generation.hf import HFGenerator
+    from rlvmr_nb.lab.policy import LabPolicyConfig
+    from rlvmr_nb.models import load_model
+
+    model = make_policy(lab_tokenizer, LabPolicyConfig(hidden_size=32, layers=1))
+    model.save_pretrained(tmp_path)
+    lab_tokenizer.save_pretrained(tmp_path)
+    loaded, tok = load_model(str(tmp_path))
+    assert sum(p.numel() for p in loaded.parameters()) == sum(p.numel() for p in model.parameters())
+    prompt = tok.apply_chat_template([{"role": "user", "content": "Task: look"}], tokenize=False, add_generation_prompt=True)
+    gens = HFGenerator(loaded, tok, max_batch_size=4).generate([prompt] * 4, SamplingConfig(max_new_tokens=8, seed=0))
+    assert all(len(g.token_ids) == len(g.logprobs) > 0 for g in gens)
+
+
+def test_pooled_metrics_match_metrics_summarize():
+    from rlvmr_nb.metrics import summarize
+    from rlvmr_nb.trajectory import Episode, Step
+
+    eps = [Episode(task_id=f"t{i}", env="lab", won=i % 2 == 0, steps=[
+        Step(t=t, observation="o", action=a, feedback=f, valid=t != 1, admissible=f != "Nothing happens.")
+        for t, (a, f) in enumerate([("go to a", "A"), ("go to a", "Nothing happens."), ("look", "A")][: 1 + i % 3])])
+        for i in range(6)]
+    ours, ref = stats.pooled(stats.episode_rows(eps)), summarize(eps)
+    for metric in ("success", "repetitive", "invalid", "episode_length"):
+        assert ours[metric] == pytest.approx(ref[metric])
+    assert ours["format_valid"] == pytest.approx(1 - ref["invalid_malformed"])
+
+
+def test_two_stage_bootstrap_intervals():
+    rng = np.random.default_rng(0)
+
+    def arm(p, seeds=3, n=40):  # won, steps, repetitive, invalid, malformed
+        return [np.column_stack([rng.random(n) < p, np.full(n, 10), rng.binomial(10, p, n), np.zeros(n), np.zeros(n)])
+                .astype(float) for _ in range(seeds)]
+
+    a, b = arm(0.8), arm(0.2)
+    ci = stats.bootstrap(a, 300)
+    assert ci["success"]["lo"] <= ci["success"]["mean"] <= ci["success"]["hi"]
+    assert 0.6 < ci["success"]["mean"] < 0.95 and ci["format_valid"]["mean"] == 1.0
+    diff = stats.bootstrap(a, 300, other=b)
+    assert diff["success"]["lo"] > 0.3 and diff["repetitive"]["lo"] > 0.3  # a clear difference is seen
+    same = stats.bootstrap(a, 300, other=a)
+    assert same["success"]["mean"] == 0 and same["success"]["lo"] < 0 < same["success"]["hi"]
+    with pytest.raises(ValueError, match="same seeds"):
+        stats.bootstrap(a, 10, other=b[:2])
+    lo, hi = stats.wilson(8, 10)
+    assert (round(lo, 3), round(hi, 3)) == (0.490, 0.943)
+
+
+def test_hypothesis_verdicts():
+    diffs = [{"level": "L0", "metric": "repetitive", "mean": -0.1, "lo": -0.2, "hi": -0.01},
+             {"level": "L1", "metric": "repetitive", "mean": 0.0, "lo": -0.1, "hi": 0.1},
+             {"level": "L1", "metric": "success", "mean": -0.2, "lo": -0.3, "hi": -0.1},
+             {"level": "L2", "metric": "success", "mean": 0.0, "lo": -0.1, "hi": 0.1},
+             {"level": "L2", "metric": "repetitive", "mean": 0.0, "lo": 0.0, "hi": 0.0}]
+    v = stats.hypothesis_verdict(diffs)
+    assert v == {"repetitive_lower": {"L0": "supported", "L1": "inconclusive", "L2": "uninformative"},
+                 "unseen_success_not_lower": {"L1": "contradicted", "L2": "inconclusive"}}
+    assert stats.hypothesis_verdict([{"level": "L1", "metric": "success", "mean": 0.1, "lo": 0.0, "hi": 0.2}]) == {
+        "repetitive_lower": {}, "unseen_success_not_lower": {"L1": "supported"}}
+
+
+@pytest.mark.slow
+def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path):
+    """`rlvmr-nb lab`: one cold start, GRPO and RLVMR over two seeds, three levels, figures, results."""
+    from rlvmr_nb.cli import main
+
+    out, results = tmp_path / "lab", tmp_path / "results.json"
+    assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
+                 "--figures", str(tmp_path / "figures"), "--results", str(results)]) == 0
+    doc = json.loads(results.read_text())
+    assert {(r["arm"], r["level"]) for r in doc["table"]} == {
+        (a, lvl) for a in ("cold start", "GRPO", "RLVMR") for lvl in ("L0", "L1", "L2")}
+    assert {r["seed"] for r in doc["per_seed"]} == {0, 1}
+    assert set(doc["hypothesis"]) == {"repetitive_lower", "unseen_success_not_lower"}
+    assert {(d["level"], d["metric"]) for d in doc["differences"]} >= {("L1", "success"), ("L0", "repetitive")}
+    assert len([r for r in doc["training_curves"] if r["arm"] == "RLVMR"]) == 4  # 2 iterations x 2 seeds
+    assert doc["provenance"]["git_sha"] and doc["timing"]["coldstart"]["cpu_s"] > 0
+    assert {p.name for p in (tmp_path / "figures").iterdir()} == {
+        "lab_ci_metrics.png", "lab_ci_training.png", "lab_ci_hypothesis.png", "lab_ci_case_studies.html"}
+    for arm in ("grpo", "rlvmr"):  # both arms started from the one cold-start checkpoint
+        config = json.loads((out / "runs" / f"{arm}-seed0" / "config.json").read_text())
+        assert config["model"] == str(out / "coldstart" / "sft") and config["prompt_style"] == "meta_think"
+    # a rerun resumes: nothing is retrained, the same numbers come out
+    before = (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
+    assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
+                 "--figures", str(tmp_path / "figures"), "--results", str(results)]) == 0
+    assert (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text() == before
+    assert json.loads(results.read_text())["table"] == doc["table"]
+
+
+@pytest.mark.slow
+def test_metacognition_lab_notebook_runs_with_the_ci_parameters(tmp_path):
+    pytest.importorskip("papermill")
+    pytest.importorskip("seaborn")
+    from rlvmr_nb import notebooks as nbs
+
+    executed = nbs.run_notebook("06_metacognition_lab", nbs.config_path("06_metacognition_lab", ci=True),
+                                tmp_path / "executed", cwd=tmp_path)
+    cells = json.loads(executed.read_text())["cells"]
+    assert not [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
+    doc = json.loads((tmp_path / "runs" / "lab" / "ci" / "lab_results.json").read_text())
+    assert {r["level"] for r in doc["table"]} == {"L0", "L2"}
+    assert (tmp_path / "figures" / "lab" / "lab_ci_metrics.png").is_file()
