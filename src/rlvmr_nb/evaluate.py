@@ -50,12 +50,19 @@ class EvalConfig:
     """Episodes stepped together (generation is batched across them)."""
     env_workers: int = 0
     """Env worker processes (0: in-process)."""
+    report_to: tuple[str, ...] = ()
+    """Also send the summary to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
 
     def __post_init__(self) -> None:
         from .prompts import STYLES
         from .validation import require_choice, require_non_negative, require_positive
 
         check_level(self.level)
+        if self.report_to:  # imported only when used: the runs package loads torch
+            from .runs.reporters import check_report_to
+
+            self.report_to = check_report_to(self.report_to)
+        self.report_to = tuple(self.report_to)
         require_choice(self, "prompt_style", STYLES)
         require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks"])
         require_non_negative(self, ["temperature", "env_workers"])
@@ -114,7 +121,12 @@ def evaluate_policy(
             env_slots.close()
     for ep in episodes:
         ep.info["eval"] = {"level": config.level, "temperature": config.temperature}
-    return episodes, summarize(episodes)
+    summary = summarize(episodes)
+    if config.report_to:
+        from .runs.reporters import report_once
+
+        report_once(config.report_to, summary, run_name=f"eval-{config.env}-{config.level}", config=asdict(config))
+    return episodes, summary
 
 
 def provenance(seed: int | None = None) -> dict:

@@ -36,6 +36,7 @@ from .prompts import STYLES
 from .rewards import RewardConfig, assign_rewards
 from .reference_policy import frozen_copy, reference_view
 from .runs import MetricsLog, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
+from .runs.reporters import check_report_to, open_reporters
 from .step_samples import (ResponseScorer, ScoringOptions, StepSample, episodes_to_samples, micro_batch_loss,
                            response_logprobs, with_logprobs)
 from .trajectory import Episode, append_episodes
@@ -44,7 +45,8 @@ from .validation import require_choice, require_non_negative, require_positive
 ALGOS = ("rlvmr", "grpo", "gigpo")
 
 RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "resume", "progress", "save_episodes",
-                               "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size"})
+                               "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
+                               "report_to"})
 """Settings a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
 refused, since the checkpoint's optimizer state and the logs belong to the settings that made them."""
 
@@ -133,6 +135,8 @@ class TrainConfig:
     """Append every iteration's episodes to out_dir/episodes.jsonl."""
     progress: bool = True
     """tqdm bars."""
+    report_to: tuple[str, ...] = ()
+    """Also send each iteration's metrics to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.advantage, dict):
@@ -149,6 +153,7 @@ class TrainConfig:
                 f"advantage preset {self.advantage.preset!r} puts the format penalty in the {channel!r} channel, but "
                 f"reward.format_penalty_channel is {self.reward.format_penalty_channel!r}: pass "
                 f"reward=RewardConfig.for_preset({self.advantage.preset!r}) (or leave reward unset)")
+        self.report_to = check_report_to(self.report_to)
         require_choice(self, "algo", ALGOS)
         require_choice(self, "prompt_style", (None, *STYLES))
         require_choice(self, "old_logprobs", ("recompute", "sampler"))
@@ -295,7 +300,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.resolved_prompt_style,
                                  max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
-    log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start)
+    log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start, reporters=open_reporters(
+        config.report_to, run_name=out_dir.name, config=config.to_dict()) if rank == 0 else ())
     rows = []
     try:
         for iteration in range(start, config.iterations):
