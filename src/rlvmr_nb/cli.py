@@ -9,11 +9,14 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
+REPORT_TO_HELP = ("also send the metrics to these services: wandb, trackio (off by default; credentials come from "
+                  "the service's own login or environment, never from rlvmr-nb)")
+
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import format_summary, run_demo, step_table
+    from .demo import DEMO_OUT, format_summary, run_demo, step_table
 
-    result = run_demo(out_dir=args.out, preset=args.preset)
+    result = run_demo(out_dir=args.out or ("figures" if args.update_figures else DEMO_OUT), preset=args.preset)
     print(step_table(result.episodes))
     print(format_summary(result.summary))
     if result.figure:
@@ -23,9 +26,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         from .notebooks import run_demo_chain
 
         os.environ["ALFWORLD_DATA"] = str(install_alfworld_data(default_source()))  # no-op when cached
-        for name, info in run_demo_chain(progress=True).items():
+        for name, info in run_demo_chain(progress=True, update_figures=args.update_figures).items():
             print(f"{name}: {info['seconds']:.0f} s, executed copy {info['notebook']}")
-        print("figures: figures/demo/")
+        print(f"figures: {'figures/demo/' if args.update_figures else 'runs/figures/demo/'}")
     return 0
 
 
@@ -67,9 +70,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_figures(args: argparse.Namespace) -> int:
     from .notebooks import FIGURE_NOTEBOOKS, NOTEBOOKS, make_figures
 
-    executed = make_figures(args.runs, notebooks=NOTEBOOKS if args.all else FIGURE_NOTEBOOKS, progress=True)
+    executed = make_figures(args.runs, notebooks=NOTEBOOKS if args.all else FIGURE_NOTEBOOKS, progress=True,
+                            update_figures=args.update_figures)
     for name, path in executed.items():
         print(f"{name}: {path}")
+    print(f"figures: {'figures/' if args.update_figures else 'runs/figures/'}; gallery: runs/gallery/index.html")
     return 0
 
 
@@ -92,6 +97,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
         lr=args.lr, mini_batch_size=args.mini_batch_size, micro_batch_size=args.micro_batch_size,
         save_every=args.save_every, resume=args.resume, env_workers=args.env_workers, lora=args.lora,
         prompt_style=args.prompt_style, advantage=preset(args.preset), loss=LossConfig(kl_coef=args.kl_coef),
+        report_to=tuple(args.report_to),
     )
     rows = train(cfg)
     for row in rows:
@@ -107,7 +113,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=args.seed,
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
-                     env_workers=args.env_workers)
+                     env_workers=args.env_workers, report_to=tuple(args.report_to))
     model, tok, described = load_policy(args.model, seed=args.seed)
     episodes, summary = evaluate_policy(model, tok, cfg)
     path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model, "policy": described})
@@ -124,8 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="parse a real tagged ALFWorld group, compute rewards/advantages, draw it")
-    p.add_argument("--out", default="figures", help="folder for the figure")
+    p.add_argument("--out", default=None, help="folder for the figure (default: runs/demo/figures; with "
+                   "--update-figures: the checked-in figures/)")
     p.add_argument("--preset", default="official_code", choices=["official_code", "paper"])
+    p.add_argument("--update-figures", action="store_true",
+                   help="rewrite the checked-in figures (figures/, figures/demo/) instead of writing under runs/")
     p.add_argument("--train", action="store_true",
                    help="then run the tour and a short end-to-end SmolLM2 run on real ALFWorld (cold start + RLVMR; "
                         "notebooks 00-02 with configs/demo/, minutes on a CPU)")
@@ -146,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("figures", help="run the figure notebooks with papermill (paper figures/tables, tour, case studies)")
     p.add_argument("--runs", default="runs/notebooks", help="where executed notebook copies go (not the repo)")
     p.add_argument("--all", action="store_true", help="also rerun the cold-start, training and evaluation CPU demos")
+    p.add_argument("--update-figures", action="store_true",
+                   help="rewrite the checked-in figures/ (default: the same files under runs/figures/)")
     p.set_defaults(func=_cmd_figures)
 
     # Listed for --help only: main() hands "coldstart ..." to the cold-start parser before this one runs.
@@ -180,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default="auto", help="'auto' (newest intact checkpoint), 'never' or a ckpt folder")
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--lora", action="store_true")
+    p.add_argument("--report-to", nargs="+", default=[], metavar="SERVICE", help=REPORT_TO_HELP)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")
@@ -194,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--out", default="runs/eval/results.json")
+    p.add_argument("--report-to", nargs="+", default=[], metavar="SERVICE", help=REPORT_TO_HELP)
     p.set_defaults(func=_cmd_eval)
 
     argv = list(sys.argv[1:] if argv is None else argv)
