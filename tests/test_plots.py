@@ -96,7 +96,8 @@ def test_intervals_on_our_records_become_error_bars(ours):
     with_ci = plots.attach_intervals(ours, {"intervals": {"invalid": [0.1, 0.35], "success": [0.0, 0.5]}},
                                      scale=100, level="L1", method="RLVMR")
     marked = [r for r in with_ci if "ci_low" in r]
-    assert {(r["metric"], r["ci_low"], r["ci_high"]) for r in marked} == {("invalid", 10.0, 35.0), ("success", 0.0, 50.0)}
+    assert {(r["metric"], r["ci_low"], r["ci_high"]) for r in marked} == {("invalid", 10.0, 35.0),
+                                                                         ("success", 0.0, 50.0)}
     fig = plots.plot_fig5(ours=with_ci)
     bars = [c for ax in fig.axes for c in ax.containers if isinstance(c, ErrorbarContainer)]
     assert len(bars) == 1  # RLVMR's invalid rate at L1 in our invalid panel
@@ -230,7 +231,8 @@ def test_sizes_and_captions_name_the_model():
     line = plots.RunCaption("smollm2-135m-instruct", "135M", 8, (0, 1), what="2 iterations").line()
     assert line == "ours: smollm2-135m-instruct (135M parameters) · 8 episodes · seeds 0, 1 · 2 iterations"
     assert "size unknown" in plots.RunCaption("m", None, None).line()
-    assert "noise" in plots.small_run_note(2, 1, 4) and "2 iterations of 1 task x 4 rollouts" in plots.small_run_note(2, 1, 4)
+    note = plots.small_run_note(2, 1, 4)
+    assert "noise" in note and "2 iterations of 1 task x 4 rollouts" in note
     assert plots.small_run_note(100, 16, 8) is None
 
 
@@ -300,7 +302,8 @@ def test_a_run_folder_names_its_base_model_and_counts_its_parameters(tmp_path):
 
     coldstart = tmp_path / "coldstart" / "alfworld-L0-n10-seed0"
     (coldstart / "sft").mkdir(parents=True)
-    safetensors_torch.save_file({"a": torch.zeros(3, 4), "b": torch.zeros(5)}, str(coldstart / "sft" / "model.safetensors"))
+    weights = {"a": torch.zeros(3, 4), "b": torch.zeros(5)}  # 17 parameters
+    safetensors_torch.save_file(weights, str(coldstart / "sft" / "model.safetensors"))
     (coldstart / "results.json").write_text(json.dumps({"model": {"spec": "embedded:smollm2-135m-instruct",
                                                                   "parameters": 134_515_008}}))
     run = tmp_path / "rlvmr_alfworld_L0_seed0"

@@ -96,7 +96,8 @@ def test_training_reports_every_iteration_and_writes_no_key(tmp_path, services):
         for (_, call), row in zip(module.calls[1:3], logged):
             assert call["step"] == row["iteration"]
             # the same numbers as the run's own log; text and None stay out
-            assert call["data"]["success"] == row["success"] and call["data"]["pg_loss"] == pytest.approx(row["pg_loss"])
+            assert call["data"]["success"] == row["success"]
+            assert call["data"]["pg_loss"] == pytest.approx(row["pg_loss"])
             assert all(isinstance(v, float) for v in call["data"].values())
     assert [r["iteration"] for r in rows] == [0, 1]
     saved = json.loads((run_dir / "config.json").read_text())

@@ -64,7 +64,8 @@ def episode_frame(episodes: Iterable[Any], metrics: Sequence[str], group: Mappin
 
     unknown = sorted(set(metrics) - set(STEP_FLAGS) - set(EPISODE_VALUES))
     if unknown:
-        raise ValueError(f"no per-episode definition of {unknown}; known: {sorted(STEP_FLAGS) + sorted(EPISODE_VALUES)}")
+        known = sorted(STEP_FLAGS) + sorted(EPISODE_VALUES)
+        raise ValueError(f"no per-episode definition of {unknown}; known: {known}")
     rows = []
     for i, ep in enumerate(episodes):
         if ep.aborted:

@@ -29,8 +29,9 @@ def training_caption(run_dir: str | os.PathLike, seeds: Sequence[int] | None = N
     config = _read_json(Path(run_dir) / "config.json")
     model = describe_model_source(run_dir)
     tasks, group = int(config["tasks_per_iteration"]), int(config["group_size"])
+    per_iteration = f"{tasks} task{'s' if tasks > 1 else ''} x {group} rollouts"
     return RunCaption(model=model.name, size=size_label(model.parameters),
-                      episodes=f"{tasks * group} episodes per iteration ({tasks} task{'s' if tasks > 1 else ''} x {group} rollouts)",
+                      episodes=f"{tasks * group} episodes per iteration ({per_iteration})",
                       seeds=tuple(seeds) if seeds is not None else (int(config["seed"]),),
                       what=f"{config['iterations']} iterations planned, max {config['max_steps']} steps per episode")
 
@@ -76,10 +77,12 @@ def coldstart_figure(run_dir: str | os.PathLike, title: str | None = None) -> Fi
     run_dir = Path(run_dir)
     results = _read_json(run_dir / "results.json")
     log_path = run_dir / "sft" / "sft_log.jsonl"
-    sft_log = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.is_file() else []
+    sft_log = ([json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+               if log_path.is_file() else [])
     recorded = results.get("eval", {}).get("episodes_dir")
     # the recorded path is relative to where the notebook ran; the folder sits next to results.json
-    folder = next((p for p in (Path(recorded), run_dir / Path(recorded).name) if p.is_dir()), None) if recorded else None
+    candidates = (Path(recorded), run_dir / Path(recorded).name) if recorded else ()
+    folder = next((p for p in candidates if p.is_dir()), None)
     episodes = {when: read_episodes(folder / f"eval_{when}.episodes.jsonl") for when in ("before", "after")
                 if folder and (folder / f"eval_{when}.episodes.jsonl").is_file()}
     return plot_coldstart(results, sft_log, title, episodes=episodes, caption=coldstart_caption(results))

@@ -61,7 +61,8 @@ def _import(service: str) -> Any:
     try:
         return importlib.import_module(REPORTERS[service])
     except ImportError as err:
-        raise ImportError(f"report_to={service!r} needs the {service} package: pip install {REPORTERS[service]}") from err
+        raise ImportError(f"report_to={service!r} needs the {service} package: "
+                          f"pip install {REPORTERS[service]}") from err
 
 
 def open_reporters(names: Iterable[str], *, run_name: str, config: Mapping[str, Any],
