@@ -314,5 +314,9 @@ def test_a_run_folder_names_its_base_model_and_counts_its_parameters(tmp_path):
         "smollm2-135m-instruct after cold-start SFT", 17, "embedded:smollm2-135m-instruct")
     trained = describe_model_source(run)
     assert trained.name == "smollm2-135m-instruct after cold-start SFT + RLVMR" and trained.parameters == 17
+    (run / "ckpt-00001").mkdir()
+    tied = torch.zeros(6, 2)  # an embedding shared with the output head is stored under two names
+    torch.save({"embed.weight": tied, "head.weight": tied, "norm.weight": torch.zeros(2)}, run / "ckpt-00001" / "model.pt")
+    assert describe_model_source(run).parameters == 14
     spec = describe_model_source("Qwen/Qwen2.5-1.5B-Instruct")
     assert (spec.name, spec.parameters) == ("Qwen2.5-1.5B-Instruct", 1_500_000_000)

@@ -27,7 +27,8 @@ CI_FIELDS = ("ci_low", "ci_high")
 """Optional fields of a record holding its interval (same unit as ``value``)."""
 BOOTSTRAP = {"errorbar": ("ci", 95), "n_boot": 1000, "seed": 0}
 """seaborn's interval settings for every figure: 95 % percentile bootstrap, fixed seed (figures are reproducible)."""
-INTERVAL_NOTE = "error bars: 95 % bootstrap CI, resampling episodes"
+INTERVAL_NOTE = ("error bars: 95 % bootstrap CI, resampling episodes; a zero-width bar means every episode agreed "
+                 "(e.g. none won), not certainty")
 
 STEP_FLAGS = {  # step-level rates: the flag of one step (metrics.invalid_action_rates, combined)
     "invalid": lambda s, repeated: (not s.valid) or (not s.admissible),

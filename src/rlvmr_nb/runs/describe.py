@@ -62,14 +62,17 @@ def safetensors_parameters(folder: str | os.PathLike) -> int | None:
 
 
 def _checkpoint_parameters(ckpt: Path) -> int | None:
-    """Parameters in a trainer checkpoint's ``model.pt``, memory-mapped (nothing is copied)."""
+    """Parameters in a trainer checkpoint's ``model.pt``, memory-mapped (nothing is copied). Tied
+    weights (SmolLM2's embedding and output head) appear under two names on one storage: counted once."""
     try:
         import torch
 
         state = torch.load(ckpt / "model.pt", map_location="cpu", mmap=True, weights_only=True)
     except (OSError, RuntimeError, ImportError):
         return None
-    return sum(t.numel() for name, t in state.items() if "lora_" not in name)
+    unique = {(t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape)): t.numel()
+              for name, t in state.items() if "lora_" not in name}
+    return sum(unique.values())
 
 
 def describe_model_source(spec: str | os.PathLike, _depth: int = 0) -> ModelDescription:
