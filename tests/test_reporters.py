@@ -122,3 +122,13 @@ def test_evaluation_reports_its_summary_once(tmp_path, services):
     assert "tag_distribution/none" in calls[1][1]["data"]  # nested summaries are flattened
     path = write_results(tmp_path / "eval" / "results.json", summary, cfg, episodes)
     assert not [p for p in _files_under(path.parent) if SECRET.encode() in p.read_bytes()]
+
+
+def test_cli_report_to_reaches_the_config_and_refuses_unknown_services(tmp_path, capsys):
+    from rlvmr_nb.cli import main
+
+    assert main(["train", "--report-to", "mlflow", "--out", str(tmp_path / "run")]) == 2
+    assert "report_to: unknown service(s) ['mlflow']" in capsys.readouterr().err
+    assert main(["eval", "--env", "toy", "--report-to", "wandb", "neptune"]) == 2
+    assert "['neptune']" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()  # refused before anything was written
