@@ -31,6 +31,19 @@
 # folder (the cold-start output of notebook 01) or a trainer run folder / checkpoint of notebook
 # 02. `method` says which row of the paper it should stand beside.
 #
+# **What you learn.** How the paper's generalisation levels are built, what each metric counts
+# (`docs/method.md`, Evaluation and Metrics), and how to set a small model's numbers beside the
+# paper's without mistaking one for the other.
+#
+# **Prerequisites.** ALFWorld's game files (`make data`) and a policy: by default the trainer run
+# of notebook 02 (`configs/03_evaluation.json`), or any model spec. No GPU.
+#
+# **Time** (2 shared CPU cores, kernel already started): the run copy `runs/lab/03_evaluation.ipynb`
+# (`configs/ci/03_evaluation.json`: the toy game and a tiny random model) 7 s; these defaults
+# (3 levels × 4 games × up to 8 steps of 64 tokens) TIME_03_DEFAULT.
+#
+# **Step numbers.** The episode tables number steps from 1, as the prompt does ("This is step N").
+#
 # Batch use: `rlvmr_nb.notebooks.run_notebook("03_evaluation", "configs/03_evaluation.json")`.
 
 # %% tags=["parameters"]
@@ -124,8 +137,10 @@ pd.DataFrame({level: s["tag_distribution"] for level, s in by_level.items()}).T.
 # For ALFWorld and ScienceWorld the combined results file joins the paper's Table 1 (success),
 # Table 2 (actions per episode) and, for ALFWorld, Table 4 (success per task type) as
 # highlighted rows, and the paper's Fig. 3 (a base model,
-# SFT, GRPO) or Fig. 5 (SFT, GRPO, RLVMR) gets hatched bars of this run. The paper's numbers are
-# Qwen2.5-1.5B/7B after full training; a 135M model on a CPU budget is not expected to come close.
+# SFT, GRPO) or Fig. 5 (SFT, GRPO, RLVMR) gets a row of hatched bars of this run under the paper's
+# 1.5B and 7B rows, titled with this model's size; the caption names the model, the episodes per
+# level and the seed. The paper's numbers are Qwen2.5-1.5B/7B after full training; a 135M model on
+# a CPU budget is not expected to come close.
 
 # %%
 written = []
@@ -137,7 +152,8 @@ if env in paper.ENVS:
         display(plots.table4(ours=ours))  # per task type; the paper's numbers are L1
     figure = plots.plot_fig5 if paper.method_key(method_label) in ("RLVMR", "GRPO", "SFT") else plots.plot_fig3
     stem = f"eval_{run_name}"
-    written = plots.save_figure(figure(ours=ours), out_path, stem, formats)
+    caption = plots.evaluation_caption(model, policy, by_level, seeds=[seed])  # model, size, episodes, seed
+    written = plots.save_figure(figure(ours=ours, ours_caption=caption), out_path, stem, formats)
     display(Image(filename=str(out_path / f"{stem}.png")))
 else:
     print(f"the paper reports no {env!r} numbers; the tables above are the whole result")
