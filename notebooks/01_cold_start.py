@@ -41,10 +41,13 @@
 # **Prerequisites.** ALFWorld's game files (`make data`, once) and the embedded
 # SmolLM2-135M-Instruct (installed with `.venv`; converted on first use, ~30 s). No GPU.
 #
-# **Time** (2 shared CPU cores, kernel already started): the run copy `runs/lab/01_cold_start.ipynb`
-# (`configs/ci/01_cold_start.json`: a tiny random model, 2 trajectories) 14 s; these defaults
-# (32 samples, batch 8, 2 epochs: 8 optimiser steps; 4 held-out games) TIME_01_DEFAULT; the `make demo`
-# configuration below 4.5-9 min.
+# **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/01_cold_start.ipynb`
+# (`configs/ci/01_cold_start.json`: a tiny random model, 2 trajectories; kernel already started)
+# 14 s. These defaults (32 samples of up to 2,048 tokens, batch 8, 2 epochs: 8 optimiser steps;
+# 4 held-out games before and after) took 34 min as a batch run under heavy load (load average
+# 12-15, a `make demo` running beside it): plan for a lesson's worth of waiting, or use the run
+# copy. The `make demo` configuration below took 4.5 min on a quieter machine (README) and 9.5 min
+# under that load.
 #
 # **Which configuration gave the README's result.** The cold-start numbers in the README
 # (format-valid 0 % → 100 % on 2 held-out games) come from `configs/demo/01_cold_start.json`, the

@@ -28,8 +28,8 @@
 #
 # The paper trains Qwen2.5-1.5B/7B from a cold-start SFT checkpoint for 100 iterations of
 # 16 tasks × 8 rollouts × 30 steps on 8 GPUs (paper §4.1; `docs/method.md`, Training iteration).
-# The defaults below are a CPU demo that finishes in minutes: the embedded SmolLM2-135M-Instruct
-# on real ALFWorld, 2 iterations of 1 task × 4 rollouts. **At that scale the curves are noise**:
+# The defaults below are a CPU demo: the embedded SmolLM2-135M-Instruct on real ALFWorld,
+# 2 iterations of 1 task × 4 rollouts. **At that scale the curves are noise**:
 # a success rate over 4 rollouts moves in steps of 25 points, and 2 iterations cannot show a
 # trend. The point is that every number of the loop is real and inspectable; the figures say so
 # on their face.
@@ -42,10 +42,12 @@
 # but start from the cold-start model of notebook 01 (`model = "runs/coldstart/<name>/sft"`, as
 # `configs/02_rl_training.json` does) for outputs in the right format from the first step. No GPU.
 #
-# **Time** (2 shared CPU cores, kernel already started): the run copy `runs/lab/02_rl_training.ipynb`
-# (`configs/ci/02_rl_training.json`: the toy game and a tiny random model) 13 s; these defaults
-# from the cold-start model TIME_02_DEFAULT; the `make demo` configuration (`configs/demo/02_rl_training.json`,
-# 3 steps of 96 tokens) 5.5 min.
+# **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/02_rl_training.ipynb`
+# (`configs/ci/02_rl_training.json`: the toy game and a tiny random model; kernel already started)
+# 13 s. These defaults, from the cold-start model of `configs/01_cold_start.json` (episodes of up
+# to 5 steps of 48 tokens), took 18 min as a batch run under load (load average ~10); the `make demo`
+# configuration (`configs/demo/02_rl_training.json`, 3 steps of 96 tokens) 5.5 min on a quieter
+# machine (README) and 15-32 min under heavy load.
 #
 # **Step numbers.** The episode tables at the end number steps from 1, as the prompt does; the
 # x axis of the curves is the training iteration, counted from 0 as the trainer logs it.

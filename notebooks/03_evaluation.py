@@ -38,9 +38,10 @@
 # **Prerequisites.** ALFWorld's game files (`make data`) and a policy: by default the trainer run
 # of notebook 02 (`configs/03_evaluation.json`), or any model spec. No GPU.
 #
-# **Time** (2 shared CPU cores, kernel already started): the run copy `runs/lab/03_evaluation.ipynb`
-# (`configs/ci/03_evaluation.json`: the toy game and a tiny random model) 7 s; these defaults
-# (3 levels × 4 games × up to 8 steps of 64 tokens) TIME_03_DEFAULT.
+# **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/03_evaluation.ipynb`
+# (`configs/ci/03_evaluation.json`: the toy game and a tiny random model; kernel already started)
+# 7 s; these defaults (3 levels × 4 games × up to 8 steps of 64 tokens) 7.4 min as a batch run
+# under load (load average ~7-10).
 #
 # **Step numbers.** The episode tables number steps from 1, as the prompt does ("This is step N").
 #

@@ -56,6 +56,7 @@ def test_our_model_gets_its_own_row_named_with_its_size(name, ours):
     assert "hatched = ours: SmolLM2-135M-Instruct, 135M" in legend
     texts = [t.get_text() for t in fig.texts]
     assert any("SmolLM2-135M-Instruct (135M parameters) · 4 episodes per level · seed 0" in t for t in texts)
+    assert any("no error bars" in t for t in texts)  # says why there are none
 
 
 def test_our_records_of_a_paper_model_stand_beside_its_bars(ours):

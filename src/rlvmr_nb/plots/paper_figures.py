@@ -58,9 +58,14 @@ def _size(model: str | None) -> str:
     return m.group(1) if m else (model or "")
 
 
+OURS_NO_INTERVAL_NOTE = "no error bars: our results carry no confidence intervals (ci_low/ci_high)"
+
+
 def _ours_footer(caption: RunCaption | None, ours: Sequence[Mapping[str, Any]], width: float) -> list[str]:
-    return footer_lines([caption.line() if caption else None, OURS_INTERVAL_NOTE if any_interval(ours) else None],
-                        width)
+    if not ours:
+        return []
+    return footer_lines([caption.line() if caption else None,
+                         OURS_INTERVAL_NOTE if any_interval(ours) else OURS_NO_INTERVAL_NOTE], width)
 
 
 # --------------------------------------------------------------------------------------------
