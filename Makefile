@@ -39,13 +39,18 @@ $(VLLM_STAMP):
 
 vllm-venv: $(VLLM_STAMP)
 
+# Run outputs go to runs/ and leave `git status` clean; UPDATE=1 rewrites the checked-in figures instead
+# (figures/, figures/demo/), e.g. `make figures UPDATE=1` after changing a figure on purpose.
+UPDATE ?=
+FIGURE_FLAGS := $(if $(UPDATE),--update-figures)
+
 # The main command: the example group (seconds), then the tour and a short end-to-end SmolLM2 run on
-# real ALFWorld (cold start -> RLVMR), figures in figures/demo/, run folders in runs/demo/.
+# real ALFWorld (cold start -> RLVMR); run folders in runs/demo/, figures in runs/figures/demo/.
 demo: $(STAMP)
-	$(BIN)/rlvmr-nb demo --out figures --train
+	$(BIN)/rlvmr-nb demo --train $(FIGURE_FLAGS)
 
 demo-quick: $(STAMP)
-	$(BIN)/rlvmr-nb demo --out figures
+	$(BIN)/rlvmr-nb demo $(FIGURE_FLAGS)
 
 # What CI runs (.ci/run): every optional engine the suite exercises, then the whole suite.
 check: vllm-venv
@@ -86,8 +91,9 @@ gpu-check:
 data: $(STAMP)
 	$(BIN)/rlvmr-nb data alfworld
 
+# The figure notebooks (04, 00, 05): figures in runs/figures/, the executed notebooks as HTML in runs/gallery/.
 figures: $(STAMP)
-	$(BIN)/rlvmr-nb figures
+	$(BIN)/rlvmr-nb figures $(FIGURE_FLAGS)
 
 # The metacognition lab (notebook 06's experiment): GRPO vs RLVMR from one cold start on the lab world.
 # classroom: 2 seeds, minutes on 2 cores; metalab-recorded: 6 seeds, the results file and figures in the README.

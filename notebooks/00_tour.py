@@ -29,9 +29,25 @@
 # 5. the **metrics** the paper reports (`rlvmr_nb.metrics`).
 #
 # The group was recorded on the real ALFWorld engine: the model outputs are scripted, the
-# observations, admissible commands and feedback are the engine's own. No model, no GPU: it runs
-# in seconds. Batch use: `rlvmr-nb figures` (or `rlvmr_nb.notebooks.run_notebook("00_tour",
-# "configs/00_tour.json")`); paths are relative to the working directory.
+# observations, admissible commands and feedback are the engine's own.
+#
+# **What you learn.** How one RLVMR training signal is built from a group of rollouts: what the agent
+# is asked, how its answer is checked, which steps earn a meta-reasoning reward and why, and how
+# GRPO-MR turns rewards into per-step advantages (paper §3; `docs/method.md`, Rewards and Advantages).
+#
+# **Prerequisites.** Nothing to install or download: no model, no game data, no GPU. Read the
+# paper's §3 (or `docs/method.md`, Overview) first if the words *tag*, *group* or *advantage* are new.
+#
+# **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/00_tour.ipynb`
+# (`configs/ci/00_tour.json`, the same parameters; kernel already started) 2.5 s; these defaults as
+# `make figures` runs them (kernel start included, machine under heavy load) 17 s.
+#
+# **Step numbers.** Tables and figures number an episode's steps from 1, as the prompt does ("This
+# is step 6") and the paper's transcripts do. The data field `t` (`Step.t`, the `t` columns of the
+# DataFrames below, the parameter `focus_step`) counts from 0: step = t + 1.
+#
+# Batch use: `make figures` (or `rlvmr_nb.notebooks.run_notebook("00_tour", "configs/00_tour.json")`);
+# paths are relative to the working directory.
 
 # %% tags=["parameters"]
 out_dir = "figures"  # where tour_*.png are written
@@ -75,8 +91,8 @@ print(f"{len(group)} rollouts: " + ", ".join(f"{ep.episode_id} ({'won' if ep.won
 # Every step is one user message that re-states the whole context: the task, the recent history
 # of observations and actions, the last few full outputs, the **current plan** (the text of the
 # latest `<planning>` block, RLVMR's plan memory), the admissible commands, and the instructions
-# for the four tags. Here is the prompt before step `focus_step` of the focus rollout, rebuilt
-# from the recorded episode.
+# for the four tags. Here is the prompt the focus rollout answered at `t = focus_step` (its
+# "step t + 1", as the prompt itself says), rebuilt from the recorded episode.
 
 # %%
 print(casestudy.prompt_at(focus, focus_step))
@@ -106,7 +122,7 @@ rows = []
 for rollout, t, output in examples:
     for mode in ("strict", "lenient"):
         p = parse_output(output, mode=mode)
-        rows.append({"rollout": rollout, "t": t, "mode": mode, "tag": p.tag or "—", "action": p.action, "valid": p.valid,
+        rows.append({"rollout": rollout, "step": t + 1, "t": t, "mode": mode, "tag": p.tag or "—", "action": p.action, "valid": p.valid,
                      "why invalid": ", ".join(p.invalid_reasons), "output": output.replace("\n", " ⏎ ")})
 pd.DataFrame(rows)
 
@@ -131,12 +147,12 @@ casestudy.display_group(group)
 #
 # * `planning` pays only in the rollouts that won (r0, r1), not in the ones that failed;
 # * `explore` pays for a *new* action and nothing for one already issued (r3 returns to
-#   cabinet 2 at t = 5); novelty is all it checks, so r3's inadmissible "go to cabinet 4" at
-#   t = 4 is paid too;
+#   cabinet 2 at step 6, t = 5); novelty is all it checks, so r3's inadmissible "go to cabinet 4"
+#   at step 5 (t = 4) is paid too;
 # * `reflection` pays when the previous step failed and the action changed. The code checks
-#   *that* it changed, not that the new action is any good: r3's reflection at t = 3 follows a
-#   malformed step (two tags) and is paid although its "take apple 1 from cabinet 2" is not
-#   admissible.
+#   *that* it changed, not that the new action is any good: r3's reflection at step 4 (t = 3)
+#   follows a malformed step (two tags) and is paid although its "take apple 1 from cabinet 2" is
+#   not admissible.
 #
 # The official code puts the format penalty into the outcome channel, `score = R − 0.1·invalid`
 # per step; the paper writes it into the step reward. `RewardConfig.format_penalty_channel`
@@ -145,7 +161,8 @@ casestudy.display_group(group)
 # %%
 assign_rewards(group, RewardConfig(format_penalty_channel="outcome"))
 steps = pd.DataFrame(casestudy.step_records(group))
-steps[["episode", "t", "tag", "reward_class", "valid", "admissible", "action", "r_MR", "score"]]
+steps.insert(1, "step", steps["t"] + 1)  # 1-based, as in the prompt and the figures; t counts from 0
+steps[["episode", "step", "t", "tag", "reward_class", "valid", "admissible", "action", "r_MR", "score"]]
 
 # %%
 steps.pivot_table(index="episode", columns="reward_class", values="r_MR", aggfunc="sum", fill_value=0)
@@ -179,6 +196,7 @@ for name in PRESETS:
     assign_rewards(eps, RewardConfig.for_preset(name))
     by_preset[name] = with_advantages(eps, grpo_mr_advantages(eps, name))
 compare = pd.DataFrame(casestudy.step_records(by_preset["official_code"]))[["episode", "t", "tag", "action"]]
+compare.insert(1, "step", compare["t"] + 1)
 for name, eps in by_preset.items():
     compare[f"A ({name})"] = [s.advantage for ep in eps for s in ep.steps]
 compare.round(3)
@@ -186,7 +204,7 @@ compare.round(3)
 # %% [markdown]
 # The winning rollouts get positive advantages at every step and the looping one negative
 # everywhere; within a rollout the paid `<planning>` and `<explore>` steps stand out. Not so the
-# paid `<reflection>` of r1 (t = 5): both reflections of this group are paid, so normalising
+# paid `<reflection>` of r1 (step 6, t = 5): both reflections of this group are paid, so normalising
 # within the reflection class leaves nothing to tell them apart (A_MR = 0). Under the official
 # preset it gets the advantage of an unpaid `<monitor>` step; under the paper preset even less,
 # because there the monitor steps share class `none` with the penalised malformed steps and gain
@@ -194,8 +212,8 @@ compare.round(3)
 # in other rollouts.
 #
 # Below, the same numbers as bars, then each preset drawn with `plots.plot_episode_group`: the
-# colour strip is the tag the model wrote (a red × marks a malformed output), the coloured bars
-# r_MR, the dark bars the advantage.
+# colour strip is the tag the model wrote (a red outline and × mark a malformed output), the
+# coloured bars r_MR, the dark bars the advantage; the x axis counts steps from 1.
 
 # %%
 written = plots.save_figure(plot_preset_comparison(by_preset), out_path, "tour_presets", formats)

@@ -20,7 +20,11 @@
 # outputs are malformed, earn no meta-reasoning reward and take no useful action, so RL would
 # start from noise. RLVMR therefore begins with a small supervised fine-tuning (SFT) on expert
 # trajectories in which every step carries one tag and one sentence (paper §3.3; the paper
-# tags 200 trajectories with GPT-4o).
+# tags 200 trajectories with GPT-4o; `docs/method.md`, Cold start).
+#
+# **What you learn.** Where the tagged training data comes from, what one training pair looks
+# like (the same prompt as in RL), and how much a short SFT changes the format of a small model's
+# answers, measured before and after on held-out games.
 #
 # Here the tags come from `RuleTeacher`: offline, deterministic rules over the environment's own
 # expert trajectories, drawn from the **training** split of the level only (for L2 the held-out
@@ -33,6 +37,24 @@
 # fine-tunes at roughly 80 tokens per second, so the defaults train on a small subset of the
 # step samples; the paper's budget needs GPUs. The result is a model folder that notebook 02
 # can start RL from.
+#
+# **Prerequisites.** ALFWorld's game files (`make data`, once) and the embedded
+# SmolLM2-135M-Instruct (installed with `.venv`; converted on first use, ~30 s). No GPU.
+#
+# **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/01_cold_start.ipynb`
+# (`configs/ci/01_cold_start.json`: a tiny random model, 2 trajectories; kernel already started)
+# 14 s. These defaults (32 samples of up to 2,048 tokens, batch 8, 2 epochs: 8 optimiser steps;
+# 4 held-out games before and after) took 34 min as a batch run under heavy load (load average
+# 12-15, a `make demo` running beside it): plan for a lesson's worth of waiting, or use the run
+# copy. The `make demo` configuration below took 4.5 min on a quieter machine (README) and 9.5 min
+# under that load.
+#
+# **Which configuration gave the README's result.** The cold-start numbers in the README
+# (format-valid 0 % → 100 % on 2 held-out games) come from `configs/demo/01_cold_start.json`, the
+# configuration `make demo` runs: 21 samples of at most 1,280 tokens, batch 1, one epoch, so 21
+# optimiser steps; 2 held-out games of 3 steps with 96 response tokens. These defaults take 8
+# larger optimiser steps and measure on 4 games; to reproduce the README, put the values of
+# `configs/demo/01_cold_start.json` into the parameters of your run copy.
 #
 # Batch use: `rlvmr_nb.notebooks.run_notebook("01_cold_start", "configs/01_cold_start.json")`.
 
@@ -105,8 +127,9 @@ pd.DataFrame({"share of steps": manifest["tags"]["shares"], "steps": manifest["t
 # %% [markdown]
 # ## 2. Look at it
 #
-# One tagged trajectory as the agent would have lived it. Shaded: an inserted mistake and the
-# reflection that follows it (the mistake step itself is not trained on; only the recovery is).
+# One tagged trajectory as the agent would have lived it, steps numbered from 1. Shaded: an
+# inserted mistake and the reflection that follows it (the mistake step itself is not trained on;
+# only the recovery is).
 
 # %%
 trajectories = read_trajectories(dataset_dir)
@@ -151,15 +174,16 @@ pd.DataFrame({when: {k: v for k, v in results[when].items() if k != "tag_distrib
               for when in ("before", "after")}).round(3)
 
 # %% [markdown]
-# The tags the model writes on the held-out games, before and after:
+# The tags the model writes on the held-out games, before and after. Below, the SFT loss and the
+# three rates as a figure: each bar is the pooled rate with a 95 % bootstrap interval over the
+# held-out episodes. With 2-4 games the intervals are wide; that is the honest size of the evidence.
 
 # %%
 pd.DataFrame({when: results[when]["tag_distribution"] for when in ("before", "after")}).T.round(3)
 
 # %%
-sft_log = [json.loads(line) for line in (model_dir / "sft_log.jsonl").read_text().splitlines() if line.strip()]
-title = f"Cold start of {model_label(model)} on {env} {level}: {results['sft']['samples']['used']} samples"
-written = plots.save_figure(plot_coldstart(results, sft_log, title), out_path, stem, formats)
+title = f"Cold start of {model_label(model)} on {env} {level}"
+written = plots.save_figure(plots.coldstart_figure(run_dir, title), out_path, stem, formats)
 Image(filename=str(out_path / f"{stem}.png"))
 
 # %% [markdown]

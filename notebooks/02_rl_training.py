@@ -27,14 +27,32 @@
 #   through the same state.
 #
 # The paper trains Qwen2.5-1.5B/7B from a cold-start SFT checkpoint for 100 iterations of
-# 16 tasks × 8 rollouts × 30 steps on 8 GPUs. The defaults below are a CPU demo that finishes in
-# minutes: the embedded SmolLM2-135M-Instruct on real ALFWorld, a few iterations of a few
-# rollouts. Expect noisy, mostly flat curves at that scale; the point is that every number of
-# the loop is real and inspectable. With `validate_every` the run also plays a fixed list of the
-# level's *test* games at temperature 0.4 before the first iteration, every k-th and after the
-# last (the official runs: 128 episodes every 5 iterations), drawn beside the training curves. Start from the cold-start model of notebook 01
-# (`model = "runs/coldstart/<name>/sft"`, as `configs/02_rl_training.json` does) for outputs in
-# the right format from the first step.
+# 16 tasks × 8 rollouts × 30 steps on 8 GPUs (paper §4.1; `docs/method.md`, Training iteration).
+# The defaults below are a CPU demo: the embedded SmolLM2-135M-Instruct on real ALFWorld,
+# 2 iterations of 1 task × 4 rollouts. **At that scale the curves are noise**:
+# a success rate over 4 rollouts moves in steps of 25 points, and 2 iterations cannot show a
+# trend. The point is that every number of the loop is real and inspectable; the figures say so
+# on their face. With `validate_every` the run also plays a fixed list of the level's *test* games
+# at temperature 0.4 before the first iteration, every k-th and after the last (the official runs:
+# 128 episodes every 5 iterations), drawn beside the training curves.
+#
+# **What you learn.** What one RL iteration does (rollouts → rewards → advantages → PPO-clip
+# update), what the trainer logs, how to read training curves with their uncertainty, and how a
+# run compares with the paper's Fig. 6.
+#
+# **Prerequisites.** ALFWorld's game files (`make data`) and a model: the embedded SmolLM2 works,
+# but start from the cold-start model of notebook 01 (`model = "runs/coldstart/<name>/sft"`, as
+# `configs/02_rl_training.json` does) for outputs in the right format from the first step. No GPU.
+#
+# **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/02_rl_training.ipynb`
+# (`configs/ci/02_rl_training.json`: the toy game and a tiny random model; kernel already started)
+# 13 s. These defaults, from the cold-start model of `configs/01_cold_start.json` (episodes of up
+# to 5 steps of 48 tokens), took 18 min as a batch run under load (load average ~10); the `make demo`
+# configuration (`configs/demo/02_rl_training.json`, 3 steps of 96 tokens) 5.5 min on a quieter
+# machine (README) and 15-32 min under heavy load.
+#
+# **Step numbers.** The episode tables at the end number steps from 1, as the prompt does; the
+# x axis of the curves is the training iteration, counted from 0 as the trainer logs it.
 #
 # Batch use: `rlvmr_nb.notebooks.run_notebook("02_rl_training", "configs/02_rl_training.json")`.
 
@@ -97,7 +115,9 @@ print(f"{iterations} iterations x {tasks_per_iteration} tasks x {group_size} rol
 # TensorBoard when installed), one row per validation to `validation.jsonl` / `validation.csv`
 # (TensorBoard: `val/` keys), every episode to `episodes.jsonl`, and checkpoints `ckpt-XXXXX/`.
 # Re-running this cell with the same folder resumes from the newest checkpoint (`resume="auto"`),
-# so an interrupted run continues and a finished one returns at once.
+# so an interrupted run continues and a finished one returns at once. To follow the run in Weights &
+# Biases or Trackio too, add `"report_to": ["wandb"]` (or `["trackio"]`) to `train_overrides`: off
+# by default, and the credentials stay with the service (README, Commands).
 
 # %%
 rows = train(config)
@@ -108,6 +128,9 @@ print(f"{len(rows)} new iteration(s)")
 #
 # Per iteration: the success rate of the training rollouts, their mean length, the invalid-action
 # rate (malformed output or a command that is not admissible) and the repetitive-action rate.
+# In the figure each point is computed from the iteration's episodes (the same numbers as the
+# table) with a 95 % bootstrap interval that resamples episodes (seaborn); the caption names the
+# model, its size, the rollouts per iteration and the seed.
 # Dashed: the validations, on the same fixed test games each time; a validation at iteration i
 # measured the policy that played the training rollouts of iteration i. The band around the
 # validation success is its 95 % Wilson interval: with a handful of games it is wide, which is
@@ -126,16 +149,13 @@ val_columns = ["iteration", "val/episodes", "val/success", "val/success_low", "v
 pd.DataFrame(validations, columns=val_columns).round(4) if validations else print("validation is off (validate_every = 0)")
 
 # %%
-runs = {f"{label} (this run)": history}
-validation = {f"{label} (this run)": validations}
-by_method = {label: history}  # for Fig. 6: one curve per method
+run_dirs = {f"{label} (this run)": run_dir}
+by_method = {label: run_dir}  # for Fig. 6: one curve per method
 for other in map(Path, compare_with):
     other_method = paper.display_method(json.loads((other / "config.json").read_text())["algo"])
-    other_rows = read_metrics(other)
-    runs[f"{other_method} ({other.name})"] = other_rows
-    validation[f"{other_method} ({other.name})"] = read_validation(other)
-    by_method.setdefault(other_method, other_rows)
-fig = plot_training_curves(runs, title=f"{label} on {env} {level}, from {model_name}", validation=validation)
+    run_dirs[f"{other_method} ({other.name})"] = other
+    by_method.setdefault(other_method, other)
+fig = plots.training_run_figure(run_dirs, title=f"{label} training on {env} {level}")
 written = plots.save_figure(fig, out_path, stem, formats)
 Image(filename=str(out_path / f"{stem}.png"))
 
@@ -153,13 +173,12 @@ tags.round(3)
 # ## Against the paper's Fig. 6
 #
 # The paper's training curves (approximate readings of its smoothed lines, for ALFWorld and
-# ScienceWorld) with this run in the panels beside them. One paper step is one iteration of
-# 16 tasks × 8 rollouts, so only the shape compares. A run on the toy game has no paper panel
-# to join and shows "no run data".
+# ScienceWorld) with this run in a panel beside the paper's panel of the same environment. One
+# paper step is one iteration of 16 tasks × 8 rollouts, so only the shape compares. A run on the
+# toy game has no paper panel to join: the figure then shows the paper's curves and says so.
 
 # %%
-ours = training_curve_records(by_method, env=env, model=model_name)
-written += plots.save_figure(plots.plot_fig6(ours=ours), out_path, f"{stem}_fig6", formats)
+written += plots.save_figure(plots.training_fig6_figure(by_method, env=env), out_path, f"{stem}_fig6", formats)
 Image(filename=str(out_path / f"{stem}_fig6.png"))
 
 # %% [markdown]

@@ -37,6 +37,20 @@
 # folder (the cold-start output of notebook 01) or a trainer run folder / checkpoint of notebook
 # 02. `method` says which row of the paper it should stand beside.
 #
+# **What you learn.** How the paper's generalisation levels are built, what each metric counts
+# (`docs/method.md`, Evaluation and Metrics), and how to set a small model's numbers beside the
+# paper's without mistaking one for the other.
+#
+# **Prerequisites.** ALFWorld's game files (`make data`) and a policy: by default the trainer run
+# of notebook 02 (`configs/03_evaluation.json`), or any model spec. No GPU.
+#
+# **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/03_evaluation.ipynb`
+# (`configs/ci/03_evaluation.json`: the toy game and a tiny random model; kernel already started)
+# 7 s; these defaults (3 levels × 4 games × up to 8 steps of 64 tokens) 7.4 min as a batch run
+# under load (load average ~7-10).
+#
+# **Step numbers.** The episode tables number steps from 1, as the prompt does ("This is step N").
+#
 # Batch use: `rlvmr_nb.notebooks.run_notebook("03_evaluation", "configs/03_evaluation.json")`.
 
 # %% tags=["parameters"]
@@ -62,6 +76,7 @@ from rlvmr_nb.notebooks import setup_notebook
 
 setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
 
+import json
 from pathlib import Path
 
 import pandas as pd
@@ -136,22 +151,24 @@ pd.DataFrame({level: s["tag_distribution"] for level, s in by_level.items()}).T.
 # For ALFWorld and ScienceWorld the combined results file joins the paper's Table 1 (success),
 # Table 2 (actions per episode) and, for ALFWorld, Table 4 (success per task type) as
 # highlighted rows, and the paper's Fig. 3 (a base model,
-# SFT, GRPO) or Fig. 5 (SFT, GRPO, RLVMR) gets hatched bars of this run. The paper's numbers are
-# Qwen2.5-1.5B/7B after full training; a 135M model on a CPU budget is not expected to come close.
-# Our bars carry their 95 % confidence intervals as error bars.
+# SFT, GRPO) or Fig. 5 (SFT, GRPO, RLVMR) gets a row of hatched bars of this run under the paper's
+# 1.5B and 7B rows, titled with this model's size; the caption names the model, the episodes per
+# level and the seeds; our bars carry their 95 % confidence intervals as error bars. The paper's numbers are Qwen2.5-1.5B/7B after full training; a 135M model on
+# a CPU budget is not expected to come close.
 
 # %%
 written = []
 if env in paper.ENVS:
-    ours = paper.load_ours(combined, env=env, model=model_name, scale=100.0)
-    ours_ci = plots.ours_intervals(combined, scale=100.0)
+    ours = plots.attach_results_intervals(paper.load_ours(combined, env=env, model=model_name, scale=100.0),
+                                          json.loads(Path(combined).read_text()), scale=100.0)
     display(plots.table1(ours=ours))
     display(plots.table2(ours=ours))
     if env == "alfworld":
         display(plots.table4(ours=ours))  # per task type; the paper's numbers are L1
     figure = plots.plot_fig5 if paper.method_key(method_label) in ("RLVMR", "GRPO", "SFT") else plots.plot_fig3
     stem = f"eval_{run_name}"
-    written = plots.save_figure(figure(ours=ours, ours_ci=ours_ci), out_path, stem, formats)
+    caption = plots.evaluation_caption(model, policy, by_level, seeds=seeds)  # model, size, episodes, seeds
+    written = plots.save_figure(figure(ours=ours, ours_caption=caption), out_path, stem, formats)
     display(Image(filename=str(out_path / f"{stem}.png")))
 else:
     print(f"the paper reports no {env!r} numbers; the tables above are the whole result")

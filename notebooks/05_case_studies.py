@@ -29,6 +29,20 @@
 # HTML tables: tag chips in the same colours as the figures, the agent's sentence, the action
 # with its marks, the environment's answer, r_MR and the advantage.
 #
+# **What you learn.** To recognise the two behaviours RLVMR is about, an empty loop and a
+# recovery through reflection, and to find them in your own runs with a program rather than by
+# reading transcripts.
+#
+# **Prerequisites.** None for the paper's and the example group's cases; your own episodes if any
+# (the runs of notebooks 02 and 03 under `runs/`). No model, no GPU.
+#
+# **Time** on this project's 2 shared CPU cores: the run copy (`configs/ci/05_case_studies.json`;
+# kernel already started) 2.1 s; these defaults as `make figures` runs them (kernel start included,
+# machine under heavy load, `runs/` holding one demo's episodes) 24 s; longer when `runs/` holds many.
+#
+# **Step numbers.** The tables number steps from 1, as the paper's transcripts and the prompt
+# ("This is step N") do; the `describe()` lines of the search print the 0-based `t` (step = t + 1).
+#
 # Batch use: `rlvmr_nb.notebooks.run_notebook("05_case_studies", "configs/05_case_studies.json")`.
 
 # %% tags=["parameters"]
@@ -80,7 +94,7 @@ display(HTML(casestudy.legend_html()))
 # %% [markdown]
 # ## Pattern 1 — the loop (paper §2.2)
 #
-# The paper's excerpt, steps 8–11 (our `t` counts from 0). Only what the paper prints is filled
+# The paper's excerpt, steps 8–11, numbered as the paper prints them. Only what the paper prints is filled
 # in: the actions and the "Nothing happens." answers; the agent's sentences and the outcome are
 # not shown there. `find_loops` marks the stalled repeats (shaded).
 

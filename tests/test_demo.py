@@ -32,6 +32,18 @@ def test_cli_demo(tmp_path, capsys):
     assert "r1-recovers" in out and '"success": 0.5' in out and (tmp_path / "demo_example_group.png").exists()
 
 
+def test_cli_demo_writes_under_runs_unless_asked(tmp_path, monkeypatch, capsys):
+    """`make demo` in a fresh clone leaves `git status` clean: the figure goes to runs/ unless asked."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["demo"]) == 0
+    assert (tmp_path / "runs" / "demo" / "figures" / "demo_example_group.png").is_file()
+    assert not (tmp_path / "figures").exists()
+    table = capsys.readouterr().out
+    assert "step" in table.splitlines()[0] and "\nr1-recovers     6  reflection" in table  # steps count from 1
+    assert main(["demo", "--update-figures"]) == 0
+    assert (tmp_path / "figures" / "demo_example_group.png").is_file()
+
+
 def test_cli_rejects_unknown_commands(capsys):
     with pytest.raises(SystemExit):
         main(["teleport"])

@@ -1,6 +1,7 @@
-"""Every notebook runs top to bottom under papermill with its configs/ci parameters (issue 6), and the
+"""Every notebook runs top to bottom under papermill with its configs/ci parameters, and the
 batch-reproduction helpers of rlvmr_nb.notebooks behave: parameter files checked against the notebooks,
-figure notebooks run by make_figures, policies loaded from trainer checkpoints, the notebook figures."""
+figure notebooks run by make_figures (figures under runs/ unless asked, an HTML gallery), policies loaded
+from trainer checkpoints, the notebook figures, and what every notebook tells a class before it starts."""
 
 from __future__ import annotations
 
@@ -148,12 +149,18 @@ def test_preset_comparison_and_coldstart_figures():
 # ------------------------------------------------------------------------------------------ execution
 
 
+def _files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
 @pytest.mark.slow
 def test_make_figures_runs_the_figure_notebooks(tmp_path):
-    """The `make figures` path with the CI parameter files: paper figures, tour and case studies."""
-    done = nbs.make_figures(tmp_path / "executed", ci=True, cwd=tmp_path)
+    """The `make figures` path with the CI parameter files: paper figures, tour and case studies, every
+    file under runs/ (the checked-in figures/ stay as they are), and the gallery of executed notebooks."""
+    done = nbs.make_figures("runs/notebooks", ci=True, cwd=tmp_path)
     assert list(done) == list(nbs.FIGURE_NOTEBOOKS) and all(p.is_file() for p in done.values())
-    figures = {p.name for p in (tmp_path / "figures").iterdir()}
+    assert {f.split("/")[0] for f in _files(tmp_path)} == {"runs"}  # nothing outside runs/
+    figures = {p.name for p in (tmp_path / "runs" / "figures").iterdir()}
     expected = {f"paper_fig{i}.png" for i in (1, 3, 5, 6)} | {f"paper_table{i}.md" for i in range(1, 6)}
     expected |= {"tour_presets.png", "tour_group_official_code.png", "tour_group_paper.png", "case_study_patterns.png"}
     assert expected <= figures
@@ -164,8 +171,30 @@ def test_make_figures_runs_the_figure_notebooks(tmp_path):
     assert any("r1-recovers" in "".join(o.get("data", {}).get("text/html", "")) for o in tour)
     page = (tmp_path / "runs" / "case_studies" / "case_studies.html").read_text(encoding="utf-8")
     assert "paper-grpo-loop" in page and "r1-recovers" in page
-    # with no runs/ folder the search falls back to the shipped group and says so
+    # runs/ holds no episodes, so the search falls back to the shipped group and says so
     assert "searching the shipped example group instead" in _stdout(done["05_case_studies"])
+    # the gallery: one HTML page per executed notebook, figures inside, and an index in reading order
+    gallery = tmp_path / "runs" / "gallery"
+    assert {p.name for p in gallery.iterdir()} == {"index.html"} | {f"{n}.html" for n in nbs.FIGURE_NOTEBOOKS}
+    index = (gallery / "index.html").read_text(encoding="utf-8")
+    assert index.index("00_tour.html") < index.index("04_paper_figures.html") < index.index("05_case_studies.html")
+    assert "A tour of RLVMR" in index and "<em>RLVMR</em>" in index  # titles, opening paragraphs as HTML
+    assert (gallery / "00_tour.html").read_text(encoding="utf-8").count("data:image/png") >= 3
+
+
+@pytest.mark.slow
+def test_make_figures_rewrites_the_checked_in_figures_only_when_asked(tmp_path):
+    nbs.make_figures("runs/notebooks", notebooks=("00_tour",), ci=True, cwd=tmp_path, update_figures=True,
+                     gallery=None)
+    assert {"tour_presets.png", "tour_group_official_code.png", "tour_group_paper.png"} <= _files(tmp_path / "figures")
+    assert not (tmp_path / "runs" / "figures").exists() and not (tmp_path / "runs" / "gallery").exists()
+
+
+def test_batch_runs_put_figures_under_runs_unless_asked():
+    assert nbs.figure_dir("figures", update_figures=False) == "runs/figures"
+    assert nbs.figure_dir("figures/demo", update_figures=False) == "runs/figures/demo"
+    assert nbs.figure_dir("figures/demo", update_figures=True) == "figures/demo"
+    assert nbs.figure_dir("runs/lab/figures", update_figures=False) == "runs/lab/figures"  # already a run output
 
 
 @pytest.mark.slow
@@ -176,7 +205,7 @@ def test_training_evaluation_and_case_study_notebooks(tmp_path):
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == 2
     validations = [json.loads(line) for line in (run_dir / "validation.jsonl").read_text().splitlines()]
     assert [v["iteration"] for v in validations] == [0, 1, 2] and all(v["val/episodes"] == 2 for v in validations)
-    assert {"train_rlvmr_toy_L0.png", "train_rlvmr_toy_L0_fig6.png"} <= {p.name for p in (tmp_path / "figures").iterdir()}
+    assert {"train_rlvmr_toy_L0.png", "train_rlvmr_toy_L0_fig6.png"} <= _files(tmp_path / "figures")
 
     _run("03_evaluation", tmp_path, model=str(run_dir), method="RLVMR")
     eval_dir = tmp_path / "runs" / "eval" / "RLVMR_toy_rlvmr_toy_L0_seed0"
@@ -203,6 +232,7 @@ def test_cold_start_notebook(tmp_path, monkeypatch, alfworld_data_root, alfworld
     assert results["before"] is not None and results["after"] is not None
     assert (run_dir / "sft" / "config.json").is_file() and (run_dir / "data" / "manifest.json").is_file()
     assert (tmp_path / "figures" / "coldstart_alfworld_L0.png").is_file()
+    assert results["model"]["parameters"] > 0  # the figure's caption states the model's size from here
 
 
 def test_setup_notebook_moves_a_jupyterlab_kernel_to_the_repository_root(tmp_path, monkeypatch):
@@ -231,3 +261,39 @@ def test_setup_notebook_moves_a_jupyterlab_kernel_to_the_repository_root(tmp_pat
     import os
 
     assert os.environ["OMP_WAIT_POLICY"] == "PASSIVE"
+
+
+# ------------------------------------------------------------------------------------------ teaching
+
+
+@pytest.mark.parametrize("name", nbs.NOTEBOOKS)
+def test_every_notebook_opens_with_what_a_class_needs(name):
+    """What it teaches, what it needs, how long it takes; no pointers to unpublished documents."""
+    import re
+
+    source = nbs.notebook_path(name).read_text(encoding="utf-8")
+    first = source.split('# %% tags=["parameters"]')[0]
+    for heading in ("**What you learn.**", "**Prerequisites.**", "**Time**"):
+        assert heading in first, (name, heading)
+    assert "kernel already started" in first and "run copy" in first
+    assert not re.search(r"TIME_\d\d_DEFAULT", source), "a measured time was left as a placeholder"
+    assert not re.search(r"spec §|issue \d", source)
+
+
+def test_html_tables_state_their_alignment_for_jupyterlab():
+    """JupyterLab right-aligns table cells, fixes column widths and centres tables: every cell of ours
+    says its alignment (text left, numbers right), every table its layout, and steps count from 1."""
+    import re
+
+    from rlvmr_nb import casestudy
+    from rlvmr_nb.demo import example_group_path, reparse
+    from rlvmr_nb.trajectory import read_episodes
+
+    group = reparse(read_episodes(example_group_path()))
+    markup = casestudy.episode_html(group[1]) + casestudy.matches_html(casestudy.find_loops(group))
+    cells = re.findall(r"<t[dh] style=\"([^\"]*)\"", markup)
+    assert cells and all("text-align:" in style for style in cells)
+    tables = re.findall(r"<table style=\"([^\"]*)\"", markup)
+    assert tables and all("table-layout:auto" in t and "margin:4px 0 0 0" in t for t in tables)
+    steps = re.findall(r'<td style="[^"]*text-align:right;[^"]*" title="t = (\d+)">(\d+)</td>', markup)
+    assert steps[:2] == [("0", "1"), ("1", "2")]

@@ -27,25 +27,33 @@ def _combined_results(tmp_path):
     return path
 
 
+def _ours_with_intervals(path):
+    ours = paper.load_ours(path, model="SmolLM2-135M-Instruct", scale=100.0)
+    return plots.attach_results_intervals(ours, json.loads(path.read_text()), scale=100.0)
+
+
 def test_intervals_are_read_on_the_records_scale(tmp_path):
-    ci = plots.ours_intervals(_combined_results(tmp_path), scale=100.0)
-    assert ci[("RLVMR", "L1", "success", None)] == pytest.approx((30.0, 70.0))
-    assert ci[("RLVMR", "L1", "episode_length", None)] == (10.0, 14.0)  # not a rate: not scaled
-    assert ci[("RLVMR", "L0", "success", "pick_and_place_simple")] == pytest.approx((10.0, 90.0))
-    assert plots.ours_intervals({"metrics": {}}) == {}
+    recs = _ours_with_intervals(_combined_results(tmp_path))
+    by_key = {(r["level"], r["metric"], r.get("task_type")): r for r in recs}
+    assert (by_key[("L1", "success", None)]["ci_low"], by_key[("L1", "success", None)]["ci_high"]) == \
+        pytest.approx((30.0, 70.0))
+    length = by_key[("L1", "episode_length", None)]
+    assert (length["ci_low"], length["ci_high"]) == (10.0, 14.0)  # not a rate: not scaled
+    ours = paper.load_ours(_combined_results(tmp_path), model="m", scale=100.0)
+    assert plots.attach_results_intervals(ours, {"metrics": {}}) == ours
 
 
 def test_our_bars_carry_error_bars_at_their_interval(tmp_path):
-    path = _combined_results(tmp_path)
-    ours = paper.load_ours(path, model="SmolLM2-135M-Instruct", scale=100.0)
-    fig = plots.plot_fig5(ours=ours, ours_ci=plots.ours_intervals(path, scale=100.0))
-    ax = fig.axes[0]  # (a) invalid, 1.5B: one RLVMR bar of ours per level
-    segments = [seg for coll in ax.collections for seg in coll.get_segments()]
-    vertical = sorted(tuple(np.round(seg[:, 1], 3)) for seg in segments if np.allclose(seg[:, 0], seg[0, 0]))
-    assert vertical == [(15.0, 26.0)] * 3, vertical
-    assert any("95 % CI" in t.get_text() for t in fig.legends[0].get_texts())
-    bare = plots.plot_fig5(ours=ours)
-    assert not any(coll.get_segments() for coll in bare.axes[0].collections)
+    fig = plots.plot_fig5(ours=_ours_with_intervals(_combined_results(tmp_path)))
+    bars = []
+    for ax in fig.axes:
+        segments = [seg for coll in ax.collections for seg in coll.get_segments()]
+        bars += [tuple(np.round(seg[:, 1], 3)) for seg in segments if np.allclose(seg[:, 0], seg[0, 0])]
+    assert bars.count((15.0, 26.0)) == 3, bars  # invalid rate of ours: one bar per level, interval [15, 26]
+    text = " ".join(t.get_text() for t in fig.texts)
+    assert "95 %" in text, text
+    bare = plots.plot_fig5(ours=paper.load_ours(_combined_results(tmp_path), model="SmolLM2-135M-Instruct", scale=100.0))
+    assert not any(coll.get_segments() for ax in bare.axes for coll in ax.collections)
 
 
 def test_tables_print_values_with_their_intervals():
@@ -67,5 +75,5 @@ def test_training_curves_draw_validation_beside_training():
     assert list(dashed[0].get_ydata()) == pytest.approx([0.0, 0.2, 0.4])
     assert len(success.collections) == 1 and not length.collections  # the Wilson band: success only
     assert success.get_title() == "success rate"
-    labels = [t.get_text() for t in success.get_legend().get_texts()]
-    assert labels == ["RLVMR (this run), training rollouts", "RLVMR (this run), validation"]
+    labels = [t.get_text() for legend in fig.legends for t in legend.get_texts()]
+    assert labels == ["RLVMR (this run), training rollouts", "RLVMR (this run), validation (band: 95 % Wilson)"]

@@ -9,11 +9,14 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
+REPORT_TO_HELP = ("also send the metrics to these services: wandb, trackio (off by default; credentials come from "
+                  "the service's own login or environment, never from rlvmr-nb)")
+
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import format_summary, run_demo, step_table
+    from .demo import DEMO_OUT, format_summary, run_demo, step_table
 
-    result = run_demo(out_dir=args.out, preset=args.preset)
+    result = run_demo(out_dir=args.out or ("figures" if args.update_figures else DEMO_OUT), preset=args.preset)
     print(step_table(result.episodes))
     print(format_summary(result.summary))
     if result.figure:
@@ -23,9 +26,9 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         from .notebooks import run_demo_chain
 
         os.environ["ALFWORLD_DATA"] = str(install_alfworld_data(default_source()))  # no-op when cached
-        for name, info in run_demo_chain(progress=True).items():
+        for name, info in run_demo_chain(progress=True, update_figures=args.update_figures).items():
             print(f"{name}: {info['seconds']:.0f} s, executed copy {info['notebook']}")
-        print("figures: figures/demo/")
+        print(f"figures: {'figures/demo/' if args.update_figures else 'runs/figures/demo/'}")
     return 0
 
 
@@ -67,9 +70,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
 def _cmd_figures(args: argparse.Namespace) -> int:
     from .notebooks import FIGURE_NOTEBOOKS, NOTEBOOKS, make_figures
 
-    executed = make_figures(args.runs, notebooks=NOTEBOOKS if args.all else FIGURE_NOTEBOOKS, progress=True)
+    executed = make_figures(args.runs, notebooks=NOTEBOOKS if args.all else FIGURE_NOTEBOOKS, progress=True,
+                            update_figures=args.update_figures)
     for name, path in executed.items():
         print(f"{name}: {path}")
+    print(f"figures: {'figures/' if args.update_figures else 'runs/figures/'}; gallery: runs/gallery/index.html")
     return 0
 
 
@@ -91,7 +96,7 @@ TRAIN_FLAG_FIELDS = {
     "resume": "resume", "env_workers": "env_workers", "lora": "lora", "stop": "stop",
     "device": "device", "reference_device": "reference_device", "sharding": "sharding",
     "gradient_checkpointing": "gradient_checkpointing", "validate_every": "validate_every",
-    "validation_tasks": "validation_tasks",
+    "validation_tasks": "validation_tasks", "report_to": "report_to",
 }
 """`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`config_files.train_config`).
 Every option defaults to None = not given, so only the options typed on the command line override --config."""
@@ -118,7 +123,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     seeds = args.seeds or [args.seed]  # the task subset is the first seed's for all of them
     cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=seeds[0],
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
-                     env_workers=args.env_workers, device=args.device, stop=args.stop)
+                     env_workers=args.env_workers, device=args.device, stop=args.stop,
+                     report_to=tuple(args.report_to))
     model, tok, described = load_policy(args.model, seed=seeds[0])
     runs = evaluate_seeds(model, tok, cfg, seeds)
     path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
@@ -170,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="parse a real tagged ALFWorld group, compute rewards/advantages, draw it")
-    p.add_argument("--out", default="figures", help="folder for the figure")
+    p.add_argument("--out", default=None, help="folder for the figure (default: runs/demo/figures; with "
+                   "--update-figures: the checked-in figures/)")
     p.add_argument("--preset", default="official_code", choices=["official_code", "paper"])
+    p.add_argument("--update-figures", action="store_true",
+                   help="rewrite the checked-in figures (figures/, figures/demo/) instead of writing under runs/")
     p.add_argument("--train", action="store_true",
                    help="then run the tour and a short end-to-end SmolLM2 run on real ALFWorld (cold start + RLVMR; "
                         "notebooks 00-02 with configs/demo/, minutes on a CPU)")
@@ -192,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("figures", help="run the figure notebooks with papermill (paper figures/tables, tour, case studies)")
     p.add_argument("--runs", default="runs/notebooks", help="where executed notebook copies go (not the repo)")
     p.add_argument("--all", action="store_true", help="also rerun the cold-start, training and evaluation CPU demos")
+    p.add_argument("--update-figures", action="store_true",
+                   help="rewrite the checked-in figures/ (default: the same files under runs/figures/)")
     p.set_defaults(func=_cmd_figures)
 
     # Listed for --help only: main() hands "coldstart ..." to the cold-start parser before this one runs.
@@ -248,6 +259,7 @@ def main(argv: list[str] | None = None) -> int:
                         "(0: off, the default; official: 5); rows in <out>/validation.jsonl")
     p.add_argument("--validation-tasks", type=positive_int, default=None,
                    help="test games per validation (official: 128, the default)")
+    p.add_argument("--report-to", nargs="+", default=None, metavar="SERVICE", help=REPORT_TO_HELP)
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")
@@ -268,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--out", default="runs/eval/results.json")
     _add_device_argument(p)
+    p.add_argument("--report-to", nargs="+", default=[], metavar="SERVICE", help=REPORT_TO_HELP)
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("overlap", help="measure how much of the L0 'seen' test split the training split already holds")

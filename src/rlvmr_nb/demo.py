@@ -45,18 +45,25 @@ class DemoResult:
 
 
 def step_table(episodes: list[Episode]) -> str:
-    """A plain-text table of every step: tag, validity, action, r_MR, score, advantage."""
-    lines = [f"{'rollout':<13}{'t':>3}  {'tag':<11}{'valid':<6}{'r_MR':>6}{'score':>7}{'A':>8}  action"]
+    """A plain-text table of every step: tag, validity, action, r_MR, score, advantage.
+
+    Steps are numbered from 1 (``step`` = `Step.t` + 1), as in the prompt and the figures."""
+    lines = [f"{'rollout':<13}{'step':>4}  {'tag':<11}{'valid':<6}{'r_MR':>6}{'score':>7}{'A':>8}  action"]
     for ep in episodes:
         for s in ep.steps:
             lines.append(
-                f"{ep.episode_id:<13}{s.t:>3}  {str(s.tag):<11}{str(s.valid):<6}{s.mr_reward:>6.1f}"
+                f"{ep.episode_id:<13}{s.t + 1:>4}  {str(s.tag):<11}{str(s.valid):<6}{s.mr_reward:>6.1f}"
                 f"{s.score:>7.1f}{s.advantage:>8.3f}  {s.action}"
             )
     return "\n".join(lines)
 
 
-def run_demo(out_dir: str | Path = "figures", path: str | Path | None = None, preset: str = "official_code") -> DemoResult:
+DEMO_OUT = "runs/demo/figures"
+"""Where `run_demo` draws by default: run outputs go to runs/; the checked-in ``figures/demo_example_group.png``
+changes only when asked (``rlvmr-nb demo --update-figures``)."""
+
+
+def run_demo(out_dir: str | Path = DEMO_OUT, path: str | Path | None = None, preset: str = "official_code") -> DemoResult:
     """Parse the example group, assign RLVMR rewards and GRPO-MR advantages, draw and save the figure."""
     episodes = reparse(read_episodes(path or example_group_path()))
     assign_rewards(episodes, RewardConfig.for_preset(preset))

@@ -61,6 +61,8 @@ class EvalConfig:
     """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
     generation_batch_size: int = 8
     """Rows per generate call (`HFGenerator.max_batch_size`)."""
+    report_to: tuple[str, ...] = ()
+    """Also send the summary to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
 
     def __post_init__(self) -> None:
         from .generation.base import STOP_POLICIES
@@ -68,6 +70,11 @@ class EvalConfig:
         from .validation import require_choice, require_non_negative, require_positive
 
         check_level(self.level)
+        if self.report_to:  # imported only when used: the runs package loads torch
+            from .runs.reporters import check_report_to
+
+            self.report_to = check_report_to(self.report_to)
+        self.report_to = tuple(self.report_to)
         require_choice(self, "prompt_style", STYLES)
         require_choice(self, "stop", STOP_POLICIES)
         require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks", "generation_batch_size"])
@@ -130,7 +137,12 @@ def evaluate_policy(
             env_slots.close()
     for ep in episodes:
         ep.info["eval"] = {"level": config.level, "temperature": config.temperature}
-    return episodes, summarize(episodes)
+    summary = summarize(episodes)
+    if config.report_to:
+        from .runs.reporters import report_once
+
+        report_once(config.report_to, summary, run_name=f"eval-{config.env}-{config.level}", config=asdict(config))
+    return episodes, summary
 
 
 def evaluate_seeds(

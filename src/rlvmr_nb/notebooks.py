@@ -4,8 +4,12 @@ Batch reproduction: every notebook in ``notebooks/`` is a jupytext ``py:percent`
 one papermill ``parameters`` cell. `run_notebook` converts it to ``.ipynb`` in a runs folder,
 executes it there with a JSON parameter file from ``configs/`` and returns the executed copy, so
 executed notebooks never land in the repository. `make_figures` runs the notebooks that draw the
-checked-in figures (the paper's figures and tables, the tour, the case studies); ``rlvmr-nb
-figures`` and ``make figures`` call it.
+checked-in figures (the paper's figures and tables, the tour, the case studies) and exports them as
+a browsable HTML gallery (`build_gallery`); ``rlvmr-nb figures`` and ``make figures`` call it.
+
+Run outputs go to ``runs/``: unless asked to update the checked-in figures (``update_figures=True``,
+``--update-figures``, ``make figures UPDATE=1``), every figure a batch run draws lands under
+``runs/`` (`figure_dir`), so ``make figures`` and ``make demo`` leave ``git status`` clean.
 
 `setup_notebook` is the first line of every notebook's imports cell. What notebooks load and draw lives
 where it belongs: policies from run folders in `runs` (`load_policy`, `model_label`), figures in `plots`.
@@ -33,6 +37,25 @@ DEMO_NOTEBOOKS: tuple[str, ...] = ("00_tour", "01_cold_start", "02_rl_training")
 ALFWorld (cold-start SFT, then RLVMR iterations), with the parameters in ``configs/demo/``."""
 
 _CONFIG_FILES = {"04_paper_figures": "figures.json"}  # older name, kept for `papermill -f configs/figures.json`
+
+RUNS = "runs"
+"""Where batch runs write; git ignores it."""
+
+
+def figure_dir(out_dir: str, update_figures: bool) -> str:
+    """Where a batch run writes a notebook's figures: its parameter file's ``out_dir`` (``figures``,
+    ``figures/demo``: checked in) only with `update_figures`; otherwise the same path under ``runs/``."""
+    path = Path(out_dir)
+    if update_figures or path.is_absolute() or path.parts[:1] == (RUNS,):
+        return out_dir
+    return str(Path(RUNS) / path)
+
+
+def _batch_parameters(params_file: Path, update_figures: bool) -> dict[str, Any]:
+    """The parameter overrides that keep a batch run's figures under runs/ (none with `update_figures`)."""
+    with open(params_file, encoding="utf-8") as f:
+        out_dir = json.load(f).get("out_dir")
+    return {} if out_dir is None else {"out_dir": figure_dir(out_dir, update_figures)}
 
 
 # --------------------------------------------------------------------------------------------
@@ -214,22 +237,27 @@ def make_figures(
     ci: bool = False,
     cwd: str | os.PathLike | None = None,
     progress: bool = False,
+    update_figures: bool = False,
+    gallery: str | os.PathLike | None = "runs/gallery",
 ) -> dict[str, Path]:
     """Run the figure notebooks with their ``configs/`` parameter files; returns name -> executed copy.
 
     The default set draws every paper figure and table from the shipped numbers (04), the tour's
-    figures (00) and the case studies (05) into ``figures/``: no model, no game data, about a
-    minute. Add ``'01_cold_start'``, ``'02_rl_training'``, ``'03_evaluation'`` to `notebooks` (or
-    pass `NOTEBOOKS`, which keeps them in order: 01's model feeds 02, 02's run feeds 03) to rerun the
-    CPU demos too: they need ALFWorld data and the embedded SmolLM2, and take long on a small CPU.
+    figures (00) and the case studies (05): no model, no game data, about a minute. Add
+    ``'01_cold_start'``, ``'02_rl_training'``, ``'03_evaluation'`` to `notebooks` (or pass
+    `NOTEBOOKS`, which keeps them in order: 01's model feeds 02, 02's run feeds 03) to rerun the CPU
+    demos too: they need ALFWorld data and the embedded SmolLM2, and take long on a small CPU.
 
     Args:
         out_dir: executed notebooks; relative to `cwd`.
         notebooks: which notebooks, run in the order given.
         configs_dir: parameter files (default: the repository's ``configs/``).
         ci: use ``configs/ci/`` (tiny parameters, as the test suite does).
-        cwd: working directory of the notebooks (default: the repository root, so the checked-in
-            ``figures/`` are the ones rewritten, from wherever this is called).
+        cwd: working directory of the notebooks (default: the repository root, from wherever this is called).
+        update_figures: write the figures where the parameter files say (the checked-in ``figures/``);
+            by default they go to the same paths under ``runs/`` (`figure_dir`).
+        gallery: folder for the HTML export of the executed notebooks and its ``index.html``
+            (`build_gallery`; relative to `cwd`); None: no gallery.
     """
     from tqdm.auto import tqdm
 
@@ -240,7 +268,10 @@ def make_figures(
         params = config_path(name, ci=ci, configs_dir=configs_dir)
         if not params.is_file():
             raise FileNotFoundError(f"no parameter file {params} for notebook {name}")
-        done[name] = run_notebook(name, params, out, cwd=base, progress=False)
+        done[name] = run_notebook(name, params, out, parameters=_batch_parameters(params, update_figures), cwd=base,
+                                  progress=False)
+    if gallery is not None:
+        build_gallery(done, gallery if Path(gallery).is_absolute() else base / gallery)
     return done
 
 
@@ -250,13 +281,17 @@ def run_demo_chain(
     configs_dir: str | os.PathLike | None = None,
     cwd: str | os.PathLike | None = None,
     progress: bool = True,
+    update_figures: bool = False,
 ) -> dict[str, dict[str, Any]]:
     """Run `DEMO_NOTEBOOKS` with ``configs/demo/`` and return name -> {executed copy, seconds}.
 
-    A notebook without a file in ``configs/demo/`` runs with its usual ``configs/<name>.json`` (the tour,
-    which then rewrites its checked-in figures in ``figures/``). The chain writes the run folders to
-    ``runs/demo/`` and the cold-start and training figures to ``figures/demo/``. A second
-    call resumes: the trainer continues from its last checkpoint, and a finished run only redraws.
+    A notebook without a file in ``configs/demo/`` runs with its usual ``configs/<name>.json`` (the
+    tour). The chain writes the run folders to ``runs/demo/`` and its figures under ``runs/``
+    (``runs/figures/demo/``, the tour's ``runs/figures/``); with `update_figures` the figures go where
+    the parameter files say, the checked-in ``figures/demo/`` and ``figures/``. Sampled episodes
+    differ between machines, so the training figures change with every run: update them only on
+    purpose. A second call resumes: the trainer continues from its last checkpoint, and a finished
+    run only redraws.
     """
     import time
 
@@ -273,6 +308,57 @@ def run_demo_chain(
         if progress:
             print(f"--- {name} ({params})", flush=True)
         start = time.perf_counter()
-        executed = run_notebook(name, params, out, cwd=base, progress=progress)
+        executed = run_notebook(name, params, out, parameters=_batch_parameters(params, update_figures), cwd=base,
+                                progress=progress)
         done[name] = {"notebook": executed, "seconds": round(time.perf_counter() - start, 1)}
     return done
+
+
+# --------------------------------------------------------------------------------------------
+# The gallery: executed notebooks as HTML, for reading without a kernel
+# --------------------------------------------------------------------------------------------
+
+
+def _notebook_summary(executed: Path) -> tuple[str, str]:
+    """(title, first paragraph) of a notebook's opening Markdown cell."""
+    cells = json.loads(executed.read_text(encoding="utf-8"))["cells"]
+    text = next(("".join(c["source"]) for c in cells if c["cell_type"] == "markdown"), "")
+    lines = text.strip().splitlines()
+    title = lines[0].lstrip("# ").strip() if lines else executed.stem
+    paragraph = next((p for p in "\n".join(lines[1:]).split("\n\n") if p.strip()), "")
+    return title, " ".join(paragraph.split())
+
+
+def build_gallery(executed: Mapping[str, str | os.PathLike], out_dir: str | os.PathLike = "runs/gallery") -> Path:
+    """Export executed notebooks (``{name: .ipynb}``) to ``out_dir/<name>.html`` with nbconvert, and
+    write ``out_dir/index.html`` linking them with each notebook's title and opening paragraph.
+
+    The pages hold the outputs as run (figures embedded), so a class can read them in a browser
+    without a kernel. Returns the index path.
+    """
+    import html
+
+    import nbformat
+    from nbconvert import HTMLExporter
+    from nbconvert.filters.markdown import markdown2html
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    exporter = HTMLExporter(template_name="lab")
+    items = []
+    in_order = sorted(executed.items(), key=lambda item: (NOTEBOOKS.index(item[0]) if item[0] in NOTEBOOKS
+                                                          else len(NOTEBOOKS), item[0]))
+    for name, path in in_order:  # reading order, whatever order they ran in
+        body, _ = exporter.from_notebook_node(nbformat.read(str(path), as_version=4))
+        (out / f"{name}.html").write_text(body, encoding="utf-8")
+        title, paragraph = _notebook_summary(Path(path))
+        items.append(f'<li><a href="{html.escape(name)}.html"><b>{html.escape(title)}</b></a>'
+                     f"{markdown2html(paragraph)}</li>")
+    index = out / "index.html"
+    index.write_text(
+        '<!doctype html><html><head><meta charset="utf-8"><title>rlvmr-nb notebooks</title></head>'
+        '<body style="font-family: system-ui, sans-serif; max-width: 52em; margin: 2em auto;">'
+        "<h1>rlvmr-nb: the executed notebooks</h1><p>Each page is a notebook as it ran, outputs and figures "
+        "included. To run one yourself: <code>make lab</code>.</p>"
+        f'<ol>{"".join(items)}</ol></body></html>\n', encoding="utf-8")
+    return index

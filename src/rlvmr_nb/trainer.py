@@ -42,6 +42,7 @@ from .rewards import RewardConfig, assign_rewards
 from .reference_policy import REFERENCE_DEVICES, frozen_copy, reference_view
 from .runs import MetricsLog, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
 from .sharding import SHARDINGS, TrainingModels, full_tensor, lockstep_logprobs, place_models
+from .runs.reporters import check_report_to, open_reporters
 from .step_samples import (ScoringOptions, StepSample, episodes_to_samples, micro_batch_loss,
                            response_logprobs, with_logprobs)
 from .trainer_validation import Validator
@@ -52,7 +53,7 @@ ALGOS = ("rlvmr", "grpo", "gigpo")
 
 RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "resume", "progress", "save_episodes",
                                "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
-                               "device", "reference_device", "validate_every", "generation_batch_size"})
+                               "device", "reference_device", "validate_every", "generation_batch_size", "report_to"})
 """Settings a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
 refused, since the checkpoint's optimizer state and the logs belong to the settings that made them
 (`validate_every` only spaces the validations; their games and temperature may not change)."""
@@ -167,6 +168,8 @@ class TrainConfig:
     128 episodes drawn anew, with replacement, each time); None or more than the split: the whole split."""
     validation_temperature: float = 0.4
     """Sampling temperature of validation episodes (official: 0.4); steps and token budgets are training's."""
+    report_to: tuple[str, ...] = ()
+    """Also send each iteration's metrics to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
 
     def __post_init__(self) -> None:
         if isinstance(self.advantage, dict):
@@ -183,6 +186,7 @@ class TrainConfig:
                 f"advantage preset {self.advantage.preset!r} puts the format penalty in the {channel!r} channel, but "
                 f"reward.format_penalty_channel is {self.reward.format_penalty_channel!r}: pass "
                 f"reward=RewardConfig.for_preset({self.advantage.preset!r}) (or leave reward unset)")
+        self.report_to = check_report_to(self.report_to)
         require_choice(self, "algo", ALGOS)
         require_choice(self, "prompt_style", (None, *STYLES))
         require_choice(self, "old_logprobs", ("recompute", "sampler"))
@@ -346,7 +350,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
                                  max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                               stop=stop_strings(config.stop))
-    log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start)
+    log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start, reporters=open_reporters(
+        config.report_to, run_name=out_dir.name, config=config.to_dict()) if rank == 0 else ())
     validator = Validator.for_run(config, out_dir, validation_pool, make_env_slots, rank, world)
     rows = []
     try:

@@ -4,7 +4,12 @@ One row per step with the tag the model wrote (coloured as in `plots.TAG_COLORS`
 figures agree), its reasoning, the action with format-validity and admissibility marks, the
 environment's answer, new plans, and the reward-side numbers r_MR and advantage when
 `rewards`/`advantages` have filled them. Inline styles only, so the HTML looks the same in JupyterLab,
-VS Code and a saved ``.html`` file.
+VS Code and a saved ``.html`` file: every cell states its alignment (text left, numbers right) and
+every table its width rule and left margin, since JupyterLab's own table style right-aligns cells,
+fixes column widths and centres tables.
+
+Steps are numbered from 1, as the prompt ("This is step N") and the paper's transcripts number
+them: the "step" column shows `Step.t` + 1.
 """
 
 from __future__ import annotations
@@ -24,6 +29,10 @@ _HIGHLIGHT = "#fff3c4"  # the "ours" yellow of the paper tables
 _GOOD, _BAD, _MUTED = "#1a7f37", "#c0392b", "#777777"
 _FONT = "font-family: system-ui, -apple-system, 'Segoe UI', sans-serif; font-size: 13px;"
 _MONO = "font-family: ui-monospace, SFMono-Regular, Menlo, Consolas, monospace;"
+# JupyterLab styles output tables with `table-layout: fixed; margin: auto` and right-aligned cells;
+# inline styles win over its stylesheet, so each table and cell says what it needs.
+_TABLE = "border-collapse:collapse; table-layout:auto; margin:4px 0 0 0; width:auto;"
+_LEFT, _RIGHT = "text-align:left;", "text-align:right;"
 
 
 def _e(text: Any) -> str:
@@ -120,8 +129,9 @@ def episode_html(
     adv = [abs(s.advantage) for s in episode.steps if s.advantage is not None]
     scale = max(adv) if adv else None
     cell = "padding:4px 6px; border-top:1px solid #e5e5e5; vertical-align:top;"
-    head = ("".join(f'<th style="{cell} text-align:left; color:#444;">{h}</th>'
-                    for h in ("t", "tag", "reasoning", "action", "environment", "r<sub>MR</sub>", "A")))
+    columns = (("step", _RIGHT), ("tag", _LEFT), ("reasoning", _LEFT), ("action", _LEFT), ("environment", _LEFT),
+               ("r<sub>MR</sub>", _RIGHT), ("A", _RIGHT))
+    head = "".join(f'<th style="{cell} {align} color:#444;">{h}</th>' for h, align in columns)
     rows = []
     for s, rep in zip(episode.steps, repeats):
         bg = f" background:{_HIGHLIGHT};" if s.t in marked else ""
@@ -146,14 +156,14 @@ def episode_html(
         feedback = _e(_clip(s.feedback, feedback_chars)) if s.feedback.strip() else f'<span style="color:{_MUTED}">—</span>'
         rows.append(
             f'<tr style="{bg}">'
-            f'<td style="{cell} {_MONO}">{s.t}</td>'
-            f"<td style=\"{cell}\">{tag_chip(s.tag)}{reward_class}</td>"
-            f'<td style="{cell} max-width:320px;">{reasoning}{"".join(extras)}</td>'
-            f'<td style="{cell}"><span style="{_MONO}">{action}</span>'
+            f'<td style="{cell} {_RIGHT} {_MONO}" title="t = {s.t}">{s.t + 1}</td>'
+            f"<td style=\"{cell} {_LEFT}\">{tag_chip(s.tag)}{reward_class}</td>"
+            f'<td style="{cell} {_LEFT} max-width:320px;">{reasoning}{"".join(extras)}</td>'
+            f'<td style="{cell} {_LEFT}"><span style="{_MONO}">{action}</span>'
             f'<div style="font-size:11px;">{_marks(s, rep)}</div></td>'
-            f'<td style="{cell} max-width:300px;">{feedback}</td>'
-            f'<td style="{cell} white-space:nowrap;">{_number(s.mr_reward)}</td>'
-            f'<td style="{cell} white-space:nowrap;">{_number(s.advantage, scale)}</td>'
+            f'<td style="{cell} {_LEFT} max-width:300px;">{feedback}</td>'
+            f'<td style="{cell} {_RIGHT} white-space:nowrap;">{_number(s.mr_reward)}</td>'
+            f'<td style="{cell} {_RIGHT} white-space:nowrap;">{_number(s.advantage, scale)}</td>'
             "</tr>"
         )
     first = episode.steps[0].observation.strip() if episode.steps else ""
@@ -163,7 +173,7 @@ def episode_html(
                        f'<div style="white-space:pre-wrap;">{_e(first)}</div></details>')
     top = f'<div style="font-weight:600; margin-bottom:2px;">{_e(title)}</div>' if title else ""
     return (f'<div style="{_FONT} margin:8px 0 14px 0;">{top}<div>{_header(episode)}</div>{observation}'
-            f'<table style="border-collapse:collapse; margin-top:4px;"><thead><tr>{head}</tr></thead>'
+            f'<table style="{_TABLE}"><thead><tr>{head}</tr></thead>'
             f'<tbody>{"".join(rows)}</tbody></table></div>')
 
 
@@ -191,13 +201,14 @@ def matches_html(matches: Sequence[Loop | Recovery], limit: int | None = 20) -> 
         what = (f"{_e(m.action)} × {m.repeats} → {_e(m.feedback)}" if isinstance(m, Loop)
                 else f"{_e(m.failed_action)} ({_e(m.failure)}) → {tag_chip('reflection')} {_e(m.new_action)}"
                 f" · {'won' if m.won else 'progress' if m.progress else 'no progress'}")
-        steps = f"{m.steps[0]}–{m.steps[-1]}"
+        steps = f"{m.steps[0] + 1}–{m.steps[-1] + 1}"  # 1-based, as the episode tables show them
         rows.append(f'<tr><td style="{cell}">{_e(m.episode.episode_id or m.episode.task_id)}</td>'
                     f'<td style="{cell} {_MONO}">{steps}</td><td style="{cell}">{what}</td>'
                     f'<td style="{cell} color:{_MUTED}">{_e(m.source)}</td></tr>')
     more = "" if limit is None or len(matches) <= limit else f"<div>… and {len(matches) - limit} more</div>"
-    head = "".join(f'<th style="{cell}">{h}</th>' for h in ("episode", "t", "pattern", "file"))
-    return f'<div style="{_FONT}"><table style="border-collapse:collapse;">{head}{"".join(rows)}</table>{more}</div>'
+    head = "".join(f'<th style="{cell}">{h}</th>' for h in ("episode", "steps", "pattern", "file"))
+    return (f'<div style="{_FONT}"><table style="{_TABLE}"><thead><tr>{head}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>{more}</div>')
 
 
 def _display(markup: str) -> Any:

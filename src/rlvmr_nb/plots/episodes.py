@@ -11,8 +11,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from .captions import STEP_AXIS_LABEL
 from .saving import write_figure
 from .style import DARK_TAGS, TAG_COLORS, figure_style, tag_color, title_and_legend
+
+INVALID_COLOR = "#c0392b"
 
 
 def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | None = None, *,
@@ -23,7 +26,8 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
     `mr_reward` and `advantage` filled (rewards: paper §3.4.1; advantages: paper Eqs. 2-4); None
     values are simply not drawn.
     The strip shows the tag the model wrote (`Step.tag`, so <monitor> is visible) and marks
-    format-invalid steps with a red x; MR bars take the colour of the reward-side `tag_type`.
+    format-invalid steps with a red outline and a red x inside the cell; MR bars take the colour of
+    the reward-side `tag_type`. Steps are numbered from 1 (`captions.STEP_AXIS_LABEL`).
     Returns the Figure; with ``out_path`` it writes that file (format from its suffix) and
     returns its Path instead.
     """
@@ -47,13 +51,13 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
             name = ep.episode_id or f"rollout {i}"
             strip.set_title(f"{name}: {'won' if ep.won else 'failed'}, {len(ep.steps)} steps, R(τ) = {outcome:g}",
                             loc="left", fontsize=8.5)
-        bar_axes[-1].set_xlabel("step t")
+        bar_axes[-1].set_xlabel(STEP_AXIS_LABEL)
         bar_axes[-1].set_xlim(-0.6, n_steps - 0.4)  # the same span as the tag strips
-        bar_axes[-1].set_xticks(range(n_steps))
+        bar_axes[-1].set_xticks(range(n_steps), [str(t + 1) for t in range(n_steps)])
         handles = [Patch(color=c, label=t) for t, c in TAG_COLORS.items()]
         handles += [Patch(facecolor="#999999", label="MR reward (tag colour)"),
                     Patch(facecolor="#34495e", label="advantage"),
-                    Line2D([], [], color="#c0392b", marker="x", linestyle="", label="invalid output")]
+                    Line2D([], [], color=INVALID_COLOR, marker="x", linestyle="", label="invalid output")]
         group = episodes[0].group_id or episodes[0].task_id
         heading = title or f"Group {group}: {episodes[0].task_text or episodes[0].task_id}"[:120]
         title_and_legend(fig, handles, heading, ncol=4)
@@ -68,11 +72,12 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
 def _draw_tag_strip(ax: Any, steps: Sequence[Any], n_steps: int) -> None:
     for s in steps:
         tag = s.tag or s.tag_type or "none"
-        ax.add_patch(Rectangle((s.t - 0.45, 0), 0.9, 1, color=tag_color(tag)))
+        ax.add_patch(Rectangle((s.t - 0.45, 0.04), 0.9, 0.92, facecolor=tag_color(tag),
+                               edgecolor=INVALID_COLOR if not s.valid else "none", linewidth=1.6))
         ax.text(s.t, 0.5, (tag[0].upper() if tag != "none" else "-"), ha="center", va="center", fontsize=7,
                 color="white" if tag in DARK_TAGS else "black")
-        if not s.valid:
-            ax.plot([s.t], [1.25], marker="x", color="#c0392b", markersize=5, clip_on=False)
+        if not s.valid:  # inside the cell, so it never meets the rollout's title above the strip
+            ax.plot([s.t + 0.3], [0.5], marker="x", color=INVALID_COLOR, markersize=5, markeredgewidth=1.4)
     ax.set_xlim(-0.6, n_steps - 0.4)
     ax.set_ylim(0, 1)
     ax.axis("off")
@@ -104,24 +109,25 @@ def plot_preset_comparison(by_preset: Mapping[str, Sequence[Any]], title: str | 
     n = len(groups[0])
     n_steps = max(len(ep.steps) for ep in groups[0])
     width = 0.8 / len(names)
-    fig = Figure(figsize=(max(6.5, 0.5 * n_steps + 2.5), 1.75 * n + 0.8), layout="constrained")
-    axes = fig.subplots(n, 1, sharex=True, sharey=True, squeeze=False)[:, 0]
-    for i, ax in enumerate(axes):
-        for k, group in enumerate(groups):
-            ep = group[i]
-            xs = [s.t - 0.4 + width * (k + 0.5) for s in ep.steps]
-            ax.bar(xs, [s.advantage if s.advantage is not None else float("nan") for s in ep.steps], width,
-                   color=shades[k % len(shades)])
-        ep = groups[0][i]
-        ax.axhline(0, color="#333333", linewidth=0.6)
-        ax.set_title(f"{ep.episode_id or i}: {'won' if ep.won else 'failed'}, {len(ep.steps)} steps",
-                     loc="left", fontsize=9)
-        ax.set_ylabel("A", fontsize=9)
-        ax.grid(axis="y", alpha=0.25, linewidth=0.5)
-        ax.spines[["top", "right"]].set_visible(False)
-    axes[-1].set_xticks(range(n_steps))
-    axes[-1].set_xlabel("step t")
-    fig.legend(handles=[Patch(color=shades[k % len(shades)], label=name) for k, name in enumerate(names)],
-               loc="outside upper right", ncol=len(names), frameon=False, fontsize=8)
-    fig.suptitle(title or "GRPO-MR advantages of one group under each preset", fontsize=10, x=0.02, ha="left")
+    with figure_style():  # the fixed style, independent of the matplotlibrc
+        fig = Figure(figsize=(max(6.5, 0.5 * n_steps + 2.5), 1.75 * n + 0.8), layout="constrained")
+        axes = fig.subplots(n, 1, sharex=True, sharey=True, squeeze=False)[:, 0]
+        for i, ax in enumerate(axes):
+            for k, group in enumerate(groups):
+                ep = group[i]
+                xs = [s.t - 0.4 + width * (k + 0.5) for s in ep.steps]
+                ax.bar(xs, [s.advantage if s.advantage is not None else float("nan") for s in ep.steps], width,
+                       color=shades[k % len(shades)])
+            ep = groups[0][i]
+            ax.axhline(0, color="#333333", linewidth=0.6)
+            ax.set_title(f"{ep.episode_id or i}: {'won' if ep.won else 'failed'}, {len(ep.steps)} steps",
+                         loc="left", fontsize=9)
+            ax.set_ylabel("A", fontsize=9)
+            ax.grid(axis="y", alpha=0.25, linewidth=0.5)
+            ax.spines[["top", "right"]].set_visible(False)
+        axes[-1].set_xticks(range(n_steps), [str(t + 1) for t in range(n_steps)])
+        axes[-1].set_xlabel(STEP_AXIS_LABEL)
+        fig.legend(handles=[Patch(color=shades[k % len(shades)], label=name) for k, name in enumerate(names)],
+                   loc="outside upper right", ncol=len(names), frameon=False, fontsize=8)
+        fig.suptitle(title or "GRPO-MR advantages of one group under each preset", fontsize=10, x=0.02, ha="left")
     return fig

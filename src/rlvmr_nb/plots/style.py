@@ -7,7 +7,8 @@ Colours live here only: `METHOD_COLORS` (RLVMR red, GiGPO green, GRPO blue as in
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Iterator
+import textwrap
+from typing import Any, Iterator, Sequence
 
 import matplotlib as mpl
 from matplotlib.figure import Figure
@@ -95,3 +96,24 @@ def title_and_legend(fig: Figure, handles: list[Any], title: str | None = None, 
         fig.suptitle(title, y=1 - 0.06 / h, va="top", fontsize=10)
     fig.legend(handles=handles, loc="upper center", ncol=ncol, frameon=False, bbox_to_anchor=(0.5, 1 - title_in / h))
     fig.get_layout_engine().set(rect=(0, bottom_in / h, 1, 1 - (title_in + legend_in + bottom_in) / h))
+
+
+_FOOTER_LINE_IN = 0.16  # inches per caption line at 7.5 pt
+
+
+def footer_lines(lines: Sequence[str | None], width_in: float) -> list[str]:
+    """Caption lines (None and empty ones dropped) wrapped to a figure `width_in` inches wide."""
+    chars = max(40, int(width_in * 16.5))
+    return [part for line in lines if line for part in textwrap.wrap(line, chars)]
+
+
+def footer_height(lines: Sequence[str]) -> float:
+    """Inches a footer of `lines` (already wrapped) needs at the bottom of a figure."""
+    return _FOOTER_LINE_IN * len(lines) + 0.1 if lines else 0.0
+
+
+def draw_footer(fig: Figure, lines: Sequence[str]) -> None:
+    """Write wrapped caption lines bottom-left, in the space `title_and_legend(bottom_in=footer_height)` keeps."""
+    h = fig.get_figheight()
+    for i, line in enumerate(reversed(lines)):
+        fig.text(0.01, (0.05 + _FOOTER_LINE_IN * i) / h, line, ha="left", va="bottom", fontsize=7.5, color="#444444")

@@ -57,16 +57,18 @@ def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 class MetricsLog:
-    """One row per iteration to metrics.jsonl, metrics.csv and TensorBoard (if installed); one row per
-    validation to validation.jsonl, validation.csv and TensorBoard's ``val/`` keys (`write_validation`).
+    """One row per iteration to metrics.jsonl, metrics.csv and TensorBoard (if installed), and to any
+    `reporters` (`runs.reporters`: wandb, trackio; none by default); one row per validation to
+    validation.jsonl, validation.csv and TensorBoard's ``val/`` keys (`write_validation`).
 
     Only the writing process (rank 0) should pass ``enabled=True``. `first_iteration` is where a resumed
     run starts: TensorBoard events from that step on are purged (`truncate_logs` cuts the text files), and
     the validation of that very step, which `truncate_logs` keeps, is written to TensorBoard again."""
 
     def __init__(self, out_dir: str | os.PathLike, enabled: bool = True, first_iteration: int = 0,
-                 columns: Sequence[str] = METRIC_COLUMNS):
+                 columns: Sequence[str] = METRIC_COLUMNS, reporters: Sequence[Any] = ()):
         self.out_dir, self.enabled, self.columns = Path(out_dir), enabled, tuple(columns)
+        self.reporters = list(reporters)
         self.tb = None
         if enabled:
             try:
@@ -109,10 +111,15 @@ class MetricsLog:
                 if isinstance(v, (int, float)) and not isinstance(v, bool) and k != "iteration":
                     self.tb.add_scalar(k, v, flat["iteration"])
             self.tb.flush()
+        for reporter in self.reporters:
+            reporter.log(flat, step=flat["iteration"])
 
     def close(self) -> None:
         if self.tb is not None:
             self.tb.close()
+        for reporter in self.reporters:
+            reporter.finish()
+        self.reporters = []
 
 
 def _json_lines(path: Path) -> Iterable[tuple[int, str, Any]]:
