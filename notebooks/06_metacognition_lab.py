@@ -8,7 +8,7 @@
 #       format_name: percent
 #       format_version: '1.3'
 #   kernelspec:
-#     display_name: Python 3
+#     display_name: Python 3 (ipykernel)
 #     language: python
 #     name: python3
 # ---
@@ -32,6 +32,17 @@
 #   the paper's "w/o A^MC" from the cold start: same prompt and tags) and RLVMR (GRPO-MR, the same
 #   code as every other run of this package, `docs/method.md`, 'Advantages');
 # * **evaluation** on L0/L1/L2 with 95 % intervals (two-stage bootstrap over seeds and episodes).
+#
+# **What you learn.** How to test a claim about RL for agents with a controlled experiment: one cold
+# start, two training rules at equal budget, several seeds, held-out splits, and intervals that decide
+# whether a difference is real; and what repetitive behaviour and `<reflection>` recoveries look like.
+#
+# **Prerequisites.** Nothing to download: the world, its expert and the policy are built here. No GPU.
+#
+# **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/06_metacognition_lab.ipynb`
+# (`configs/ci/06_metacognition_lab.json`, kernel already started) needs ~20 s of CPU (it took 5–6 min
+# wall while other jobs loaded the machine); these defaults (the classroom configuration) used 588 s of
+# CPU, 51 min wall under a load average of 8–37 (README, 'Metacognition lab').
 #
 # ## The hypothesis, stated before the run
 #
