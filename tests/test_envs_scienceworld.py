@@ -278,18 +278,6 @@ def test_gold_path_replays_to_score_100(env, task_id):
     assert Episode.from_dict(json.loads(json.dumps(episode.to_dict()))) == episode
 
 
-def test_gold_names_still_import_from_the_env_module():
-    """cli.py and coldstart/experts.py import the gold replay from envs.scienceworld, where it used to live."""
-    from rlvmr_nb.envs import scienceworld, scienceworld_gold
-    from rlvmr_nb.envs.scienceworld import GoldPathError, replay_gold_sample, scienceworld_gold_episode
-
-    assert scienceworld_gold_episode is scienceworld_gold.scienceworld_gold_episode
-    assert replay_gold_sample is scienceworld_gold.replay_gold_sample
-    assert GoldPathError is scienceworld_gold.GoldPathError
-    with pytest.raises(AttributeError, match="no attribute 'no_such_name'"):
-        scienceworld.no_such_name  # noqa: B018
-
-
 @pytest.mark.slow
 @pytest.mark.envs
 @needs_java

@@ -5,7 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from rlvmr_nb.envs.registry import EnvSpec, check_level, env_names, get_env, make_env_slots, register_env
+from rlvmr_nb.envs.registry import EnvSpec, check_level, env_names, get_env, register_env
+from rlvmr_nb.envs.slots import make_env_slots
 
 SRC = Path(__file__).resolve().parents[1] / "src" / "rlvmr_nb"
 

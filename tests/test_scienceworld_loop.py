@@ -17,7 +17,7 @@ from model_fixtures import smollm2_tokenizer  # noqa: E402,F401  (fixture)
 from rlvmr_nb.envs.base import TaskSpec  # noqa: E402
 from rlvmr_nb.envs.lazy import LazyActionList  # noqa: E402
 from rlvmr_nb.envs.pool import EnvPool  # noqa: E402
-from rlvmr_nb.envs.registry import make_env_slots  # noqa: E402
+from rlvmr_nb.envs.slots import make_env_slots  # noqa: E402
 from rlvmr_nb.envs.toy import ToyEnv, toy_expert_actions  # noqa: E402
 from rlvmr_nb.generation import Generation, SamplingConfig  # noqa: E402
 from rlvmr_nb.prompts import PromptConfig  # noqa: E402

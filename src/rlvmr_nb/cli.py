@@ -51,7 +51,7 @@ def _check_alfworld_walkthroughs(args: argparse.Namespace) -> tuple[dict, bool]:
 
 
 def _check_scienceworld_gold(args: argparse.Namespace) -> tuple[dict, bool]:
-    from .envs.scienceworld import replay_gold_sample
+    from .envs.scienceworld_gold import replay_gold_sample
 
     report = replay_gold_sample(per_task=args.per_task)
     return report, report["n_ok"] == report["n"]

@@ -19,7 +19,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from .envs import registry
+from .envs import slots
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
 from .envs.base import TaskSpec
 from .devices import check_device_spec, place
@@ -113,7 +113,7 @@ def evaluate_policy(
         raise ValueError("no evaluation tasks")
     place(model, config.device)  # before any env starts: a missing GPU fails fast
     spec = get_env(config.env)
-    env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
+    env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(config.env, config.env_workers)
     generator = HFGenerator(model, tokenizer, max_batch_size=config.generation_batch_size)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,

@@ -32,7 +32,7 @@ from . import distributed as dist
 from .devices import check_device_spec, process_group_backend, resolve_device, use_device
 from .advantages import AdvantageConfig, compute_advantages, preset, with_advantages
 from .envs.base import TaskSpec
-from .envs import registry
+from .envs import slots
 from .envs.registry import check_level, get_env
 from .generation.base import STOP_POLICIES, stop_strings
 from .loss import LossConfig
@@ -300,7 +300,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     Args:
         config: the run.
         tasks: training task pool (default: the env's training split of `config.level`).
-        make_env_slots: factory of `rollout.EnvSlots` (default: `envs.registry.make_env_slots`).
+        make_env_slots: factory of `rollout.EnvSlots` (default: `envs.slots.make_env_slots`).
         policy, tokenizer: a preloaded model (default: `models.load_model(config.model)`).
         validation_pool: games the validation list is drawn from (default: the level's test split);
             used only with `config.validate_every` (`trainer_validation`).
@@ -342,7 +342,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     tasks = list(tasks if tasks is not None else spec.tasks("train", config.level))
     if not tasks:
         raise ValueError(f"empty training task pool for {config.env} {config.level}")
-    env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
+    env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(config.env, config.env_workers)
     # LoRA: sample from the adapted model itself (its state dict does not map onto a plain copy).
     generator = HFGenerator(models.rollout_model, tokenizer, dtype=None if config.lora else torch.bfloat16,
                             max_batch_size=config.generation_batch_size)

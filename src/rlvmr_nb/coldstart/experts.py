@@ -21,12 +21,11 @@ from typing import Any, Iterator, Sequence
 
 from ..envs.base import TaskSpec
 from ..envs.registry import check_level, get_env
-from ..trajectory import Episode, Step
-from .kits import SCIENCEWORLD_LONG_GOLD_TASKS, ColdStartKit  # noqa: F401  (re-exported)
+from ..trajectory import Episode
+from .replay import replay_actions
+from .kits import MAX_TRAJECTORY_STEPS, SCIENCEWORLD_LONG_GOLD_TASKS, ColdStartKit  # noqa: F401  (re-exported)
 
 ALFWORLD_EXPERTS = ("walkthrough", "handcoded", "mixed")
-MAX_TRAJECTORY_STEPS = 29
-"""Longest kept trajectory: the official builder keeps only trajectories with < 30 steps (paper §3.3)."""
 
 
 class TrajectoryTooLong(ValueError):
@@ -123,42 +122,5 @@ def expert_episode(
 
 
 def replay(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], template: Episode) -> Episode:
-    """Play `actions` from `task`'s initial state in the real env and record every step.
-
-    Used to validate a trajectory a teacher changed (an inserted mistake): observations and feedback are
-    the environment's own. ScienceWorld steps keep the prompt's available-actions text in
-    ``extra['available_actions']``; their admissibility is read from the reply (an unknown command is
-    answered "No known action matches that input.", paper App. C).
-    """
-    from ..prompts import INVALID_ACTION_FEEDBACK
-
-    reset = env.reset(task)
-    observation = reset.observation
-    from_env = _kit(env_name).admissible_from_env
-    admissible = list(reset.admissible_actions) if from_env else []
-    available = reset.info.get("available_actions")
-    episode = Episode(
-        task_id=task.task_id, env=env_name, split=task.split, task_type=template.task_type,
-        task_text=template.task_text or reset.task_text, episode_id=template.episode_id,
-        info=dict(template.info),
-    )
-    for t, action in enumerate(actions):
-        result = env.step(action)
-        extra: dict[str, Any] = {}
-        if not from_env:
-            extra = {"available_actions": available, "score": result.info.get("score"),
-                     "score_delta": result.reward}
-            is_admissible = result.observation.strip() != INVALID_ACTION_FEEDBACK
-        else:
-            is_admissible = action in admissible
-        episode.steps.append(Step(
-            t=t, observation=observation, admissible_actions=admissible, action=action, admissible=is_admissible,
-            feedback=result.observation, done=result.done, won=result.won, extra=extra,
-        ))
-        observation = result.observation
-        admissible = list(result.admissible_actions) if from_env else []
-        available = result.info.get("available_actions")
-        if result.done:
-            break
-    episode.won = bool(episode.steps) and episode.steps[-1].won
-    return episode
+    """`replay.replay_actions` with the world's own way of telling admissibility (its cold-start kit)."""
+    return replay_actions(env, env_name, task, actions, template, _kit(env_name).admissible_from_env)

@@ -17,6 +17,10 @@ from ..envs.base import TaskSpec
 from ..trajectory import Episode, Step
 
 
+MAX_TRAJECTORY_STEPS = 29
+"""Longest kept expert trajectory: the official builder keeps only trajectories with < 30 steps (paper §3.3)."""
+
+
 @dataclass(frozen=True)
 class RuleKit:
     """What the offline `RuleTeacher` needs from a world, with one signature for every world."""
@@ -68,7 +72,6 @@ def _alfworld_expert_env(expert: str) -> Any:
 
 def _alfworld_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
     from ..envs.alfworld_experts import play_expert
-    from .experts import MAX_TRAJECTORY_STEPS
 
     chosen = expert
     if expert == "mixed":  # a seeded coin per game: the same seed gives the same set
@@ -139,7 +142,7 @@ def _scienceworld_expert_env(expert: str) -> Any:
 
 
 def _scienceworld_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
-    from ..envs.scienceworld import scienceworld_gold_episode
+    from ..envs.scienceworld_gold import scienceworld_gold_episode
 
     episode = scienceworld_gold_episode(task, env=env)
     episode.info["expert"] = "gold"
@@ -181,11 +184,11 @@ def _lab_expert_env(expert: str) -> Any:
 
 def _lab_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
     from ..envs.lab import lab_expert_actions
-    from .experts import replay
+    from .replay import replay_actions
 
     template = Episode(task_id=task.task_id, env=task.env, split=task.split, task_type=task.task_type,
                        info={"expert": "search"})
-    return replay(env, task.env, task, lab_expert_actions(task, seed=seed), template)
+    return replay_actions(env, task.env, task, lab_expert_actions(task, seed=seed), template, admissible_from_env=True)
 
 
 def _lab_rules() -> RuleKit:

@@ -145,21 +145,6 @@ def check_level(level: str) -> str:
     return key
 
 
-def make_env_slots(name: str, workers: int = 0, **env_overrides: Any) -> Any:
-    """`rollout.EnvSlots` for env `name`: in-process `LocalEnvs` (``workers=0``) or an `EnvPool` of
-    `workers` processes, each env built with the registry defaults plus `env_overrides`."""
-    if workers < 0:
-        raise ValueError(f"env workers must be >= 0, got {workers}")
-    spec = get_env(name)
-    if workers == 0:
-        from .local import LocalEnvs
-
-        return LocalEnvs(spec.env_factory(**env_overrides))
-    from .pool import EnvPool
-
-    return EnvPool(spec.env_factory(**env_overrides), num_workers=workers)
-
-
 def filter_tasks(tasks: Sequence[TaskSpec], task_types: Sequence[str] | None) -> list[TaskSpec]:
     """Keep the tasks whose type is in `task_types` (None: all)."""
     if task_types is None:

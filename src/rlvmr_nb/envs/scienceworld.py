@@ -382,12 +382,3 @@ class ScienceWorldEnv:
 
 # The gold-path replay moved to `scienceworld_gold`; `cli.py` and `coldstart/experts.py` still import it
 # from here. Resolved on first use: an import at the top would be circular (it needs ScienceWorldEnv).
-_MOVED_TO_GOLD = ("GoldPathError", "replay_gold_sample", "scienceworld_gold_episode")
-
-
-def __getattr__(name: str) -> Any:
-    if name in _MOVED_TO_GOLD:
-        from rlvmr_nb.envs import scienceworld_gold
-
-        return getattr(scienceworld_gold, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
