@@ -1,4 +1,4 @@
-"""Evaluation and training metrics of the paper (§2.1, Figs. 1/3/5/6, Table 2; spec §6.4).
+"""Evaluation and training metrics of the paper (paper §2.1, Figs. 1/3/5/6, Table 2; docs/method.md, 'Metrics').
 
 The official code computes none of the rates of Figs. 1, 3 and 5; the definitions below are ours
 and stated precisely. Aborted episodes (infrastructure faults) are excluded everywhere: they are
@@ -52,7 +52,7 @@ def success_by_task_type(episodes: Iterable[Episode]) -> dict[str, float]:
 
 
 def invalid_action_rates(episodes: Iterable[Episode]) -> dict[str, float]:
-    """Invalid-action rates over all steps (paper Figs. 1/3/5 'invalid action rate'; spec §6.4).
+    """Invalid-action rates over all steps (paper Figs. 1/3/5 'invalid action rate'; docs/method.md, 'Metrics').
 
     * ``malformed``: the output broke the format (`Step.valid` is False);
     * ``non_admissible``: the executed action was not in the admissible list (`Step.admissible` False),

@@ -1,4 +1,4 @@
-"""Unsloth backend of the cold-start SFT (``SFTConfig(backend="unsloth")``; issue 5, spec §4.2).
+"""Unsloth backend of the cold-start SFT (``SFTConfig(backend="unsloth")``; paper App. A.2; docs/method.md, 'Cold start').
 
 Unsloth replaces a model's attention/MLP/LoRA code with fused CUDA kernels; it changes how the model is
 loaded and LoRA-wrapped, not what is trained. So only those two steps live here, and `sft.run_sft_loop`

@@ -1,4 +1,4 @@
-"""Cold-start SFT and its measurement: format validity and admissible-action rate before vs after (issue 5).
+"""Cold-start SFT and its measurement: format validity and admissible-action rate before vs after (paper §3.3; docs/method.md, 'Cold start').
 
 `coldstart_sft_experiment` evaluates the base model on held-out ALFWorld games through `evaluate.py`
 (the same rollout and prompt code as RL), fine-tunes it on a cold-start dataset with `sft.train_sft`,
@@ -123,7 +123,7 @@ def _stratified(samples: Sequence[SFTSample], pool: Sequence[int], n: int, rng: 
 
 def format_valid_rate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 96,
                       mode: str = "strict", batch_size: int = 8) -> float:
-    """Share of greedy responses to chat-formatted `prompts` that are format-valid (spec §1.2)."""
+    """Share of greedy responses to chat-formatted `prompts` that are format-valid (docs/method.md, 'Validity rules')."""
     from ..generation.base import SamplingConfig
     from ..generation.hf import HFGenerator
     from ..tags import parse_output
