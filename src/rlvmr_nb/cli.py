@@ -92,6 +92,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         lr=args.lr, mini_batch_size=args.mini_batch_size, micro_batch_size=args.micro_batch_size,
         save_every=args.save_every, resume=args.resume, env_workers=args.env_workers, lora=args.lora,
         prompt_style=args.prompt_style, advantage=preset(args.preset), loss=LossConfig(kl_coef=args.kl_coef),
+        rollout_backend=args.rollout_backend, rollout_dtype=args.rollout_dtype,
+        vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization, vllm_sleep_level=args.vllm_sleep_level,
+        tis_cap=args.tis_cap, bf16_autocast=args.bf16_autocast,
     )
     rows = train(cfg)
     for row in rows:
@@ -107,7 +110,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
     cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=args.seed,
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
-                     env_workers=args.env_workers)
+                     env_workers=args.env_workers, rollout_backend=args.rollout_backend,
+                     rollout_dtype=args.rollout_dtype)
     model, tok, described = load_policy(args.model, seed=args.seed)
     episodes, summary = evaluate_policy(model, tok, cfg)
     path = write_results(args.out, summary, cfg, episodes, extra={"model": args.model, "policy": described})
@@ -116,8 +120,19 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_rollout_engine_args(p: argparse.ArgumentParser) -> None:
+    from .generation import BACKENDS, ENGINE_DTYPES
+
+    p.add_argument("--rollout-backend", default="hf", choices=list(BACKENDS),
+                   help="who samples: hf (transformers, in process) or vllm (a vLLM engine in its own venv, "
+                        "`make vllm-venv`)")
+    p.add_argument("--rollout-dtype", default="bfloat16", choices=list(ENGINE_DTYPES),
+                   help="dtype of the engine's copy of the policy (float32: sampler log-probs match the trainer's)")
+
+
 def main(argv: list[str] | None = None) -> int:
     from .envs.registry import env_names, get_env
+    from .generation import SLEEP_LEVELS
     from .validation import non_negative_float, non_negative_int, positive_float, positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
@@ -180,6 +195,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--resume", default="auto", help="'auto' (newest intact checkpoint), 'never' or a ckpt folder")
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--lora", action="store_true")
+    _add_rollout_engine_args(p)
+    p.add_argument("--vllm-gpu-memory-utilization", type=positive_float, default=0.5,
+                   help="vLLM on a GPU: share of the card the engine takes; the trainer keeps the rest")
+    p.add_argument("--vllm-sleep-level", type=int, default=2, choices=list(SLEEP_LEVELS),
+                   help="vLLM: free the KV cache (1, weights offloaded) or KV cache and weights (2) during the "
+                        "update; 0 never sleeps (a no-op on CPU)")
+    p.add_argument("--tis-cap", type=positive_float, default=None,
+                   help="truncated importance sampling: weight each token's policy term by "
+                        "min(exp(old - sampler log-prob), cap), e.g. 2.0 (default: off)")
+    p.add_argument("--bf16-autocast", action=argparse.BooleanOptionalAction, default=True,
+                   help="bf16 autocast for log-probs and the update (--no-bf16-autocast: fp32 throughout)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")
@@ -194,6 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
     p.add_argument("--env-workers", type=non_negative_int, default=0)
     p.add_argument("--out", default="runs/eval/results.json")
+    _add_rollout_engine_args(p)
     p.set_defaults(func=_cmd_eval)
 
     argv = list(sys.argv[1:] if argv is None else argv)

@@ -12,7 +12,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Sequence
@@ -21,6 +21,7 @@ from .envs import registry
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
 from .envs.base import TaskSpec
 from .envs.registry import get_env
+from .generation import BACKENDS, ENGINE_DTYPES, EngineSettings, Generator, make_rollout_generator
 from .metrics import summarize
 from .trajectory import Episode, write_episodes
 
@@ -50,6 +51,29 @@ class EvalConfig:
     """Episodes stepped together (generation is batched across them)."""
     env_workers: int = 0
     """Env worker processes (0: in-process)."""
+    rollout_backend: str = "hf"
+    """Who samples (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM engine in its
+    own process, loaded once with the policy's weights)."""
+    rollout_dtype: str = "bfloat16"
+    """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`)."""
+    rollout_options: dict = field(default_factory=dict)
+    """Further constructor options of the backend (e.g. {'gpu_memory_utilization': 0.9} for vLLM alone on a GPU)."""
+
+    def __post_init__(self) -> None:
+        if self.rollout_backend not in BACKENDS:
+            raise ValueError(f"rollout_backend={self.rollout_backend!r}; choose one of {tuple(BACKENDS)}")
+        self.engine_settings  # validates the engine options
+
+    @property
+    def engine_settings(self) -> EngineSettings:
+        """No sleep: nothing else needs the engine's memory between evaluation batches."""
+        return EngineSettings(dtype=self.rollout_dtype, sleep_level=0, seed=self.seed, options=dict(self.rollout_options))
+
+
+def eval_generator(model: Any, tokenizer: Any, config: EvalConfig) -> Generator:
+    """The rollout engine `config` names, loaded with `model`; pass it to `evaluate_policy` to share one engine
+    between several calls (levels), and close it when done."""
+    return make_rollout_generator(config.rollout_backend, model, tokenizer, config.engine_settings)
 
 
 def eval_tasks(config: EvalConfig) -> list[TaskSpec]:
@@ -67,10 +91,12 @@ def evaluate_policy(
     tasks: Sequence[TaskSpec] | None = None,
     make_env_slots: Any = None,
     progress: bool = True,
+    generator: Generator | None = None,
 ) -> tuple[list[Episode], dict]:
-    """Run one episode per task and return (episodes, metrics summary)."""
+    """Run one episode per task and return (episodes, metrics summary).
+
+    `generator`: an engine from `eval_generator` to reuse (left open); None builds `config`'s and closes it."""
     from .generation.base import SamplingConfig
-    from .generation.hf import HFGenerator
     from .prompts import PromptConfig
     from .rollout import RolloutConfig, run_rollouts
 
@@ -78,8 +104,10 @@ def evaluate_policy(
     if not tasks:
         raise ValueError("no evaluation tasks")
     spec = get_env(config.env)
+    own_generator = generator is None
+    if generator is None:
+        generator = eval_generator(model, tokenizer, config)
     env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
-    generator = HFGenerator(model, tokenizer)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
     episodes: list[Episode] = []
@@ -96,7 +124,8 @@ def evaluate_policy(
             bar.update(len(chunk))
         bar.close()
     finally:
-        generator.close()
+        if own_generator:
+            generator.close()
         if hasattr(env_slots, "close"):
             env_slots.close()
     for ep in episodes:

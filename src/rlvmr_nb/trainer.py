@@ -30,10 +30,12 @@ from .advantages import AdvantageConfig, compute_advantages, preset, with_advant
 from .envs.base import TaskSpec
 from .envs import registry
 from .envs.registry import check_level, get_env
+from .generation import BACKENDS, ENGINE_DTYPES, EngineSettings, get_backend, make_rollout_generator
 from .loss import LossConfig
 from .metrics import summarize
 from .prompts import STYLES
 from .rewards import RewardConfig, assign_rewards
+from .sampler_correction import sampler_mismatch
 from .reference_policy import frozen_copy, reference_view
 from .runs import MetricsLog, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
 from .step_samples import (ResponseScorer, ScoringOptions, StepSample, episodes_to_samples, micro_batch_loss,
@@ -44,7 +46,9 @@ from .validation import require_choice, require_non_negative, require_positive
 ALGOS = ("rlvmr", "grpo", "gigpo")
 
 RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "resume", "progress", "save_episodes",
-                               "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size"})
+                               "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
+                               "rollout_backend", "rollout_dtype", "vllm_gpu_memory_utilization", "vllm_sleep_level",
+                               "rollout_options"})
 """Settings a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
 refused, since the checkpoint's optimizer state and the logs belong to the settings that made them."""
 
@@ -86,6 +90,19 @@ class TrainConfig:
     """Rollout sampling temperature (official code: 1.0)."""
     env_workers: int = 0
     """Env worker processes (0 = step environments in-process)."""
+    rollout_backend: str = "hf"
+    """Who samples the rollouts (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM
+    engine in its own process, weights synced from the policy before every iteration's rollouts)."""
+    rollout_dtype: str = "bfloat16"
+    """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`; 'float32' for exact log-probs).
+    With LoRA the HF backend samples from the adapted model itself."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """vLLM on a GPU: the share of the card the engine takes; the trainer keeps the rest (colocated)."""
+    vllm_sleep_level: int = 2
+    """vLLM: what the engine frees during the update (1: KV cache, weights offloaded; 2: both dropped, the
+    next sync rewrites them; 0: nothing). A logged no-op where vLLM has no sleep mode (CPU)."""
+    rollout_options: dict = field(default_factory=dict)
+    """Further constructor options of the backend (e.g. {'kv_cache_gb': 4} or {'python': ...} for vLLM)."""
     # --- rewards and advantages ---------------------------------------------------------------
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     """GRPO-MR normalisation and combination (`advantages.preset('official_code' | 'paper')`), GiGPO's γ and ω."""
@@ -108,6 +125,10 @@ class TrainConfig:
     """Randomly drop samples down to a multiple of mini_batch_size as the official code does (off: keep all)."""
     old_logprobs: str = "recompute"
     """'recompute' with the training model before the update (official) or 'sampler' (rollout log-probs)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling (TRL-style): weight each token's policy term by
+    min(exp(old − sampler log-prob), tis_cap) to correct for the engine/trainer mismatch (`sampler_correction`;
+    e.g. 2.0). None: off. Needs old_logprobs='recompute'."""
     loss: LossConfig = field(default_factory=LossConfig)
     """Clip ε 0.2, KL 0.01 (low_var_kl), entropy 0.001, token-mean (paper Eq. 5)."""
     fused_loss: bool = True
@@ -152,6 +173,15 @@ class TrainConfig:
         require_choice(self, "algo", ALGOS)
         require_choice(self, "prompt_style", (None, *STYLES))
         require_choice(self, "old_logprobs", ("recompute", "sampler"))
+        require_choice(self, "rollout_backend", tuple(BACKENDS))
+        require_choice(self, "rollout_dtype", ENGINE_DTYPES)
+        self.engine_settings  # validates the engine options
+        if self.lora and not get_backend(self.rollout_backend).samples_live_model:
+            raise ValueError(f"rollout_backend={self.rollout_backend!r} cannot sample from a LoRA-adapted model; "
+                             "use rollout_backend='hf' with lora=True")
+        if self.tis_cap is not None and (self.tis_cap <= 0 or self.old_logprobs != "recompute"):
+            raise ValueError(f"tis_cap={self.tis_cap} needs a value > 0 and old_logprobs='recompute' (with "
+                             "'sampler' old log-probs every weight would be 1)")
         check_level(self.level)
         require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
                                 "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
@@ -166,6 +196,13 @@ class TrainConfig:
     def resolved_prompt_style(self) -> str:
         """The prompt style used: `prompt_style`, else meta-think for rlvmr and think for the baselines."""
         return self.prompt_style or ("meta_think" if self.algo == "rlvmr" else "think")
+
+    @property
+    def engine_settings(self) -> EngineSettings:
+        """The rollout engine's settings (LoRA: the HF backend samples from the adapted model itself)."""
+        return EngineSettings(dtype=None if self.lora else self.rollout_dtype,
+                              gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                              sleep_level=self.vllm_sleep_level, seed=self.seed, options=dict(self.rollout_options))
 
     @property
     def scoring(self) -> ScoringOptions:
@@ -205,7 +242,7 @@ def ppo_update(scorer: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
             sync = k == len(mini.micro_batches) - 1 or not hasattr(scorer, "no_sync")
             with scorer.no_sync() if not sync else contextlib.nullcontext():
                 loss, metrics = micro_batch_loss(scorer, [samples[i] for i in micro.indices], pad_id, config.loss,
-                                                 config.scoring, old_attr)
+                                                 config.scoring, old_attr, tis_cap=config.tis_cap)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {float(loss)} in a micro-batch; metrics "
                                              f"{ {k: float(v) for k, v in metrics.items()} }")
@@ -244,7 +281,6 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         policy, tokenizer: a preloaded model (default: `models.load_model(config.model)`).
     """
     from .generation.base import SamplingConfig
-    from .generation.hf import HFGenerator
     from .prompts import PromptConfig
     from .rollout import RolloutConfig, run_rollouts
 
@@ -280,8 +316,9 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     if not tasks:
         raise ValueError(f"empty training task pool for {config.env} {config.level}")
     env_slots = make_env_slots() if make_env_slots else registry.make_env_slots(config.env, config.env_workers)
-    # LoRA: sample from the adapted model itself (its state dict does not map onto a plain copy).
-    generator = HFGenerator(policy, tokenizer, dtype=None if config.lora else torch.bfloat16)
+    t_engine = time.perf_counter()
+    generator = make_rollout_generator(config.rollout_backend, policy, tokenizer, config.engine_settings)
+    timings = {"engine_start_s": time.perf_counter() - t_engine}  # reported with the first iteration
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.resolved_prompt_style,
                                  max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens)
@@ -292,16 +329,20 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             t0 = time.perf_counter()
             batch = _iteration_rng(config.seed, iteration, "tasks").sample(tasks, min(config.tasks_per_iteration, len(tasks)))
             policy.eval()
-            generator.update_weights(policy)
+            generator.update_weights(policy)  # the engine samples from this iteration's policy (wakes it if asleep)
+            timings["weight_sync_s"] = time.perf_counter() - t0
             episodes = run_rollouts(
                 batch[rank::world], env_slots, generator, tokenizer, prompt_config, sampling,
                 RolloutConfig(group_size=config.group_size, max_steps=config.max_steps,
                               success_reward=config.reward.success_reward, seed=config.seed,
                               progress=config.progress and rank == 0),
                 iteration=iteration, group_indices=list(range(len(batch)))[rank::world])
+            t_sleep = time.perf_counter()
+            generator.sleep()  # colocated engine: free its KV cache (and weights) for the update
+            timings["weight_sync_s"] += time.perf_counter() - t_sleep
             if world > 1:
                 episodes = dist.all_gather_episodes(episodes, world)
-            t_rollout = time.perf_counter() - t0
+            t_rollout = time.perf_counter() - t0 - timings["weight_sync_s"]
 
             # An aborted episode (dead worker, timeout) says nothing about the policy: it leaves the batch
             # before rewards and advantages, so it never counts as a failure for its group-mates.
@@ -314,13 +355,17 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
                 samples = shuffle_rng.sample(samples, len(samples) - len(samples) % config.mini_batch_size)
             plan = dist.schedule_update(len(samples), config.mini_batch_size, config.micro_batch_size,
                                         config.ppo_epochs, shuffle_rng, rank, world)
+            t_logprobs = time.perf_counter()
             samples = _with_old_and_ref_logprobs(policy, reference, samples, dist.samples_used(plan), pad_id, config)
+            timings["logprobs_s"] = time.perf_counter() - t_logprobs
+            mismatch = sampler_mismatch([samples[i] for i in dist.samples_used(plan)], world)
 
             t1 = time.perf_counter()
             policy.train()
             update = ppo_update(scorer, optimizer, samples, plan, pad_id, config, world) if samples else {}
             t_update = time.perf_counter() - t1
-            row = _metrics_row(iteration, episodes, samples, update, t_rollout, t_update)
+            row = _metrics_row(iteration, episodes, samples, update | mismatch, t_rollout, t_update) | timings
+            timings = {}
             rows.append(row)
             log.write(row)
             if rank == 0 and config.save_episodes:
