@@ -45,6 +45,8 @@ prompt_style = "meta_think"  # meta_think (RLVMR tags) | think (GRPO/GiGPO) | re
 temperature = 0.4  # sampling temperature (official validation: 0.4)
 seed = 0  # task subset and sampling seed
 batch_tasks = 8  # episodes generated together
+rollout_backend = "hf"  # who samples: hf (transformers, in process) | vllm (engine in its own venv: make vllm-venv)
+rollout_dtype = "bfloat16"  # dtype of the engine copy of the policy: bfloat16 | float32
 results_dir = "runs/eval"  # results go to results_dir/<method>_<env>_<model name>/
 out_dir = "figures"  # where eval_*.png is written
 formats = ["png"]  # figure formats to write
@@ -60,7 +62,7 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
-from rlvmr_nb.evaluate import EvalConfig, evaluate_policy, write_results
+from rlvmr_nb.evaluate import EvalConfig, eval_generator, evaluate_policy, write_results
 from rlvmr_nb.runs import load_policy, model_label
 
 model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
@@ -79,15 +81,17 @@ print(policy_info)
 
 # %%
 by_level, episodes_by_level = {}, {}
-for level in levels:
-    config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seed, temperature=temperature,
-                        max_steps=max_steps, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
-                        batch_tasks=batch_tasks)
-    episodes, summary = evaluate_policy(policy, tokenizer, config)
-    write_results(results_path / f"{level}.json", summary, config, episodes,
-                  extra={"model": policy_info, "method": method_label})
-    by_level[level], episodes_by_level[level] = summary, episodes
-    print(f"{level}: {summary['episodes']} episodes, success {summary['success']:.1%}")
+engine = dict(rollout_backend=rollout_backend, rollout_dtype=rollout_dtype)
+with eval_generator(policy, tokenizer, EvalConfig(env=env, seed=seed, **engine)) as generator:  # one engine, every level
+    for level in levels:
+        config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seed, temperature=temperature,
+                            max_steps=max_steps, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
+                            batch_tasks=batch_tasks, **engine)
+        episodes, summary = evaluate_policy(policy, tokenizer, config, generator=generator)
+        write_results(results_path / f"{level}.json", summary, config, episodes,
+                      extra={"model": policy_info, "method": method_label})
+        by_level[level], episodes_by_level[level] = summary, episodes
+        print(f"{level}: {summary['episodes']} episodes, success {summary['success']:.1%}")
 combined = write_results(results_path / "results.json", {method_label: by_level},
                          {"model": str(model), "method": method_label, "env": env, "levels": levels,
                           "max_tasks": max_tasks, "max_steps": max_steps, "prompt_style": prompt_style,
