@@ -225,7 +225,7 @@ def test_server_sleep_wakes_weights_before_loading_and_kv_cache_before_generatin
     weights = tmp_path / "w.safetensors"
     save_file({"a": torch.zeros(2), "b": torch.ones(3)}, str(weights))
     llm = _RecordingLLM()
-    state = vllm_server._Sleep(llm, available=True, why_not="")
+    state = vllm_server._SleepState(llm, available=True, why_not="")
     assert state.sleep(2) == {"ok": True, "slept": True} and state.weights_lost
     state.sleep(2)  # already asleep: nothing more
     vllm_server._load_weights(llm, str(weights), state)
@@ -234,7 +234,7 @@ def test_server_sleep_wakes_weights_before_loading_and_kv_cache_before_generatin
     state.wake(["weights", "kv_cache"])  # awake: nothing more
     assert llm.calls == [("sleep", 2), ("wake_up", ("weights",)), ("reload_weights", 2), ("reset_prefix_cache",),
                          ("wake_up", ("kv_cache",))]
-    cpu = vllm_server._Sleep(_RecordingLLM(), available=False, why_not="no sleep mode on cpu")
+    cpu = vllm_server._SleepState(_RecordingLLM(), available=False, why_not="no sleep mode on cpu")
     assert cpu.sleep(2) == {"ok": True, "slept": False, "note": "no sleep mode on cpu"} and not cpu.llm.calls
 
 

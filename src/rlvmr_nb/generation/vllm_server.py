@@ -82,7 +82,7 @@ def _generate(llm, SamplingParams, request: dict) -> dict:
     return {"ok": True, "outputs": outputs}
 
 
-class _Sleep:
+class _SleepState:
     """What of the engine is asleep, and whether its weights are usable."""
 
     def __init__(self, llm, available: bool, why_not: str):
@@ -106,7 +106,7 @@ class _Sleep:
             self.asleep = [t for t in self.asleep if t not in due]
 
 
-def _load_weights(llm, path: str, sleep: _Sleep) -> dict:
+def _load_weights(llm, path: str, sleep: _SleepState) -> dict:
     from safetensors.torch import load_file
 
     sleep.wake(["weights"])
@@ -160,7 +160,7 @@ def main() -> None:
             gpu_memory_utilization=float(config.get("gpu_memory_utilization", 0.5)),  # colocated with the trainer
             enable_sleep_mode=sleep_available,
         )
-        sleep = _Sleep(llm, sleep_available, why_not)
+        sleep = _SleepState(llm, sleep_available, why_not)
         import vllm
 
         proto.write(json.dumps({"ok": True, "ready": True, "vllm_version": vllm.__version__}) + "\n")
