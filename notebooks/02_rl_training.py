@@ -73,6 +73,9 @@ validate_every = 1  # validate before the first iteration, every k-th and after 
 validation_tasks = 4  # fixed test games per validation, a seeded subset of the level's test split (official: 128)
 seed = 0  # the run's one seed
 runs_root = "runs"  # the run is written to runs_root/<algo>_<env>_<level>_seed<seed>
+rollout_backend = "hf"  # who samples: hf (transformers, in process) | vllm (engine in its own venv: make vllm-venv)
+rollout_dtype = "bfloat16"  # dtype of the engine copy of the policy: bfloat16 | float32 (exact log-probs)
+tis_cap = None  # truncated importance sampling: cap of the per-token weight exp(old - sampler), e.g. 2.0 (None: off)
 train_overrides = {"micro_batch_size": 2, "gradient_checkpointing": True, "stop": "action"}  # other TrainConfig fields (CPU budget)
 compare_with = []  # finished run folders to draw beside this one (e.g. a grpo run of the same setting)
 out_dir = "figures"  # where train_*.png are written
@@ -103,10 +106,11 @@ config = TrainConfig(algo=algo, env=env, level=level, model=model, out_dir=str(r
                      iterations=iterations, tasks_per_iteration=tasks_per_iteration, group_size=group_size,
                      max_steps=max_steps, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens, lr=lr,
                      device=device, validate_every=validate_every, validation_tasks=validation_tasks,
-                     **train_overrides)
+                     rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, tis_cap=tis_cap, **train_overrides)
 stem = f"train_{algo}_{env}_{level}"
 print(f"run folder: {run_dir.resolve()}")
 print(f"{iterations} iterations x {tasks_per_iteration} tasks x {group_size} rollouts x <= {max_steps} steps")
+print(f"rollouts sampled by {rollout_backend} ({rollout_dtype})")
 
 # %% [markdown]
 # ## Train
@@ -139,7 +143,8 @@ print(f"{len(rows)} new iteration(s)")
 # %%
 history = read_metrics(run_dir)
 columns = ["iteration", "success", "episode_length", "invalid", "repetitive", "samples", "pg_loss", "kl",
-           "entropy", "rollout_s", "update_s"]
+           "entropy", "sampler_logprob_abs_diff", "sampler_ratio_max", "weight_sync_s", "rollout_s", "logprobs_s",
+           "update_s"]
 pd.DataFrame(history)[[c for c in columns if c in history[0]]].round(4)
 
 # %%

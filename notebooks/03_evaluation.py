@@ -67,6 +67,8 @@ temperature = 0.4  # sampling temperature (official validation: 0.4)
 seeds = [0, 1, 2]  # sampling seeds; the task subset is the first seed's for all of them
 batch_tasks = 8  # episodes generated together
 device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; CUDA asked for without a GPU is an error
+rollout_backend = "hf"  # who samples: hf (transformers, in process) | vllm (engine in its own venv: make vllm-venv)
+rollout_dtype = "bfloat16"  # dtype of the engine copy of the policy: bfloat16 | float32
 results_dir = "runs/eval"  # results go to results_dir/<method>_<env>_<model name>/
 out_dir = "figures"  # where eval_*.png is written
 formats = ["png"]  # figure formats to write
@@ -83,7 +85,7 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
-from rlvmr_nb.evaluate import EvalConfig, evaluate_seeds, write_results, write_seed_results
+from rlvmr_nb.evaluate import EvalConfig, eval_generator, evaluate_seeds, write_results, write_seed_results
 from rlvmr_nb.runs import load_policy, model_label
 
 model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
@@ -102,19 +104,21 @@ print(policy_info)
 
 # %%
 by_level, ci_by_level, episodes_by_level = {}, {}, {}
-for level in levels:
-    config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seeds[0], temperature=temperature,
-                        max_steps=max_steps, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
-                        batch_tasks=batch_tasks, device=device, stop=stop)
-    played = evaluate_seeds(policy, tokenizer, config, seeds)
-    _, aggregate = write_seed_results(results_path / f"{level}.json", played, config,
-                                      extra={"model": policy_info, "method": method_label})
-    summary, ci = aggregate["metrics"], aggregate["metrics_ci"]
-    by_level[level], ci_by_level[level] = summary, ci
-    episodes_by_level[level] = [ep for episodes, _ in played.values() for ep in episodes]
-    low, high = ci["intervals"]["success"]
-    print(f"{level}: {summary['episodes']} episodes ({len(seeds)} seed(s)), success {summary['success']:.1%} "
-          f"[{low:.1%}, {high:.1%}]")
+engine = dict(rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, device=device)
+with eval_generator(policy, tokenizer, EvalConfig(env=env, seed=seeds[0], **engine)) as generator:  # one engine, every level
+    for level in levels:
+        config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seeds[0], temperature=temperature,
+                            max_steps=max_steps, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
+                            batch_tasks=batch_tasks, stop=stop, **engine)
+        played = evaluate_seeds(policy, tokenizer, config, seeds, generator=generator)
+        _, aggregate = write_seed_results(results_path / f"{level}.json", played, config,
+                                          extra={"model": policy_info, "method": method_label})
+        summary, ci = aggregate["metrics"], aggregate["metrics_ci"]
+        by_level[level], ci_by_level[level] = summary, ci
+        episodes_by_level[level] = [ep for episodes, _ in played.values() for ep in episodes]
+        low, high = ci["intervals"]["success"]
+        print(f"{level}: {summary['episodes']} episodes ({len(seeds)} seed(s)), success {summary['success']:.1%} "
+              f"[{low:.1%}, {high:.1%}]")
 combined = write_results(results_path / "results.json", {method_label: by_level},
                          {"model": str(model), "method": method_label, "env": env, "levels": levels,
                           "max_tasks": max_tasks, "max_steps": max_steps, "prompt_style": prompt_style,

@@ -316,7 +316,7 @@ def step_iteration(check: Check) -> dict:
         with peak_memory(record):
             row, episodes = _train_once(check, fields, policy, tokenizer)
         flops = update_flops(episodes, policy.config)
-        record.update({k: row.get(k) for k in ("rollout_s", "logprob_s", "update_s", "wall_s", "samples",
+        record.update({k: row.get(k) for k in ("rollout_s", "logprobs_s", "update_s", "wall_s", "samples",
                                                "generated_tokens_per_s", "trained_tokens_per_s", "success")})
         record["update_model_tflop"] = round(flops / 1e12, 3)
         record["update_tflops_per_s"] = round(flops / max(row["update_s"], 1e-9) / 1e12, 3)
@@ -409,7 +409,7 @@ def step_alfworld(check: Check) -> dict:
                                     policy, tokenizer)
     return {"status": "ok", "model": policy_spec, "settings": fields, "notes": [note] if note else [],
             "last_iteration": {k: row.get(k) for k in ("iteration", "success", "episode_length", "invalid", "samples",
-                                                       "rollout_s", "logprob_s", "update_s", "wall_s",
+                                                       "rollout_s", "logprobs_s", "update_s", "wall_s",
                                                        "generated_tokens_per_s", "trained_tokens_per_s")},
             "episodes": len(episodes), **record}
 

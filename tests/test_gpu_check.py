@@ -65,7 +65,7 @@ def test_dry_run_exercises_the_measurement_code(dry_run):
     iteration = _read(out, "iteration")
     run = iteration["runs"][0]
     assert run["backend"] == "hf" and run["samples"] > 0
-    assert all(run[k] > 0 for k in ("rollout_s", "logprob_s", "update_s", "update_model_tflop"))
+    assert all(run[k] > 0 for k in ("rollout_s", "logprobs_s", "update_s", "update_model_tflop"))
     assert iteration["mfu"]["status"] == "skipped" and "CPU" in iteration["mfu"]["reason"]
     rollout = _read(out, "rollout")
     assert set(rollout["tokens_per_s"]) == {"shared_prefix", "no_sharing"}

@@ -97,6 +97,9 @@ TRAIN_FLAG_FIELDS = {
     "device": "device", "reference_device": "reference_device", "sharding": "sharding",
     "gradient_checkpointing": "gradient_checkpointing", "validate_every": "validate_every",
     "validation_tasks": "validation_tasks", "report_to": "report_to",
+    "rollout_backend": "rollout_backend", "rollout_dtype": "rollout_dtype",
+    "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization", "vllm_sleep_level": "vllm_sleep_level",
+    "tis_cap": "tis_cap", "bf16_autocast": "bf16_autocast",
 }
 """`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`config_files.train_config`).
 Every option defaults to None = not given, so only the options typed on the command line override --config."""
@@ -124,7 +127,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=seeds[0],
                      max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
                      env_workers=args.env_workers, device=args.device, stop=args.stop,
-                     report_to=tuple(args.report_to))
+                     report_to=tuple(args.report_to), rollout_backend=args.rollout_backend,
+                     rollout_dtype=args.rollout_dtype)
     model, tok, described = load_policy(args.model, seed=seeds[0])
     runs = evaluate_seeds(model, tok, cfg, seeds)
     path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
@@ -166,10 +170,23 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_rollout_engine_args(p: argparse.ArgumentParser, defaults: bool = True) -> None:
+    """--rollout-backend and --rollout-dtype; `defaults=False` leaves them None (train: not given)."""
+    from .generation import BACKENDS, ENGINE_DTYPES
+
+    p.add_argument("--rollout-backend", default="hf" if defaults else None, choices=list(BACKENDS),
+                   help="who samples: hf (transformers, in process; the default) or vllm (a vLLM engine in its own "
+                        "venv, `make vllm-venv`)")
+    p.add_argument("--rollout-dtype", default="bfloat16" if defaults else None, choices=list(ENGINE_DTYPES),
+                   help="dtype of the engine's copy of the policy (default bfloat16; float32: sampler log-probs "
+                        "match the trainer's)")
+
+
 def main(argv: list[str] | None = None) -> int:
     from .envs.registry import env_names, get_env
-    from .generation.base import STOP_POLICIES
     from .envs.split_overlap import OVERLAP_MEASURES
+    from .generation import SLEEP_LEVELS
+    from .generation.base import STOP_POLICIES
     from .validation import non_negative_float, non_negative_int, positive_float, positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
@@ -260,6 +277,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--validation-tasks", type=positive_int, default=None,
                    help="test games per validation (official: 128, the default)")
     p.add_argument("--report-to", nargs="+", default=None, metavar="SERVICE", help=REPORT_TO_HELP)
+    _add_rollout_engine_args(p, defaults=False)
+    p.add_argument("--vllm-gpu-memory-utilization", type=positive_float, default=None,
+                   help="vLLM on a GPU: share of the card the engine takes; the trainer keeps the rest (default 0.5)")
+    p.add_argument("--vllm-sleep-level", type=int, default=None, choices=list(SLEEP_LEVELS),
+                   help="vLLM: free the KV cache (1, weights offloaded) or KV cache and weights (2, the default) "
+                        "during the update; 0 never sleeps (a no-op on CPU)")
+    p.add_argument("--tis-cap", type=positive_float, default=None,
+                   help="truncated importance sampling: weight each token's policy term by "
+                        "min(exp(old - sampler log-prob), cap), e.g. 2.0 (default: off)")
+    p.add_argument("--bf16-autocast", action=argparse.BooleanOptionalAction, default=None,
+                   help="bf16 autocast for log-probs and the update (default on; --no-bf16-autocast: fp32 throughout)")
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")
@@ -281,6 +309,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="runs/eval/results.json")
     _add_device_argument(p)
     p.add_argument("--report-to", nargs="+", default=[], metavar="SERVICE", help=REPORT_TO_HELP)
+    _add_rollout_engine_args(p)
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("overlap", help="measure how much of the L0 'seen' test split the training split already holds")

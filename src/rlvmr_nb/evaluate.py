@@ -14,7 +14,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -24,6 +24,7 @@ from .envs.alfworld import seeded_subset  # light import; the same nested-subset
 from .envs.base import TaskSpec
 from .devices import check_device_spec, place
 from .envs.registry import check_level, get_env
+from .generation import BACKENDS, EngineSettings, Generator, make_rollout_generator
 from .metrics import metric_intervals, summarize
 from .stats import spread
 from .trajectory import Episode, write_episodes
@@ -60,9 +61,16 @@ class EvalConfig:
     device: str = "auto"
     """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
     generation_batch_size: int = 8
-    """Rows per generate call (`HFGenerator.max_batch_size`)."""
+    """Rows per generate call of the HF backend (`EngineSettings.max_batch_size`)."""
     report_to: tuple[str, ...] = ()
     """Also send the summary to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
+    rollout_backend: str = "hf"
+    """Who samples (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM engine in its
+    own process, loaded once with the policy's weights)."""
+    rollout_dtype: str = "bfloat16"
+    """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`)."""
+    rollout_options: dict = field(default_factory=dict)
+    """Further constructor options of the backend (e.g. {'gpu_memory_utilization': 0.9} for vLLM alone on a GPU)."""
 
     def __post_init__(self) -> None:
         from .generation.base import STOP_POLICIES
@@ -84,6 +92,21 @@ class EvalConfig:
         if self.max_prompt_tokens is not None:
             require_positive(self, ["max_prompt_tokens"])
         check_device_spec(self.device)
+        require_choice(self, "rollout_backend", BACKENDS)
+        self.engine_settings  # validates the engine options
+
+    @property
+    def engine_settings(self) -> EngineSettings:
+        """No sleep: nothing else needs the engine's memory between evaluation batches."""
+        return EngineSettings(dtype=self.rollout_dtype, sleep_level=0, seed=self.seed, max_batch_size=self.generation_batch_size,
+                              options=dict(self.rollout_options))
+
+
+def eval_generator(model: Any, tokenizer: Any, config: EvalConfig) -> Generator:
+    """The rollout engine `config` names, loaded with `model`; pass it to `evaluate_policy` to share one engine
+    between several calls (levels), and close it when done. `model` is moved to `config.device` first."""
+    place(model, config.device)
+    return make_rollout_generator(config.rollout_backend, model, tokenizer, config.engine_settings)
 
 
 def eval_tasks(config: EvalConfig) -> list[TaskSpec]:
@@ -101,10 +124,12 @@ def evaluate_policy(
     tasks: Sequence[TaskSpec] | None = None,
     make_env_slots: Any = None,
     progress: bool = True,
+    generator: Generator | None = None,
 ) -> tuple[list[Episode], dict]:
-    """Run one episode per task and return (episodes, metrics summary). `model` is moved to `config.device`."""
+    """Run one episode per task and return (episodes, metrics summary). `model` is moved to `config.device`.
+
+    `generator`: an engine from `eval_generator` to reuse (left open); None builds `config`'s and closes it."""
     from .generation.base import SamplingConfig, stop_strings
-    from .generation.hf import HFGenerator
     from .prompts import PromptConfig
     from .rollout import RolloutConfig, run_rollouts
 
@@ -113,8 +138,10 @@ def evaluate_policy(
         raise ValueError("no evaluation tasks")
     place(model, config.device)  # before any env starts: a missing GPU fails fast
     spec = get_env(config.env)
+    own_generator = generator is None
+    if generator is None:
+        generator = eval_generator(model, tokenizer, config)
     env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(config.env, config.env_workers)
-    generator = HFGenerator(model, tokenizer, max_batch_size=config.generation_batch_size)
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
                               stop=stop_strings(config.stop))
@@ -132,7 +159,8 @@ def evaluate_policy(
             bar.update(len(chunk))
         bar.close()
     finally:
-        generator.close()
+        if own_generator:
+            generator.close()
         if hasattr(env_slots, "close"):
             env_slots.close()
     for ep in episodes:
@@ -153,14 +181,23 @@ def evaluate_seeds(
     tasks: Sequence[TaskSpec] | None = None,
     make_env_slots: Any = None,
     progress: bool = True,
+    generator: Generator | None = None,
 ) -> dict[int, tuple[list[Episode], dict]]:
     """`evaluate_policy` once per sampling seed on ONE task list (that of `config.seed`, or `tasks`), so the
-    seeds differ only in the policy's samples. Returns ``{seed: (episodes, summary)}`` (`aggregate_seeds`)."""
+    seeds differ only in the policy's samples. Returns ``{seed: (episodes, summary)}`` (`aggregate_seeds`).
+    One rollout engine serves every seed (each call seeds its own samples); `generator` as in `evaluate_policy`."""
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, got {list(seeds)}")
     tasks = list(tasks if tasks is not None else eval_tasks(config))
-    return {seed: evaluate_policy(model, tokenizer, replace(config, seed=seed), tasks, make_env_slots, progress)
-            for seed in seeds}
+    place(model, config.device)  # the engine copies the placed model
+    engine = generator if generator is not None else eval_generator(model, tokenizer, config)
+    try:
+        return {seed: evaluate_policy(model, tokenizer, replace(config, seed=seed), tasks, make_env_slots, progress,
+                                      generator=engine)
+                for seed in seeds}
+    finally:
+        if generator is None:
+            engine.close()
 
 
 SEED_SPREAD_METRICS = ("success", "invalid", "invalid_malformed", "invalid_non_admissible", "repetitive",

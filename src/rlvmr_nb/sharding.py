@@ -122,7 +122,7 @@ class TrainingModels:
     reference: Any
     """The frozen reference (a model, or a sharded scorer), or None (no KL term, or LoRA: adapters disabled)."""
     rollout_model: Any
-    """Whole-weight model the rollout generator samples from: the policy, or (FSDP) a bf16 copy of it."""
+    """What the rollout generator is built from: the policy, or (FSDP, HF backend) a whole bf16 copy of it."""
     device: torch.device
     lockstep: bool
     """FSDP: forward passes without gradient must run on all ranks together (`lockstep_logprobs`)."""
@@ -131,15 +131,19 @@ class TrainingModels:
 
 
 def place_models(policy: Any, reference: Any, device: torch.device, world_size: int, sharding: str,
-                 reference_device: str, autocast: bool) -> TrainingModels:
+                 reference_device: str, autocast: bool, rollout_copy: bool = True) -> TrainingModels:
     """Put the policy and the reference where `TrainConfig` says: on `device` (the reference on the CPU with
-    ``reference_device='cpu'``), wrapped for several processes by DDP or sharded by FSDP2."""
+    ``reference_device='cpu'``), wrapped for several processes by DDP or sharded by FSDP2.
+
+    `rollout_copy`: under FSDP, keep a whole bf16 copy for a rollout backend that samples from a model object
+    (HF). False for an engine with its own weights (vLLM), which gathers the shards itself: no copy is kept."""
     from .step_samples import ResponseScorer
 
     keep_reference_on_cpu = reference_device == "cpu"
     if sharding == "fsdp" and world_size > 1:
         # the rollout copy is taken while the weights are still whole (and in CPU memory when freshly loaded)
-        rollout_model = copy.deepcopy(policy).to(device=device, dtype=torch.bfloat16).eval().requires_grad_(False)
+        rollout_model = (copy.deepcopy(policy).to(device=device, dtype=torch.bfloat16).eval().requires_grad_(False)
+                         if rollout_copy else policy)
         scorer = shard_scorer(ResponseScorer(policy, autocast), device)
         ref = None if reference is None else shard_scorer(ResponseScorer(reference, autocast), device,
                                                           offload_to_cpu=keep_reference_on_cpu)

@@ -155,9 +155,12 @@ def _stack(samples: Sequence[StepSample], attr: str, width: int, device: torch.d
 
 def micro_batch_loss(
     scorer: torch.nn.Module, samples: Sequence[StepSample], pad_id: int, loss_config: LossConfig,
-    options: ScoringOptions, old_attr: str = "old_logprobs",
+    options: ScoringOptions, old_attr: str = "old_logprobs", tis_cap: float | None = None,
 ) -> tuple[torch.Tensor, dict]:
-    """GRPO-MR loss of one micro-batch (paper Eq. 5): the fused chunked kernel, or the plain reference."""
+    """GRPO-MR loss of one micro-batch (paper Eq. 5): the fused chunked kernel, or the plain reference.
+
+    `tis_cap`: weight each token's policy term by min(exp(old − sampler), tis_cap), folded into a per-token
+    advantage (`sampler_correction`)."""
     device = module_device(scorer)
     batch = pack(samples, pad_id, device)
     h, weight = scorer(batch.ids, batch.attn, batch.index)
@@ -165,6 +168,10 @@ def micro_batch_loss(
     old = _stack(samples, old_attr, width, device)
     ref = _stack(samples, "ref_logprobs", width, device) if loss_config.kl_coef else None
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device)
+    if tis_cap is not None:
+        from .sampler_correction import truncated_is_weights
+
+        adv = adv[:, None] * truncated_is_weights(old, _stack(samples, "sampler_logprobs", width, device), tis_cap)
     if options.fused:
         from .kernels import fused_grpo_loss
 

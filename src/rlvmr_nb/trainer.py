@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -29,209 +28,26 @@ import numpy as np
 import torch
 
 from . import distributed as dist
-from .devices import check_device_spec, process_group_backend, resolve_device, use_device
-from .advantages import AdvantageConfig, compute_advantages, preset, with_advantages
+from .devices import process_group_backend, resolve_device, use_device
+from .advantages import compute_advantages, with_advantages
 from .envs.base import TaskSpec
 from .envs import slots
-from .envs.registry import check_level, get_env
-from .generation.base import STOP_POLICIES, stop_strings
-from .loss import LossConfig
+from .envs.registry import get_env
+from .generation import get_backend, make_rollout_generator
+from .generation.base import stop_strings
 from .metrics import summarize
-from .prompts import STYLES
-from .rewards import RewardConfig, assign_rewards
-from .reference_policy import REFERENCE_DEVICES, frozen_copy, reference_view
+from .rewards import assign_rewards
+from .reference_policy import frozen_copy, reference_view
+from .sampler_correction import sampler_mismatch
 from .runs import MetricsLog, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
-from .sharding import SHARDINGS, TrainingModels, full_tensor, lockstep_logprobs, place_models
-from .runs.reporters import check_report_to, open_reporters
-from .step_samples import (ScoringOptions, StepSample, episodes_to_samples, micro_batch_loss,
+from .sharding import TrainingModels, full_tensor, lockstep_logprobs, place_models
+from .runs.reporters import open_reporters
+from .step_samples import (StepSample, episodes_to_samples, micro_batch_loss,
                            response_logprobs, with_logprobs)
 from .trainer_validation import Validator
 from .trajectory import Episode, append_episodes
-from .validation import require_choice, require_non_negative, require_positive
 
-ALGOS = ("rlvmr", "grpo", "gigpo")
-
-RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "resume", "progress", "save_episodes",
-                               "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
-                               "device", "reference_device", "validate_every", "generation_batch_size", "report_to"})
-"""Settings a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
-refused, since the checkpoint's optimizer state and the logs belong to the settings that made them
-(`validate_every` only spaces the validations; their games and temperature may not change)."""
-
-
-@dataclass
-class TrainConfig:
-    """Every knob of a run. Defaults are the paper's / official scripts' (docs/method.md, 'Hyper-parameters')."""
-
-    # --- experiment -------------------------------------------------------------------------
-    algo: str = "rlvmr"
-    """Advantage estimator: 'rlvmr' (GRPO-MR), 'grpo' (outcome only) or 'gigpo' (Table 1 baselines)."""
-    prompt_style: str | None = None
-    """Output format: None = 'meta_think' for rlvmr and 'think' for the baselines (official scripts);
-    'meta_think' with algo='grpo' is Table 3's 'w/o A^MC' (GRPO from the cold-start model)."""
-    env: str = "alfworld"
-    """A registered env (`envs.registry`): 'alfworld', 'scienceworld' or 'toy'."""
-    level: str = "L0"
-    """Generalisation level whose *training* split is sampled: L0, L1 or L2 (paper §2.1)."""
-    model: str = "embedded:smollm2-135m-instruct"
-    """Initial policy: a `models.load_model` spec (the cold-start checkpoint in the paper)."""
-    out_dir: str = "runs/rlvmr"
-    """The run folder: config, metrics, episodes, checkpoints (`runs`)."""
-    seed: int = 0
-    """The one seed of the run; every per-iteration RNG is derived from it."""
-    iterations: int = 100
-    """RL iterations (paper: 100; baselines 150)."""
-    # --- rollout ----------------------------------------------------------------------------
-    tasks_per_iteration: int = 16
-    """B: distinct tasks per iteration (paper: 16)."""
-    group_size: int = 8
-    """G: rollouts per task (paper: 8)."""
-    max_steps: int = 30
-    """Environment steps per episode (paper: 30)."""
-    max_new_tokens: int = 1024
-    """Max response tokens per step (official code: 1024). CPU runs use ~48."""
-    max_prompt_tokens: int | None = 6000
-    """Prompt budget (official code: 6000); older history is dropped beyond it."""
-    temperature: float = 1.0
-    """Rollout sampling temperature (official code: 1.0)."""
-    stop: str = "none"
-    """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
-    'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
-    env_workers: int = 0
-    """Env worker processes (0 = step environments in-process)."""
-    generation_batch_size: int = 8
-    """Rows per generate call (`HFGenerator.max_batch_size`); small policies gain from larger batches."""
-    # --- rewards and advantages ---------------------------------------------------------------
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-    """GRPO-MR normalisation and combination (`advantages.preset('official_code' | 'paper')`), GiGPO's γ and ω."""
-    reward: RewardConfig | None = None
-    """Reward magnitudes and the format-penalty channel. None: the one that goes with `advantage.preset`."""
-    # --- optimisation ---------------------------------------------------------------------------
-    lr: float = 1e-6
-    """AdamW learning rate, constant (official code: 1e-6)."""
-    weight_decay: float = 0.01
-    """AdamW weight decay (verl's actor default, which the official runs inherit: 0.01)."""
-    grad_clip: float = 1.0
-    """Max global grad norm (official code: 1.0)."""
-    mini_batch_size: int = 256
-    """Step samples per optimiser update (official code: 256 → several updates per iteration)."""
-    micro_batch_size: int = 16
-    """Step samples per forward/backward (official code: 16 per GPU)."""
-    ppo_epochs: int = 1
-    """Passes over the iteration's samples (official code: 1)."""
-    drop_to_multiple: bool = False
-    """Randomly drop samples down to a multiple of mini_batch_size as the official code does (off: keep all)."""
-    old_logprobs: str = "recompute"
-    """'recompute' with the training model before the update (official) or 'sampler' (rollout log-probs)."""
-    loss: LossConfig = field(default_factory=LossConfig)
-    """Clip ε 0.2, KL 0.01 (low_var_kl), entropy 0.001, token-mean (paper Eq. 5)."""
-    fused_loss: bool = True
-    """Fused chunked lm_head + loss kernel (never holds [tokens × vocab] logits); False = plain reference."""
-    logprob_chunk_size: int | None = None
-    """Tokens per vocabulary chunk of the fused kernel (None: ~256 MiB of fp32 logits per chunk)."""
-    bf16_autocast: bool = True
-    """bf16 autocast for forward/backward (fp32 master weights)."""
-    gradient_checkpointing: bool = False
-    """Recompute activations in backward (saves memory)."""
-    lora: bool = False
-    """Train LoRA adapters; the reference policy is then the base with adapters disabled."""
-    lora_r: int = 16
-    """LoRA rank."""
-    # --- placement (README, 'GPUs') -------------------------------------------------------------
-    device: str = "auto"
-    """Where the policy, the reference, the optimizer state and every tensor live (`devices`): 'auto' (CUDA
-    when available, else CPU), 'cuda', 'cuda:N' or 'cpu'; under torchrun each rank takes cuda:LOCAL_RANK.
-    Asking for CUDA where there is none is an error."""
-    reference_device: str = "same"
-    """'same': the reference policy lives on `device`; 'cpu': it is kept in CPU memory and copied to `device`
-    only for its log-prob pass (FSDP: its shards stay on the CPU), freeing GPU memory for rollouts and update."""
-    sharding: str = "ddp"
-    """With several processes (torchrun): 'ddp' (a whole copy of weights, gradients and AdamW states per rank)
-    or 'fsdp' (FSDP2: all three split across the ranks, for policies that do not fit one GPU; `sharding`)."""
-    # --- bookkeeping ----------------------------------------------------------------------------
-    save_every: int = 5
-    """Checkpoint every k iterations (official code: 5 ALFWorld / 10 ScienceWorld)."""
-    keep_checkpoints: int = 2
-    """Older checkpoints are deleted."""
-    resume: str = "auto"
-    """'auto' (newest intact checkpoint in out_dir), 'never', or a checkpoint path."""
-    save_episodes: bool = True
-    """Append every iteration's episodes to out_dir/episodes.jsonl."""
-    progress: bool = True
-    """tqdm bars."""
-    # --- validation during training (`trainer_validation`) ----------------------------------------
-    validate_every: int = 0
-    """Validate before the first iteration, every k iterations and after the last (0 = off; official: 5).
-    Rows go to out_dir/validation.jsonl, validation.csv and TensorBoard's `val/` keys."""
-    validation_tasks: int | None = 128
-    """Size of the fixed validation list: a subset of the level's test split drawn once with `seed` (official:
-    128 episodes drawn anew, with replacement, each time); None or more than the split: the whole split."""
-    validation_temperature: float = 0.4
-    """Sampling temperature of validation episodes (official: 0.4); steps and token budgets are training's."""
-    report_to: tuple[str, ...] = ()
-    """Also send each iteration's metrics to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
-
-    def __post_init__(self) -> None:
-        if isinstance(self.advantage, dict):
-            self.advantage = AdvantageConfig.from_dict(self.advantage)
-        if isinstance(self.reward, dict):
-            self.reward = RewardConfig(**self.reward)
-        if isinstance(self.loss, dict):
-            self.loss = LossConfig(**self.loss)
-        channel = "outcome" if self.advantage.preset == "official_code" else "step"
-        if self.reward is None:
-            self.reward = RewardConfig.for_preset(self.advantage.preset)
-        elif self.reward.format_penalty_channel != channel:
-            raise ValueError(
-                f"advantage preset {self.advantage.preset!r} puts the format penalty in the {channel!r} channel, but "
-                f"reward.format_penalty_channel is {self.reward.format_penalty_channel!r}: pass "
-                f"reward=RewardConfig.for_preset({self.advantage.preset!r}) (or leave reward unset)")
-        self.report_to = check_report_to(self.report_to)
-        require_choice(self, "algo", ALGOS)
-        require_choice(self, "prompt_style", (None, *STYLES))
-        require_choice(self, "old_logprobs", ("recompute", "sampler"))
-        check_device_spec(self.device)
-        require_choice(self, "reference_device", REFERENCE_DEVICES)
-        require_choice(self, "sharding", SHARDINGS)
-        if self.sharding == "fsdp" and self.lora:
-            raise ValueError("sharding='fsdp' with lora=True is not supported: a LoRA policy fits one GPU "
-                             "(README, 'GPUs'); use sharding='ddp'")
-        require_choice(self, "stop", STOP_POLICIES)
-        check_level(self.level)
-        require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
-                                "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
-                                "save_every", "keep_checkpoints", "lora_r", "generation_batch_size"])
-        require_non_negative(self, ["env_workers", "weight_decay", "grad_clip", "validate_every",
-                                    "validation_temperature"])
-        if self.validation_tasks is not None:
-            require_positive(self, ["validation_tasks"])
-        if self.max_prompt_tokens is not None:
-            require_positive(self, ["max_prompt_tokens"])
-        if self.mini_batch_size < self.micro_batch_size:
-            raise ValueError(f"need micro_batch_size <= mini_batch_size, got {self.micro_batch_size} > {self.mini_batch_size}")
-
-    @property
-    def resolved_prompt_style(self) -> str:
-        """The prompt style used: `prompt_style`, else meta-think for rlvmr and think for the baselines."""
-        return self.prompt_style or ("meta_think" if self.algo == "rlvmr" else "think")
-
-    @property
-    def scoring(self) -> ScoringOptions:
-        return ScoringOptions(self.temperature, self.logprob_chunk_size, self.bf16_autocast, self.fused_loss,
-                              self.micro_batch_size)
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> "TrainConfig":
-        d = dict(d)
-        d.setdefault("stop", "action")  # run folders written before the stop option stopped at </action>
-        if "advantage_preset" in d:  # run folders written before the advantage settings were nested
-            d["advantage"] = preset(d.pop("advantage_preset"), mr_weight=d.pop("mr_weight", 1.0),
-                                    gamma=d.pop("gigpo_gamma", 0.95))
-        names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in d.items() if k in names})
+from .train_config import ALGOS, RESUMABLE_CHANGES, TrainConfig  # noqa: F401  (re-exported: trainer.TrainConfig)
 
 
 def score_batch(episodes: Sequence[Episode], config: TrainConfig) -> tuple[list[Episode], np.ndarray]:
@@ -264,7 +80,7 @@ def ppo_update(scorer: torch.nn.Module, optimizer: torch.optim.Optimizer, sample
             sync = k == len(mini.micro_batches) - 1 or not hasattr(scorer, "no_sync")
             with scorer.no_sync() if not sync else contextlib.nullcontext():
                 loss, metrics = micro_batch_loss(scorer, [samples[i] for i in micro.indices], pad_id, config.loss,
-                                                 config.scoring, old_attr)
+                                                 config.scoring, old_attr, tis_cap=config.tis_cap)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {float(loss)} in a micro-batch; metrics "
                                              f"{ {k: float(v) for k, v in metrics.items()} }")
@@ -306,7 +122,6 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             used only with `config.validate_every` (`trainer_validation`).
     """
     from .generation.base import SamplingConfig
-    from .generation.hf import HFGenerator
     from .prompts import PromptConfig
     from .rollout import RolloutConfig, run_rollouts
 
@@ -330,7 +145,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     # on `device`, DDP-wrapped or FSDP-sharded; the optimizer is built on the placed (sharded) parameters
     models = place_models(policy, reference, device, world, config.sharding, config.reference_device,
-                          config.bf16_autocast)
+                          config.bf16_autocast, rollout_copy=get_backend(config.rollout_backend).samples_live_model)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr,
                                   weight_decay=config.weight_decay)
     start = restore_run(out_dir, config.resume, TrainConfig.from_dict, config, policy, optimizer, RESUMABLE_CHANGES)
@@ -343,9 +158,10 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     if not tasks:
         raise ValueError(f"empty training task pool for {config.env} {config.level}")
     env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(config.env, config.env_workers)
-    # LoRA: sample from the adapted model itself (its state dict does not map onto a plain copy).
-    generator = HFGenerator(models.rollout_model, tokenizer, dtype=None if config.lora else torch.bfloat16,
-                            max_batch_size=config.generation_batch_size)
+    t_engine = time.perf_counter()
+    # the policy (FSDP: its whole bf16 copy for HF; vLLM gathers the shards); LoRA samples the adapted model itself
+    generator = make_rollout_generator(config.rollout_backend, models.rollout_model, tokenizer, config.engine_settings)
+    timings = {"engine_start_s": time.perf_counter() - t_engine}  # reported with the first iteration
     prompt_config = PromptConfig(env=spec.prompt_family, style=config.resolved_prompt_style,
                                  max_prompt_tokens=config.max_prompt_tokens)
     sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
@@ -361,16 +177,20 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             t0 = time.perf_counter()
             batch = _iteration_rng(config.seed, iteration, "tasks").sample(tasks, min(config.tasks_per_iteration, len(tasks)))
             policy.eval()
-            generator.update_weights(policy)
+            generator.update_weights(policy)  # the engine samples from this iteration's policy (wakes it if asleep)
+            timings["weight_sync_s"] = time.perf_counter() - t0
             episodes = run_rollouts(
                 batch[rank::world], env_slots, generator, tokenizer, prompt_config, sampling,
                 RolloutConfig(group_size=config.group_size, max_steps=config.max_steps,
                               success_reward=config.reward.success_reward, seed=config.seed,
                               progress=config.progress and rank == 0),
                 iteration=iteration, group_indices=list(range(len(batch)))[rank::world])
+            t_sleep = time.perf_counter()
+            generator.sleep()  # colocated engine: free its KV cache (and weights) for the update
+            timings["weight_sync_s"] += time.perf_counter() - t_sleep
             if world > 1:
                 episodes = dist.all_gather_episodes(episodes, world)
-            t_rollout = time.perf_counter() - t0
+            t_rollout = time.perf_counter() - t0 - timings["weight_sync_s"]
 
             kept, advantages = score_batch(episodes, config)
             samples = episodes_to_samples(kept, advantages)
@@ -381,13 +201,15 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
                                         config.ppo_epochs, shuffle_rng, rank, world)
             t_logprob = time.perf_counter()
             samples = _with_old_and_ref_logprobs(models, samples, dist.samples_used(plan), pad_id, config, rank, world)
+            timings["logprobs_s"] = time.perf_counter() - t_logprob
+            mismatch = sampler_mismatch([samples[i] for i in dist.samples_used(plan)], world)
 
             t1 = time.perf_counter()
             policy.train()
             update = ppo_update(models.scorer, optimizer, samples, plan, pad_id, config, world) if samples else {}
-            update["logprob_s"] = t1 - t_logprob
             t_update = time.perf_counter() - t1
-            row = _metrics_row(iteration, episodes, samples, update, t_rollout, t_update)
+            row = _metrics_row(iteration, episodes, samples, update | mismatch, t_rollout, t_update) | timings
+            timings = {}
             rows.append(row)
             log.write(row)
             if rank == 0 and config.save_episodes:

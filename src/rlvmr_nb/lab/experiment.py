@@ -27,16 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .config import LabConfig
-
-COLDSTART_ARM = "cold start"
-"""The cold-start checkpoint itself, evaluated like the trained arms (the common starting point)."""
-ARM_LABELS = {"grpo": "GRPO", "rlvmr": "RLVMR", "gigpo": "GiGPO", COLDSTART_ARM: "cold start"}
-
-
-def arm_label(arm: str) -> str:
-    """'grpo' -> 'GRPO' (the method names of paper Table 1)."""
-    return ARM_LABELS.get(arm, arm)
-
+from .layout import COLDSTART_ARM, arm_label, coldstart_dir, eval_path  # noqa: F401  (re-exported)
 
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -58,11 +49,6 @@ class StageTimer:
         self.stages[name] = {"wall_s": round(time.perf_counter() - wall, 2), "cpu_s": round(_cpu_seconds() - cpu, 2)}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.stages, indent=2) + "\n")
-
-
-def coldstart_dir(out: str | os.PathLike) -> Path:
-    """The cold-start checkpoint of a run folder."""
-    return Path(out) / "coldstart" / "sft"
 
 
 def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = False) -> Path:
@@ -126,10 +112,6 @@ def eval_config(config: LabConfig, level: str, seed: int) -> Any:
                       temperature=config.eval_temperature, max_steps=config.max_steps,
                       max_new_tokens=config.max_new_tokens, max_prompt_tokens=None, prompt_style="meta_think",
                       batch_tasks=config.eval_tasks, generation_batch_size=config.eval_tasks)
-
-
-def eval_path(out: str | os.PathLike, arm: str, seed: int, level: str) -> Path:
-    return Path(out) / "eval" / f"{arm.replace(' ', '_')}-seed{seed}" / f"{level}.json"
 
 
 def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: int, model_dir: Path) -> list[Path]:

@@ -25,6 +25,7 @@ import numpy as np
 from ..metrics import repetitive_steps
 from ..trajectory import Episode, read_episodes
 from .config import LabConfig
+from .layout import COLDSTART_ARM, arm_label, eval_path
 
 METRICS: tuple[str, ...] = ("success", "repetitive", "invalid", "episode_length", "format_valid")
 _COLUMNS = ("won", "steps", "repetitive", "invalid", "malformed")
@@ -87,8 +88,6 @@ def wilson(successes: float, n: int, z: float = 1.96) -> tuple[float, float]:
 
 def load_eval_rows(out: str | os.PathLike, arm: str, seeds: Sequence[int], level: str) -> list[np.ndarray]:
     """Episode rows of one arm on one level, one array per seed (from the evaluation episode files)."""
-    from .experiment import eval_path
-
     return [episode_rows(read_episodes(eval_path(out, arm, s, level).with_suffix(".episodes.jsonl"))) for s in seeds]
 
 
@@ -96,7 +95,6 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
     """Every number of the lab: per (arm, level) metrics with intervals, per-seed values, the
     RLVMR − GRPO differences the hypothesis is about, and the cold start's format validity."""
     from ..runs import read_metrics
-    from .experiment import COLDSTART_ARM, arm_label
 
     out = Path(out)
     arms = [COLDSTART_ARM, *config.algos]

@@ -21,7 +21,7 @@ from .intervals import BOOTSTRAP, INTERVAL_NOTE, episode_frame, require_seaborn
 from .style import (METHOD_COLORS, draw_footer, figure_style, footer_height, footer_lines, method_color,
                     title_and_legend)
 
-_CURVE_LABELS = {  # trainer metrics rows (`trainer.read_metrics`) -> panel titles
+_CURVE_LABELS = {  # trainer metrics rows (`runs.read_metrics`) -> panel titles
     "success": "training success rate", "episode_length": "episode length (steps)",
     "invalid": "invalid action rate", "repetitive": "repetitive action rate",
 }
@@ -48,7 +48,7 @@ def plot_training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]],
                          title: str | None = None, *, episodes: Mapping[str, Sequence[Any]] | None = None,
                          caption: RunCaption | None = None, note: str | None = None,
                          validation: Mapping[str, Sequence[Mapping[str, Any]]] | None = None) -> Figure:
-    """One panel per metric against iteration, one line per run (``{label: trainer.read_metrics(dir)}``).
+    """One panel per metric against iteration, one line per run (``{label: runs.read_metrics(dir)}``).
 
     With ``episodes`` (``{label: the run's episodes.jsonl}``) a run's points and 95 % intervals are
     computed from its episodes by seaborn (the means equal the trainer's numbers); without, the
@@ -59,7 +59,7 @@ def plot_training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]],
     the training rollouts of iteration i.
     """
     if not runs or not any(runs.values()):
-        raise ValueError("no metrics rows to draw; pass {label: trainer.read_metrics(run_dir)} of a finished run")
+        raise ValueError("no metrics rows to draw; pass {label: runs.read_metrics(run_dir)} of a finished run")
     episodes = {label: eps for label, eps in (episodes or {}).items() if eps}
     validation = validation if validation and any(validation.values()) else None
     colors = _run_colors(list(runs))
@@ -130,7 +130,7 @@ def _validation_curve(ax: Any, rows: Sequence[Mapping[str, Any]], metric: str, c
 
 def training_curve_records(by_method: Mapping[str, Sequence[Mapping[str, Any]]], *, env: str,
                            model: str) -> list[dict[str, Any]]:
-    """Trainer metrics rows (``{method: trainer.read_metrics(run_dir)}``) as Fig. 6 curve records.
+    """Trainer metrics rows (``{method: runs.read_metrics(run_dir)}``) as Fig. 6 curve records.
 
     One trainer iteration stands for one paper training step, and the trainer's ``success`` (of the
     iteration's rollouts) for Fig. 6's training success rate; ``episode_length`` keeps its name.

@@ -1,0 +1,25 @@
+"""Where a lab run folder keeps each stage's output, and the arms' names (shared by the experiment and
+its statistics)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+COLDSTART_ARM = "cold start"
+"""The cold-start checkpoint itself, evaluated like the trained arms (the common starting point)."""
+ARM_LABELS = {"grpo": "GRPO", "rlvmr": "RLVMR", "gigpo": "GiGPO", COLDSTART_ARM: "cold start"}
+
+
+def arm_label(arm: str) -> str:
+    """'grpo' -> 'GRPO' (the method names of paper Table 1)."""
+    return ARM_LABELS.get(arm, arm)
+
+
+def coldstart_dir(out: str | os.PathLike) -> Path:
+    """The cold-start checkpoint of a run folder."""
+    return Path(out) / "coldstart" / "sft"
+
+
+def eval_path(out: str | os.PathLike, arm: str, seed: int, level: str) -> Path:
+    return Path(out) / "eval" / f"{arm.replace(' ', '_')}-seed{seed}" / f"{level}.json"

@@ -1,0 +1,245 @@
+"""`TrainConfig`: every setting of a training run, its documented default and its validation.
+
+Defaults are the official scripts' where paper and code disagree; each option names the paper section or
+the docs/method.md section it comes from, and `docs/method.md`, 'Paper vs official code', lists every
+such choice. `trainer.train` runs a `TrainConfig`; `config_files.train_config` builds one from a JSON file
+and command-line options.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+
+from .advantages import AdvantageConfig, preset
+from .devices import check_device_spec
+from .envs.registry import check_level
+from .generation import BACKENDS, ENGINE_DTYPES, EngineSettings, get_backend
+from .generation.base import STOP_POLICIES
+from .loss import LossConfig
+from .prompts import STYLES
+from .reference_policy import REFERENCE_DEVICES
+from .rewards import RewardConfig
+from .runs.reporters import check_report_to
+from .sharding import SHARDINGS
+from .step_samples import ScoringOptions
+from .validation import require_choice, require_non_negative, require_positive
+
+ALGOS = ("rlvmr", "grpo", "gigpo")
+
+RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "resume", "progress", "save_episodes",
+                               "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
+                               "device", "reference_device", "validate_every", "generation_batch_size", "report_to",
+                               "rollout_backend", "rollout_dtype", "vllm_gpu_memory_utilization", "vllm_sleep_level",
+                               "rollout_options"})
+"""Settings a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
+refused, since the checkpoint's optimizer state and the logs belong to the settings that made them
+(`validate_every` only spaces the validations; their games and temperature may not change)."""
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a run. Defaults are the paper's / official scripts' (docs/method.md, 'Hyper-parameters')."""
+
+    # --- experiment -------------------------------------------------------------------------
+    algo: str = "rlvmr"
+    """Advantage estimator: 'rlvmr' (GRPO-MR), 'grpo' (outcome only) or 'gigpo' (Table 1 baselines)."""
+    prompt_style: str | None = None
+    """Output format: None = 'meta_think' for rlvmr and 'think' for the baselines (official scripts);
+    'meta_think' with algo='grpo' is Table 3's 'w/o A^MC' (GRPO from the cold-start model)."""
+    env: str = "alfworld"
+    """A registered env (`envs.registry`): 'alfworld', 'scienceworld' or 'toy'."""
+    level: str = "L0"
+    """Generalisation level whose *training* split is sampled: L0, L1 or L2 (paper §2.1)."""
+    model: str = "embedded:smollm2-135m-instruct"
+    """Initial policy: a `models.load_model` spec (the cold-start checkpoint in the paper)."""
+    out_dir: str = "runs/rlvmr"
+    """The run folder: config, metrics, episodes, checkpoints (`runs`)."""
+    seed: int = 0
+    """The one seed of the run; every per-iteration RNG is derived from it."""
+    iterations: int = 100
+    """RL iterations (paper: 100; baselines 150)."""
+    # --- rollout ----------------------------------------------------------------------------
+    tasks_per_iteration: int = 16
+    """B: distinct tasks per iteration (paper: 16)."""
+    group_size: int = 8
+    """G: rollouts per task (paper: 8)."""
+    max_steps: int = 30
+    """Environment steps per episode (paper: 30)."""
+    max_new_tokens: int = 1024
+    """Max response tokens per step (official code: 1024). CPU runs use ~48."""
+    max_prompt_tokens: int | None = 6000
+    """Prompt budget (official code: 6000); older history is dropped beyond it."""
+    temperature: float = 1.0
+    """Rollout sampling temperature (official code: 1.0)."""
+    stop: str = "none"
+    """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
+    'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
+    env_workers: int = 0
+    """Env worker processes (0 = step environments in-process)."""
+    generation_batch_size: int = 8
+    """Rows per generate call (HF backend, `EngineSettings.max_batch_size`); small policies gain from larger batches."""
+    rollout_backend: str = "hf"
+    """Who samples the rollouts (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM
+    engine in its own process, weights synced from the policy before every iteration's rollouts)."""
+    rollout_dtype: str = "bfloat16"
+    """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`; 'float32' for exact log-probs).
+    With LoRA the HF backend samples from the adapted model itself."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """vLLM on a GPU: the share of the card the engine takes; the trainer keeps the rest (colocated)."""
+    vllm_sleep_level: int = 2
+    """vLLM: what the engine frees during the update (1: KV cache, weights offloaded; 2: both dropped, the
+    next sync rewrites them; 0: nothing). A logged no-op where vLLM has no sleep mode (CPU)."""
+    rollout_options: dict = field(default_factory=dict)
+    """Further constructor options of the backend (e.g. {'kv_cache_gb': 4} or {'python': ...} for vLLM)."""
+    # --- rewards and advantages ---------------------------------------------------------------
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    """GRPO-MR normalisation and combination (`advantages.preset('official_code' | 'paper')`), GiGPO's γ and ω."""
+    reward: RewardConfig | None = None
+    """Reward magnitudes and the format-penalty channel. None: the one that goes with `advantage.preset`."""
+    # --- optimisation ---------------------------------------------------------------------------
+    lr: float = 1e-6
+    """AdamW learning rate, constant (official code: 1e-6)."""
+    weight_decay: float = 0.01
+    """AdamW weight decay (verl's actor default, which the official runs inherit: 0.01)."""
+    grad_clip: float = 1.0
+    """Max global grad norm (official code: 1.0)."""
+    mini_batch_size: int = 256
+    """Step samples per optimiser update (official code: 256 → several updates per iteration)."""
+    micro_batch_size: int = 16
+    """Step samples per forward/backward (official code: 16 per GPU)."""
+    ppo_epochs: int = 1
+    """Passes over the iteration's samples (official code: 1)."""
+    drop_to_multiple: bool = False
+    """Randomly drop samples down to a multiple of mini_batch_size as the official code does (off: keep all)."""
+    old_logprobs: str = "recompute"
+    """'recompute' with the training model before the update (official) or 'sampler' (rollout log-probs)."""
+    tis_cap: float | None = None
+    """Truncated importance sampling (TRL-style): weight each token's policy term by
+    min(exp(old − sampler log-prob), tis_cap) to correct for the engine/trainer mismatch (`sampler_correction`;
+    e.g. 2.0). None: off. Needs old_logprobs='recompute'."""
+    loss: LossConfig = field(default_factory=LossConfig)
+    """Clip ε 0.2, KL 0.01 (low_var_kl), entropy 0.001, token-mean (paper Eq. 5)."""
+    fused_loss: bool = True
+    """Fused chunked lm_head + loss kernel (never holds [tokens × vocab] logits); False = plain reference."""
+    logprob_chunk_size: int | None = None
+    """Tokens per vocabulary chunk of the fused kernel (None: ~256 MiB of fp32 logits per chunk)."""
+    bf16_autocast: bool = True
+    """bf16 autocast for forward/backward (fp32 master weights)."""
+    gradient_checkpointing: bool = False
+    """Recompute activations in backward (saves memory)."""
+    lora: bool = False
+    """Train LoRA adapters; the reference policy is then the base with adapters disabled."""
+    lora_r: int = 16
+    """LoRA rank."""
+    # --- placement (README, 'GPUs') -------------------------------------------------------------
+    device: str = "auto"
+    """Where the policy, the reference, the optimizer state and every tensor live (`devices`): 'auto' (CUDA
+    when available, else CPU), 'cuda', 'cuda:N' or 'cpu'; under torchrun each rank takes cuda:LOCAL_RANK.
+    Asking for CUDA where there is none is an error."""
+    reference_device: str = "same"
+    """'same': the reference policy lives on `device`; 'cpu': it is kept in CPU memory and copied to `device`
+    only for its log-prob pass (FSDP: its shards stay on the CPU), freeing GPU memory for rollouts and update."""
+    sharding: str = "ddp"
+    """With several processes (torchrun): 'ddp' (a whole copy of weights, gradients and AdamW states per rank)
+    or 'fsdp' (FSDP2: all three split across the ranks, for policies that do not fit one GPU; `sharding`)."""
+    # --- bookkeeping ----------------------------------------------------------------------------
+    save_every: int = 5
+    """Checkpoint every k iterations (official code: 5 ALFWorld / 10 ScienceWorld)."""
+    keep_checkpoints: int = 2
+    """Older checkpoints are deleted."""
+    resume: str = "auto"
+    """'auto' (newest intact checkpoint in out_dir), 'never', or a checkpoint path."""
+    save_episodes: bool = True
+    """Append every iteration's episodes to out_dir/episodes.jsonl."""
+    progress: bool = True
+    """tqdm bars."""
+    # --- validation during training (`trainer_validation`) ----------------------------------------
+    validate_every: int = 0
+    """Validate before the first iteration, every k iterations and after the last (0 = off; official: 5).
+    Rows go to out_dir/validation.jsonl, validation.csv and TensorBoard's `val/` keys."""
+    validation_tasks: int | None = 128
+    """Size of the fixed validation list: a subset of the level's test split drawn once with `seed` (official:
+    128 episodes drawn anew, with replacement, each time); None or more than the split: the whole split."""
+    validation_temperature: float = 0.4
+    """Sampling temperature of validation episodes (official: 0.4); steps and token budgets are training's."""
+    report_to: tuple[str, ...] = ()
+    """Also send each iteration's metrics to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.advantage, dict):
+            self.advantage = AdvantageConfig.from_dict(self.advantage)
+        if isinstance(self.reward, dict):
+            self.reward = RewardConfig(**self.reward)
+        if isinstance(self.loss, dict):
+            self.loss = LossConfig(**self.loss)
+        channel = "outcome" if self.advantage.preset == "official_code" else "step"
+        if self.reward is None:
+            self.reward = RewardConfig.for_preset(self.advantage.preset)
+        elif self.reward.format_penalty_channel != channel:
+            raise ValueError(
+                f"advantage preset {self.advantage.preset!r} puts the format penalty in the {channel!r} channel, but "
+                f"reward.format_penalty_channel is {self.reward.format_penalty_channel!r}: pass "
+                f"reward=RewardConfig.for_preset({self.advantage.preset!r}) (or leave reward unset)")
+        self.report_to = check_report_to(self.report_to)
+        require_choice(self, "algo", ALGOS)
+        require_choice(self, "prompt_style", (None, *STYLES))
+        require_choice(self, "old_logprobs", ("recompute", "sampler"))
+        check_device_spec(self.device)
+        require_choice(self, "reference_device", REFERENCE_DEVICES)
+        require_choice(self, "sharding", SHARDINGS)
+        if self.sharding == "fsdp" and self.lora:
+            raise ValueError("sharding='fsdp' with lora=True is not supported: a LoRA policy fits one GPU "
+                             "(README, 'GPUs'); use sharding='ddp'")
+        require_choice(self, "stop", STOP_POLICIES)
+        require_choice(self, "rollout_backend", tuple(BACKENDS))
+        require_choice(self, "rollout_dtype", ENGINE_DTYPES)
+        self.engine_settings  # validates the engine options
+        if self.lora and not get_backend(self.rollout_backend).samples_live_model:
+            raise ValueError(f"rollout_backend={self.rollout_backend!r} cannot sample from a LoRA-adapted model; "
+                             "use rollout_backend='hf' with lora=True")
+        if self.tis_cap is not None and (self.tis_cap <= 0 or self.old_logprobs != "recompute"):
+            raise ValueError(f"tis_cap={self.tis_cap} needs a value > 0 and old_logprobs='recompute' (with "
+                             "'sampler' old log-probs every weight would be 1)")
+        check_level(self.level)
+        require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
+                                "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
+                                "save_every", "keep_checkpoints", "lora_r", "generation_batch_size"])
+        require_non_negative(self, ["env_workers", "weight_decay", "grad_clip", "validate_every",
+                                    "validation_temperature"])
+        if self.validation_tasks is not None:
+            require_positive(self, ["validation_tasks"])
+        if self.max_prompt_tokens is not None:
+            require_positive(self, ["max_prompt_tokens"])
+        if self.mini_batch_size < self.micro_batch_size:
+            raise ValueError(f"need micro_batch_size <= mini_batch_size, got {self.micro_batch_size} > {self.mini_batch_size}")
+
+    @property
+    def resolved_prompt_style(self) -> str:
+        """The prompt style used: `prompt_style`, else meta-think for rlvmr and think for the baselines."""
+        return self.prompt_style or ("meta_think" if self.algo == "rlvmr" else "think")
+
+    @property
+    def engine_settings(self) -> EngineSettings:
+        """The rollout engine's settings (LoRA: the HF backend samples from the adapted model itself)."""
+        return EngineSettings(dtype=None if self.lora else self.rollout_dtype,
+                              gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                              sleep_level=self.vllm_sleep_level, seed=self.seed,
+                              max_batch_size=self.generation_batch_size, options=dict(self.rollout_options))
+
+    @property
+    def scoring(self) -> ScoringOptions:
+        return ScoringOptions(self.temperature, self.logprob_chunk_size, self.bf16_autocast, self.fused_loss,
+                              self.micro_batch_size)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "TrainConfig":
+        d = dict(d)
+        d.setdefault("stop", "action")  # run folders written before the stop option stopped at </action>
+        if "advantage_preset" in d:  # run folders written before the advantage settings were nested
+            d["advantage"] = preset(d.pop("advantage_preset"), mr_weight=d.pop("mr_weight", 1.0),
+                                    gamma=d.pop("gigpo_gamma", 0.95))
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in d.items() if k in names})
