@@ -10,7 +10,7 @@ breaks is ``failed`` with the error, and the others still run:
   kernel and Liger's ``LigerFusedLinearGRPOLoss`` side by side (peak memory, forward + backward time).
 * ``iteration``: one RLVMR iteration at paper shape (16 tasks x 8 rollouts, 30 steps) with a Qwen2.5-1.5B-shaped
   model with random weights, responses capped at 128 tokens (random weights never stop), gradient checkpointing
-  on; once per rollout backend (``hf``; ``vllm`` once `TrainConfig` has a ``rollout_backend`` option). Seconds per
+  on; once per rollout backend (``hf``, and ``vllm`` where a vLLM interpreter is found). Seconds per
   phase (rollout, log-probs, update), peak memory, tokens/s, and the update phase's model-FLOPs utilisation
   against the card's bf16 datasheet peak and against a measured 8192^3 bf16 matmul.
 * ``rollout``: HF backend tokens/s on CUDA, the same prompts with and without the shared-prefix prefill.
@@ -153,8 +153,8 @@ def _random_model(check: Check, tokenizer: Any) -> Any:
 
     from rlvmr_nb.models import tiny_random_model
 
-    if check.dry_run:
-        return tiny_random_model("qwen2", tokenizer, seed=0)
+    if check.dry_run:  # 2 heads: head_dim 32, the least vLLM's CPU attention takes (the default 4 heads give 16)
+        return tiny_random_model("qwen2", tokenizer, seed=0, num_heads=2, num_kv_heads=1)
     config = Qwen2Config(**QWEN25_1P5B, bos_token_id=tokenizer.bos_token_id, eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id)
     torch.manual_seed(0)
@@ -213,18 +213,15 @@ def step_fused_loss(check: Check) -> dict:
             "results_file": results.name, "writes_own_file": True}
 
 
-def has_rollout_backend_option() -> bool:
-    from rlvmr_nb.trainer import TrainConfig
-
-    return "rollout_backend" in {f.name for f in dataclasses.fields(TrainConfig)}
-
-
 def rollout_backends() -> tuple[list[str], list[str]]:
-    """The rollout backends `TrainConfig` offers (hf today), and notes on the ones skipped."""
-    if not has_rollout_backend_option():
-        return ["hf"], ["TrainConfig has no rollout_backend option yet: only the HF backend runs (vllm skipped)"]
-    if importlib.util.find_spec("vllm") is None:
-        return ["hf"], ["vllm is not importable here: its backend is skipped"]
+    """The rollout backends to time (`generation.BACKENDS`), and notes on the ones skipped. vLLM runs in its own
+    interpreter: ``$RLVMR_VLLM_PYTHON``, else this one when it imports vllm, else the `make vllm-venv` cache."""
+    from rlvmr_nb.generation.vllm_backend import default_vllm_python, vllm_available
+
+    if "RLVMR_VLLM_PYTHON" not in os.environ and importlib.util.find_spec("vllm") is not None:
+        os.environ["RLVMR_VLLM_PYTHON"] = sys.executable
+    if not vllm_available():
+        return ["hf"], [f"no vLLM interpreter at {default_vllm_python()} (set RLVMR_VLLM_PYTHON): vllm skipped"]
     return ["hf", "vllm"], []
 
 
@@ -310,13 +307,13 @@ def step_iteration(check: Check) -> dict:
     for backend in backends:
         policy = _random_model(check, tokenizer)
         fields = dict(env=env, level="L0", iterations=1, max_prompt_tokens=6000, gradient_checkpointing=True, **shape)
-        if has_rollout_backend_option():
-            fields["rollout_backend"] = backend
+        fields["rollout_backend"] = backend
         record: dict[str, Any] = {"backend": backend}
         with peak_memory(record):
             row, episodes = _train_once(check, fields, policy, tokenizer)
         flops = update_flops(episodes, policy.config)
-        record.update({k: row.get(k) for k in ("rollout_s", "logprobs_s", "update_s", "wall_s", "samples",
+        record.update({k: row.get(k) for k in ("engine_start_s", "weight_sync_s", "rollout_s", "logprobs_s",
+                                               "update_s", "wall_s", "samples", "sampler_logprob_abs_diff",
                                                "generated_tokens_per_s", "trained_tokens_per_s", "success")})
         record["update_model_tflop"] = round(flops / 1e12, 3)
         record["update_tflops_per_s"] = round(flops / max(row["update_s"], 1e-9) / 1e12, 3)

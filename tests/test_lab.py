@@ -111,6 +111,24 @@ def test_hypothesis_verdicts():
         "repetitive_lower": {}, "unseen_success_not_lower": {"L1": "supported"}}
 
 
+def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_path):
+    from rlvmr_nb.lab import LabConfig, load_lab_config, train_config
+
+    config = LabConfig(advantage_preset="paper", temperature=0.8, lr=1e-3, iterations=3)
+    grpo, rlvmr = (train_config(config, tmp_path, algo, 7) for algo in ("grpo", "rlvmr"))
+    assert (grpo.advantage.outcome_unit, grpo.advantage.outcome_scope) == ("trajectory", "batch")
+    assert grpo.reward.format_penalty_channel == "step"  # the penalty channel follows the preset
+    differing = {k for k in vars(grpo) if getattr(grpo, k) != getattr(rlvmr, k)}
+    assert differing == {"algo", "out_dir"}  # equal budget: only the estimator (and the folder) differ
+    assert (rlvmr.temperature, rlvmr.lr, rlvmr.iterations, rlvmr.seed) == (0.8, 1e-3, 3, 7)
+    assert train_config(LabConfig(), tmp_path, "grpo", 0).advantage.outcome_unit == "step"  # official code
+    with pytest.raises(ValueError, match="advantage_preset"):
+        LabConfig(advantage_preset="papr")
+    for name in ("ci", "classroom", "recorded"):  # the shipped configurations train both arms alike
+        shipped = load_lab_config(ROOT / "configs" / "lab" / f"{name}.json")
+        assert set(shipped.algos) == {"grpo", "rlvmr"}
+
+
 @pytest.mark.slow
 def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path):
     """`rlvmr-nb lab`: one cold start, GRPO and RLVMR over two seeds, three levels, figures, results."""

@@ -47,6 +47,11 @@ class LabConfig:
     max_new_tokens: int = 48
     lr: float = 1e-4
     kl_coef: float = 0.01
+    advantage_preset: str = "official_code"
+    """`advantages.preset` of both arms: 'official_code' (per-task groups over step samples) or 'paper' (paper
+    Eqs. 2-4: trajectories normalised over the batch); the format-penalty channel follows it."""
+    temperature: float = 1.0
+    """Sampling temperature of the training rollouts (the official code's 1.0; evaluation uses `eval_temperature`)."""
     mini_batch_size: int = 128
     micro_batch_size: int = 32
     # --- evaluation (paper §2.1) ------------------------------------------------------------------
@@ -66,8 +71,12 @@ class LabConfig:
         self.algos, self.seeds, self.levels = tuple(self.algos), tuple(self.seeds), tuple(self.levels)
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "iterations", "tasks_per_iteration",
-                                "group_size", "max_steps", "max_new_tokens", "lr", "mini_batch_size",
+                                "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
                                 "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
+        from ..advantages import PRESETS
+
+        if self.advantage_preset not in PRESETS:
+            raise ValueError(f"advantage_preset={self.advantage_preset!r}; choose one of {sorted(PRESETS)}")
         if not self.algos or not self.seeds or not self.levels:
             raise ValueError("a lab run needs at least one algo, one seed and one level")
 

@@ -79,6 +79,7 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
     """The `trainer.TrainConfig` of one arm. Every arm uses the meta-think prompt and parser, so GRPO is
     the outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ
     in their advantage estimator only."""
+    from ..advantages import preset
     from ..loss import LossConfig
     from ..trainer import TrainConfig
 
@@ -86,10 +87,10 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
         algo=algo, prompt_style="meta_think", env="lab", level="L0", model=str(coldstart_dir(out)),
         out_dir=str(Path(out) / "runs" / f"{algo}-seed{seed}"), seed=seed, iterations=config.iterations,
         tasks_per_iteration=config.tasks_per_iteration, group_size=config.group_size, max_steps=config.max_steps,
-        max_new_tokens=config.max_new_tokens, max_prompt_tokens=None, lr=config.lr,
-        mini_batch_size=config.mini_batch_size, micro_batch_size=config.micro_batch_size,
-        loss=LossConfig(kl_coef=config.kl_coef), bf16_autocast=False, save_every=config.iterations,
-        keep_checkpoints=1, progress=False, generation_batch_size=config.tasks_per_iteration * config.group_size,
+        max_new_tokens=config.max_new_tokens, max_prompt_tokens=None, lr=config.lr, temperature=config.temperature,
+        advantage=preset(config.advantage_preset), mini_batch_size=config.mini_batch_size,
+        micro_batch_size=config.micro_batch_size, loss=LossConfig(kl_coef=config.kl_coef), bf16_autocast=False,
+        save_every=config.iterations, keep_checkpoints=1, progress=False, generation_batch_size=config.tasks_per_iteration * config.group_size,
     )
 
 
