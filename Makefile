@@ -97,12 +97,14 @@ figures: $(STAMP)
 
 # The metacognition lab (notebook 06's experiment): GRPO vs RLVMR from one cold start on the lab world.
 # classroom: 2 seeds, minutes on 2 cores; metalab-recorded: 6 seeds, the results file and figures in the README.
-# (Not `make lab`, which starts JupyterLab.)
+# Results and figures go to runs/metalab/<name>/ (git-ignored); with UPDATE=1 to the tracked
+# benchmarks/results/lab_<name>.json and figures/lab/, as `make demo UPDATE=1`. (Not `make lab`: JupyterLab.)
+LAB_OUTPUT = $(if $(UPDATE),--figures figures/lab --results benchmarks/results/lab_$(1).json)
 metalab: $(STAMP)
-	$(BIN)/rlvmr-nb lab --config configs/lab/classroom.json --figures figures/lab --results benchmarks/results/lab_classroom.json
+	$(BIN)/rlvmr-nb lab --config configs/lab/classroom.json $(call LAB_OUTPUT,classroom)
 
 metalab-recorded: $(STAMP)
-	$(BIN)/rlvmr-nb lab --config configs/lab/recorded.json --figures figures/lab --results benchmarks/results/lab_recorded.json
+	$(BIN)/rlvmr-nb lab --config configs/lab/recorded.json $(call LAB_OUTPUT,recorded)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

@@ -61,7 +61,7 @@
 config_file = "configs/lab/classroom.json"  # a LabConfig file: classroom, recorded (more seeds) or ci (tiny)
 overrides = {}  # LabConfig fields to change, e.g. {"seeds": [0, 1, 2]}
 out_dir = "runs/metalab/classroom"  # run folder; rerunning resumes and skips finished stages
-figures_dir = "figures/lab"  # where the figures and the case-study page are written
+figures_dir = "runs/metalab/classroom/figures"  # figures and case-study page (the tracked figures/lab/ holds the recorded run's)
 results_file = "runs/metalab/classroom/lab_results.json"  # the results JSON (the recorded run: benchmarks/results/)
 
 # %%

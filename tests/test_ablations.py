@@ -143,3 +143,17 @@ def test_config_file_errors_name_the_problem(tmp_path):
     with pytest.raises(FileNotFoundError, match="no TrainConfig file"):
         train_config(tmp_path / "missing.json")
     assert main(["train", "--config", str(tmp_path / "missing.json")]) == 2  # said in one line, no traceback
+
+
+def test_the_trainer_with_the_paper_preset_gives_the_papers_numbers_on_the_worked_example():
+    """`TrainConfig(advantage=preset('paper'))` through `score_batch` (the trainer's own path): the penalty moves
+    to the step reward with the preset, and the advantages are 0.5·A_traj + 0.5·A_MR of paper Eqs. 2-4 —
+    guards against a config whose advantage preset and reward channel disagree."""
+    from rlvmr_nb.advantages import preset
+
+    cfg = TrainConfig(advantage=preset("paper"))
+    assert cfg.reward.format_penalty_channel == "step"
+    _, advantages = score_batch(worked_example(), cfg)
+    a_traj = [0.7071] * 3 + [-0.7071] * 3  # R = [10, 0] over K = 2 trajectories, unbiased std
+    a_mr = [0.7071, 1.0, 0.7071, -0.7071, -0.7071, 1.0]  # r_MR + r_format within each tag over the batch
+    assert list(advantages) == pytest.approx([0.5 * t + 0.5 * m for t, m in zip(a_traj, a_mr)], abs=1e-4)
