@@ -1,10 +1,12 @@
-"""The GRPO-MR training loop (paper §3.4, App. A.2), its settings and its PPO update, top to bottom.
+"""The GRPO-MR training loop (paper §3.4, App. A.2) and its PPO update, top to bottom; its settings are
+`train_config.TrainConfig`.
 
 One iteration:
-    sample B training tasks → roll each out G times with the current policy (`rollout.run_rollouts`)
+    sync the rollout engine's weights (`TrainConfig.rollout_backend`: hf | vllm)
+    → sample B training tasks → roll each out G times with the current policy (`rollout.run_rollouts`)
     → drop aborted episodes (an infrastructure fault is not a failure) → rewards (`rewards.assign_rewards`)
     → advantages (`advantages.compute_advantages`: rlvmr | grpo | gigpo) → one sample per step
-    → old and reference log-probs → PPO-clip update over shuffled mini-batches of micro-batches
+    → old and reference log-probs (and their distance to the sampler's, `sampler_correction`) → PPO-clip update over shuffled mini-batches of micro-batches
     → metrics (`runs.MetricsLog`) and episodes → a checkpoint every `save_every` iterations;
     with `validate_every`, the policy on fixed test games before the first, every k-th and after the last
     iteration (`trainer_validation`).
@@ -13,7 +15,7 @@ Every random choice of an iteration (tasks, rollout sampling, mini-batch shuffle
 (seed, iteration), so a run resumed from a checkpoint reproduces the uninterrupted run on CPU.
 Several processes (torchrun) split rollouts and micro-batches as `distributed` explains; where the models
 live (`TrainConfig.device`) and how they are spread over processes (DDP or FSDP2) is `sharding.place_models`.
-The method itself, with every option below, is described in docs/method.md.
+The method itself, with every option, is described in docs/method.md.
 """
 
 from __future__ import annotations
@@ -45,9 +47,8 @@ from .runs.reporters import open_reporters
 from .step_samples import (StepSample, episodes_to_samples, micro_batch_loss,
                            response_logprobs, with_logprobs)
 from .trainer_validation import Validator
-from .trajectory import Episode, append_episodes
-
 from .train_config import ALGOS, RESUMABLE_CHANGES, TrainConfig  # noqa: F401  (re-exported: trainer.TrainConfig)
+from .trajectory import Episode, append_episodes
 
 
 def score_batch(episodes: Sequence[Episode], config: TrainConfig) -> tuple[list[Episode], np.ndarray]:
