@@ -63,3 +63,7 @@ if rank == 0:
 if world > 1:
     dist.barrier(world)  # rank 1 leaving while rank 0 still writes sometimes aborted it in gloo's teardown
     torch.distributed.destroy_process_group()
+# Under load gloo's threads still abort a rank now and then while the interpreter tears down (std::terminate,
+# SIGABRT) after all work is done; everything the test checks is written above, so leave without destructors.
+sys.stdout.flush()
+os._exit(0)

@@ -170,4 +170,4 @@ def test_metacognition_lab_notebook_runs_with_the_ci_parameters(tmp_path):
     assert not [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     doc = json.loads((tmp_path / "runs" / "metalab" / "ci" / "lab_results.json").read_text())
     assert {r["level"] for r in doc["table"]} == {"L0", "L2"}
-    assert (tmp_path / "figures" / "lab" / "lab_ci_metrics.png").is_file()
+    assert (tmp_path / "runs" / "metalab" / "ci" / "figures" / "lab_ci_metrics.png").is_file()
