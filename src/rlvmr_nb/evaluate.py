@@ -189,7 +189,6 @@ def evaluate_seeds(
     if not seeds or len(set(seeds)) != len(seeds):
         raise ValueError(f"seeds must be distinct and at least one, got {list(seeds)}")
     tasks = list(tasks if tasks is not None else eval_tasks(config))
-    place(model, config.device)  # the engine copies the placed model
     engine = generator if generator is not None else eval_generator(model, tokenizer, config)
     try:
         return {seed: evaluate_policy(model, tokenizer, replace(config, seed=seed), tasks, make_env_slots, progress,

@@ -6,7 +6,8 @@ One iteration:
     → sample B training tasks → roll each out G times with the current policy (`rollout.run_rollouts`)
     → drop aborted episodes (an infrastructure fault is not a failure) → rewards (`rewards.assign_rewards`)
     → advantages (`advantages.compute_advantages`: rlvmr | grpo | gigpo) → one sample per step
-    → old and reference log-probs (and their distance to the sampler's, `sampler_correction`) → PPO-clip update over shuffled mini-batches of micro-batches
+    → old and reference log-probs (and their distance to the sampler's, `sampler_correction`)
+    → PPO-clip update over shuffled mini-batches of micro-batches
     → metrics (`runs.MetricsLog`) and episodes → a checkpoint every `save_every` iterations;
     with `validate_every`, the policy on fixed test games before the first, every k-th and after the last
     iteration (`trainer_validation`).

@@ -38,6 +38,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
+from rlvmr_nb.envs.rooms import (AGENT, apply_room_command, article, carried, room_commands, room_view,  # noqa: F401
+                                 visible_objects)  # visible_objects: used by coldstart.lab_rules through this module
 
 ENV_NAME = "lab"
 TRAIN_KINDS: tuple[str, ...] = ("put", "bring")
@@ -49,8 +51,6 @@ HUB = "hallway"
 ROOM_POOL: tuple[str, ...] = ("kitchen", "bedroom", "garden", "study", "bathroom", "cellar", "attic", "garage")
 OBJECT_POOL: tuple[str, ...] = ("apple", "key", "book", "mug", "ball", "coin", "pen", "cup", "sock", "lamp")
 CONTAINER_POOL: tuple[str, ...] = ("box", "drawer", "basket", "cabinet", "chest", "crate")
-AGENT = "agent"
-"""Location of carried objects."""
 SEEN, UNSEEN = "s", "u"
 """Combination classes in task ids: seen in training, or held out of it (L1)."""
 SPLIT_SIZES = {"train": 400, "test": 60}
@@ -174,45 +174,17 @@ def build_world(tid: str) -> tuple[LabWorld, LabState]:
     raise RuntimeError(f"no layout for lab task {tid!r} (bug in build_world)")
 
 
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
-
-
-def visible_objects(world: LabWorld, state: LabState) -> list[str]:
-    """Objects on the floor here or in an open container here."""
-    here = {state.room} | {c for c in world.containers_in(state.room) if c in state.opened}
-    return sorted(o for o, loc in state.where if loc in here)
-
-
-def carried(state: LabState) -> list[str]:
-    return sorted(o for o, loc in state.where if loc == AGENT)
-
-
 def admissible(world: LabWorld, state: LabState) -> list[str]:
     """Every command that does something in `state`, sorted, then ``look``."""
-    cmds = [f"go to {r}" for r in world.exits_of(state.room)]
-    cmds += [f"take {o}" for o in visible_objects(world, state)]
-    for c in world.containers_in(state.room):
-        cmds.append(f"close {c}" if c in state.opened else f"open {c}")
-    for o in carried(state):
-        cmds.append(f"drop {o}")
-        cmds += [f"put {o} in {c}" for c in world.containers_in(state.room) if c in state.opened]
-    return sorted(cmds) + ["look"]
+    return room_commands(world, state) + ["look"]
 
 
 def describe(world: LabWorld, state: LabState) -> str:
     """What the agent sees in its room (the answer to ``look`` and to entering a room)."""
-    things = [_a(f"{'open' if c in state.opened else 'closed'} {c}") for c in world.containers_in(state.room)]
-    things += [_a(o) for o, loc in state.where if loc == state.room]
-    parts = [f"You are in the {state.room}.", "You see " + (", ".join(things) if things else "nothing") + "."]
-    for c in world.containers_in(state.room):
-        if c in state.opened:
-            inside = [_a(o) for o, loc in state.where if loc == c]
-            parts.append(f"In the {c}: " + (", ".join(inside) if inside else "nothing") + ".")
-    parts.append("Exits: " + ", ".join(world.exits_of(state.room)) + ".")
+    parts = room_view(world, state, empty="nothing")
     held = carried(state)
     if held:
-        parts.append("You carry " + " and ".join(_a(o) for o in held) + ".")
+        parts.append("You carry " + " and ".join(article(o) for o in held) + ".")
     return " ".join(parts)
 
 
@@ -223,22 +195,7 @@ def transition(world: LabWorld, state: LabState, action: str) -> tuple[LabState,
         return state, NOTHING_HAPPENS
     if cmd == "look":
         return state, describe(world, state)
-    verb, _, rest = cmd.partition(" ")
-    if verb == "go":
-        new = replace(state, room=rest.removeprefix("to "))
-        return new, describe(world, new)
-    if verb == "take":
-        return state.moved(rest, AGENT), f"You take the {rest}."
-    if verb == "drop":
-        return state.moved(rest, state.room), f"You drop the {rest} in the {state.room}."
-    if verb == "put":
-        obj, _, container = rest.partition(" in ")
-        return state.moved(obj, container), f"You put the {obj} in the {container}."
-    if verb == "open":
-        inside = [_a(o) for o, loc in state.where if loc == rest]
-        return (replace(state, opened=state.opened | {rest}),
-                f"You open the {rest}. " + ("In it you see " + ", ".join(inside) + "." if inside else "It is empty."))
-    return replace(state, opened=state.opened - {rest}), f"You close the {rest}."
+    return apply_room_command(state, cmd, lambda new: describe(world, new))
 
 
 def is_won(world: LabWorld, state: LabState) -> bool:

@@ -34,6 +34,7 @@ from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
 from rlvmr_nb.envs.lazy import state_bound_actions
+from rlvmr_nb.envs.rooms import apply_room_command, article, carried, room_commands, room_view
 
 ENV_NAME = "toy"
 TASK_KINDS = ("put", "bring")
@@ -41,7 +42,6 @@ NOTHING_HAPPENS = "Nothing happens."
 ROOM_POOL = ("kitchen", "bedroom", "garden", "study", "bathroom")
 OBJECT_POOL = ("apple", "key", "book", "mug", "ball", "coin", "pen")
 CONTAINER_POOL = ("box", "drawer", "basket", "cabinet")
-AGENT = "agent"  # location of carried objects
 
 
 @dataclass(frozen=True)
@@ -128,43 +128,14 @@ def build_world(tid: str) -> tuple[ToyWorld, ToyState]:
     return world, ToyState(room="hallway", where=tuple(sorted(where.items())), opened=opened)
 
 
-def _a(noun: str) -> str:
-    return f"an {noun}" if noun[0] in "aeiou" else f"a {noun}"
-
-
-def _visible_objects(world: ToyWorld, state: ToyState) -> list[str]:
-    here = {state.room} | {c for c in world.containers_in(state.room) if c in state.opened}
-    return sorted(o for o, loc in state.where if loc in here)
-
-
-def _held(state: ToyState) -> list[str]:
-    return sorted(o for o, loc in state.where if loc == AGENT)
-
-
 def admissible(world: ToyWorld, state: ToyState) -> list[str]:
     """Every command that does something in `state`, sorted (plus look and inventory)."""
-    cmds = [f"go to {r}" for r in world.exits_of(state.room)]
-    cmds += [f"take {o}" for o in _visible_objects(world, state)]
-    for c in world.containers_in(state.room):
-        cmds.append(f"close {c}" if c in state.opened else f"open {c}")
-    for o in _held(state):
-        cmds.append(f"drop {o}")
-        cmds += [f"put {o} in {c}" for c in world.containers_in(state.room) if c in state.opened]
-    return sorted(cmds) + ["inventory", "look"]
+    return room_commands(world, state) + ["inventory", "look"]
 
 
 def describe(world: ToyWorld, state: ToyState) -> str:
     """The 'look' text of the current room."""
-    parts = [f"You are in the {state.room}."]
-    things = [_a(f"{'open' if c in state.opened else 'closed'} {c}") for c in world.containers_in(state.room)]
-    things += [_a(o) for o, loc in state.where if loc == state.room]
-    parts.append("You see " + (", ".join(things) if things else "nothing special") + ".")
-    for c in world.containers_in(state.room):
-        if c in state.opened:
-            inside = [o for o, loc in state.where if loc == c]
-            parts.append(f"In the {c}: " + (", ".join(_a(o) for o in inside) if inside else "nothing") + ".")
-    parts.append("Exits: " + ", ".join(world.exits_of(state.room)) + ".")
-    return " ".join(parts)
+    return " ".join(room_view(world, state, empty="nothing special"))
 
 
 def transition(world: ToyWorld, state: ToyState, action: str) -> tuple[ToyState, str]:
@@ -173,30 +144,11 @@ def transition(world: ToyWorld, state: ToyState, action: str) -> tuple[ToyState,
     if cmd == "look":
         return state, describe(world, state)
     if cmd == "inventory":
-        held = _held(state)
-        return state, "You are carrying: " + (", ".join(_a(o) for o in held) if held else "nothing") + "."
+        held = carried(state)
+        return state, "You are carrying: " + (", ".join(article(o) for o in held) if held else "nothing") + "."
     if cmd not in admissible(world, state):
         return state, NOTHING_HAPPENS
-    verb, _, rest = cmd.partition(" ")
-    if verb == "go":
-        room = rest.removeprefix("to ")
-        new = replace(state, room=room)
-        return new, describe(world, new)
-    if verb == "take":
-        return state.moved(rest, AGENT), f"You take the {rest}."
-    if verb == "drop":
-        return state.moved(rest, state.room), f"You drop the {rest} in the {state.room}."
-    if verb == "put":
-        obj, _, container = rest.partition(" in ")
-        return state.moved(obj, container), f"You put the {obj} in the {container}."
-    if verb == "open":
-        new = replace(state, opened=state.opened | {rest})
-        inside = [o for o, loc in state.where if loc == rest]
-        return new, f"You open the {rest}. " + (
-            "In it you see " + ", ".join(_a(o) for o in inside) + "." if inside else "It is empty."
-        )
-    # close
-    return replace(state, opened=state.opened - {rest}), f"You close the {rest}."
+    return apply_room_command(state, cmd, lambda new: describe(world, new))
 
 
 def is_won(world: ToyWorld, state: ToyState) -> bool:

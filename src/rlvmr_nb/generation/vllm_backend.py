@@ -77,7 +77,7 @@ def _whole_tensors(model: Any, dtype: str | None) -> dict:
 
     from ..sharding import full_tensor
 
-    cast = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}.get(dtype or "")
+    cast = getattr(torch, dtype) if dtype else None  # one of `generation.ENGINE_DTYPES`
     with torch.no_grad():
         # copy=True also un-ties shared tensors (tied embeddings), which safetensors refuses to save
         return {k: full_tensor(v.detach()).to(device="cpu", dtype=cast or v.dtype, copy=True).contiguous()

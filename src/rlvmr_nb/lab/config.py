@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..validation import require_positive
+from ..validation import require_choice, require_positive
 
 
 @dataclass
@@ -75,8 +75,7 @@ class LabConfig:
                                 "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
         from ..advantages import PRESETS
 
-        if self.advantage_preset not in PRESETS:
-            raise ValueError(f"advantage_preset={self.advantage_preset!r}; choose one of {sorted(PRESETS)}")
+        require_choice(self, "advantage_preset", PRESETS)
         if not self.algos or not self.seeds or not self.levels:
             raise ValueError("a lab run needs at least one algo, one seed and one level")
 
