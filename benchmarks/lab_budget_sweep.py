@@ -43,6 +43,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # the paper's group size (8 rollouts per task) and one optimiser step per iteration over all its samples
     "g8-lr3e-4": {"tasks_per_iteration": 8, "group_size": 8, "mini_batch_size": 1024, "lr": 3e-4, "iterations": 16},
     "g8-lr1e-3": {"tasks_per_iteration": 8, "group_size": 8, "mini_batch_size": 1024, "lr": 1e-3, "iterations": 16},
+    # after the diagnosis (README, 'Metacognition lab'): a cold start trained twice as long (sft_epochs in the
+    # base file), and a training pool the policy meets again
+    "pool400-lr2e-4": {"train_pool": 400, "lr": 2e-4},
+    "pool48-lr2e-4": {"train_pool": 48, "lr": 2e-4},
+    "pool48-lr5e-4": {"train_pool": 48, "lr": 5e-4},
+    "pool24-lr5e-4": {"train_pool": 24, "lr": 5e-4},
+    # the shape of the diagnosis run that did learn (2 fixed layouts): 8 rollouts per task, one AdamW step
+    # per iteration at lr 1e-3, on a pool of layouts met again and again
+    "pool24-g8-lr1e-3": {"train_pool": 24, "tasks_per_iteration": 4, "group_size": 8, "mini_batch_size": 4096,
+                         "lr": 1e-3},
+    "pool24-g8-lr3e-4": {"train_pool": 24, "tasks_per_iteration": 4, "group_size": 8, "mini_batch_size": 4096,
+                         "lr": 3e-4},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json`` with `--iterations`)."""
 SWEEP_SEEDS = (100, 101, 102)
@@ -54,7 +66,7 @@ def _run_one(base: dict, variant: str, algo: str, seed: int, coldstart: str, wor
 
     torch.set_num_threads(1)
     from rlvmr_nb.lab.config import LabConfig
-    from rlvmr_nb.lab.experiment import train_config
+    from rlvmr_nb.lab.experiment import train_config, training_pool
     from rlvmr_nb.runs import read_metrics
     from rlvmr_nb.trainer import train
 
@@ -64,11 +76,13 @@ def _run_one(base: dict, variant: str, algo: str, seed: int, coldstart: str, wor
     cfg.out_dir = str(run_dir)
     started = time.perf_counter()
     if len(read_metrics(run_dir)) < config.iterations:
-        train(cfg)
+        train(cfg, tasks=training_pool(config))
     keys = ("iteration", "success", "invalid", "invalid_malformed", "repetitive", "episode_length", "kl", "entropy",
             "grad_norm")
     rows = [{k: r.get(k) for k in keys} for r in read_metrics(run_dir)][: config.iterations]
+    sft = json.loads((Path(coldstart) / "coldstart" / "sft" / "sft_config.json").read_text())
     return {"variant": variant, "algo": algo, "seed": seed, "overrides": VARIANTS[variant],
+            "coldstart_sft_epochs": sft["epochs"],
             "wall_s": round(time.perf_counter() - started, 1), "curve": rows}
 
 
@@ -131,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     for variant in args.variants:
         mine = [r for r in runs if r["variant"] == variant]
         doc["signals"].append({"variant": variant, "algo": args.algo, "seeds": [r["seed"] for r in mine],
+                               "coldstart_sft_epochs": mine[0]["coldstart_sft_epochs"],
                                "iterations": len(mine[0]["curve"]), "overrides": VARIANTS[variant],
                                **learning_signal(mine, args.head, min(args.tail, len(mine[0]["curve"]) - args.head))})
     doc.update({"base": base, "head": args.head, "tail": args.tail, "provenance": provenance()})

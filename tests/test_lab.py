@@ -11,6 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
+from rlvmr_nb.envs.lab import level_tasks  # noqa: E402
 from rlvmr_nb.lab import stats  # noqa: E402
 from rlvmr_nb.lab.policy import build_vocabulary, make_policy, make_tokenizer, world_corpus  # noqa: E402
 
@@ -124,6 +125,11 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
     assert train_config(LabConfig(), tmp_path, "grpo", 0).advantage.outcome_unit == "step"  # official code
     with pytest.raises(ValueError, match="advantage_preset"):
         LabConfig(advantage_preset="papr")
+    from rlvmr_nb.lab.experiment import training_pool
+
+    assert [t.task_id for t in training_pool(LabConfig(train_pool=2))] == ["put:s:0", "bring:s:1"]
+    with pytest.raises(ValueError, match="train_pool 401 exceeds"):
+        training_pool(LabConfig(train_pool=401))
     for name in ("ci", "classroom", "recorded"):  # the shipped configurations train both arms alike
         shipped = load_lab_config(ROOT / "configs" / "lab" / f"{name}.json")
         assert set(shipped.algos) == {"grpo", "rlvmr"}
@@ -147,9 +153,15 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path):
     assert doc["provenance"]["git_sha"] and doc["timing"]["coldstart"]["cpu_s"] > 0
     assert {p.name for p in (tmp_path / "figures").iterdir()} == {
         "lab_ci_metrics.png", "lab_ci_training.png", "lab_ci_hypothesis.png", "lab_ci_case_studies.html"}
-    for arm in ("grpo", "rlvmr"):  # both arms started from the one cold-start checkpoint
+    pool = {t.task_id for t in level_tasks("train", "L0")[:3]}  # ci.json: train_pool 3
+    played = {}
+    for arm in ("grpo", "rlvmr"):  # both arms started from the one cold-start checkpoint, on the same layouts
         config = json.loads((out / "runs" / f"{arm}-seed0" / "config.json").read_text())
         assert config["model"] == str(out / "coldstart" / "sft") and config["prompt_style"] == "meta_think"
+        episodes = [json.loads(line) for line in (out / "runs" / f"{arm}-seed0" / "episodes.jsonl").open()]
+        played[arm] = sorted(ep["task_id"] for ep in episodes)
+        assert set(played[arm]) <= pool
+    assert played["grpo"] == played["rlvmr"]
     # a rerun resumes: nothing is retrained, the same numbers come out
     before = (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),

@@ -39,6 +39,10 @@ class LabConfig:
     algos: tuple[str, ...] = ("grpo", "rlvmr")
     """Trained from the same cold-start checkpoint with the same budget; 'gigpo' may be added."""
     seeds: tuple[int, ...] = (0, 1)
+    train_pool: int = 400
+    """Training layouts the RL arms draw their tasks from: the first `train_pool` of the 400-layout training
+    pool (`envs.lab.level_tasks`). A 0.5 M-parameter policy trained from scratch learns from layouts it
+    meets again, not from 400 it meets about once each (README, 'Metacognition lab': the diagnosis)."""
     iterations: int = 8
     tasks_per_iteration: int = 8
     group_size: int = 4
@@ -70,7 +74,7 @@ class LabConfig:
     def __post_init__(self) -> None:
         self.algos, self.seeds, self.levels = tuple(self.algos), tuple(self.seeds), tuple(self.levels)
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
-                                "sft_batch_size", "format_check_tasks", "iterations", "tasks_per_iteration",
+                                "sft_batch_size", "format_check_tasks", "train_pool", "iterations", "tasks_per_iteration",
                                 "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
                                 "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
         from ..advantages import PRESETS

@@ -94,6 +94,16 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
     )
 
 
+def training_pool(config: LabConfig) -> list:
+    """The layouts every RL arm draws its tasks from (`LabConfig.train_pool`), the same for all arms."""
+    from ..envs.lab import level_tasks
+
+    pool = level_tasks("train", "L0")
+    if config.train_pool > len(pool):
+        raise ValueError(f"train_pool {config.train_pool} exceeds the lab's {len(pool)} training layouts")
+    return pool[: config.train_pool]
+
+
 def run_arm(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Path:
     """Train one arm from the cold-start checkpoint (resumes; a finished run returns at once)."""
     from ..runs import read_metrics
@@ -101,7 +111,7 @@ def run_arm(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> 
 
     cfg = train_config(config, out, algo, seed)
     if len(read_metrics(cfg.out_dir)) < config.iterations:
-        train(cfg)
+        train(cfg, tasks=training_pool(config))
     return Path(cfg.out_dir)
 
 
