@@ -32,25 +32,29 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+FIRST_SHAPE: dict[str, Any] = {"train_pool": 400, "tasks_per_iteration": 6, "group_size": 4, "mini_batch_size": 128,
+                               "lr": 2e-4}
+"""The classroom configuration's RL shape before the diagnosis: 6 tasks x 4 rollouts from all 400 training
+layouts, several AdamW steps per iteration (pinned here so these variants mean the same against any base)."""
 VARIANTS: dict[str, dict[str, Any]] = {
-    # the recorded run's budget was 6 iterations at lr 2e-4: more iterations, then larger steps
-    "lr2e-4": {"lr": 2e-4},
-    "lr5e-4": {"lr": 5e-4},
-    "lr1e-3": {"lr": 1e-3},
+    # the first recorded run's budget was 6 iterations at lr 2e-4: more iterations, then larger steps
+    "lr2e-4": {**FIRST_SHAPE},
+    "lr5e-4": {**FIRST_SHAPE, "lr": 5e-4},
+    "lr1e-3": {**FIRST_SHAPE, "lr": 1e-3},
     # the paper's advantage (Eqs. 2-4: trajectories normalised over the batch), in case the official code's
     # per-step normalisation of an all-failed group (docs/method.md, 'Normalisation') is what stalls GRPO
-    "paper-lr5e-4": {"advantage_preset": "paper", "lr": 5e-4, "iterations": 16},
+    "paper-lr5e-4": {**FIRST_SHAPE, "advantage_preset": "paper", "lr": 5e-4, "iterations": 16},
     # the paper's group size (8 rollouts per task) and one optimiser step per iteration over all its samples
-    "g8-lr3e-4": {"tasks_per_iteration": 8, "group_size": 8, "mini_batch_size": 1024, "lr": 3e-4, "iterations": 16},
-    "g8-lr1e-3": {"tasks_per_iteration": 8, "group_size": 8, "mini_batch_size": 1024, "lr": 1e-3, "iterations": 16},
-    # after the diagnosis (README, 'Metacognition lab'): a cold start trained twice as long (sft_epochs in the
-    # base file), and a training pool the policy meets again
-    "pool400-lr2e-4": {"train_pool": 400, "lr": 2e-4},
-    "pool48-lr2e-4": {"train_pool": 48, "lr": 2e-4},
-    "pool48-lr5e-4": {"train_pool": 48, "lr": 5e-4},
-    "pool24-lr5e-4": {"train_pool": 24, "lr": 5e-4},
-    # the shape of the diagnosis run that did learn (2 fixed layouts): 8 rollouts per task, one AdamW step
-    # per iteration at lr 1e-3, on a pool of layouts met again and again
+    "g8-lr3e-4": {**FIRST_SHAPE, "tasks_per_iteration": 8, "group_size": 8, "mini_batch_size": 1024, "lr": 3e-4,
+                  "iterations": 16},
+    "g8-lr1e-3": {**FIRST_SHAPE, "tasks_per_iteration": 8, "group_size": 8, "mini_batch_size": 1024, "lr": 1e-3,
+                  "iterations": 16},
+    # after the diagnosis (README, 'Metacognition lab'; run with a cold start trained for 20 epochs): the
+    # first shape over more iterations, then a training pool the policy meets again
+    "pool400-lr2e-4": {**FIRST_SHAPE},
+    "pool48-lr5e-4": {**FIRST_SHAPE, "train_pool": 48, "lr": 5e-4},
+    # the shape of the diagnosis run that did learn (two fixed layouts, benchmarks/lab_diagnosis.py): 8 rollouts
+    # per task and one AdamW step per iteration, on 24 layouts met again and again
     "pool24-g8-lr1e-3": {"train_pool": 24, "tasks_per_iteration": 4, "group_size": 8, "mini_batch_size": 4096,
                          "lr": 1e-3},
     "pool24-g8-lr3e-4": {"train_pool": 24, "tasks_per_iteration": 4, "group_size": 8, "mini_batch_size": 4096,
@@ -87,28 +91,17 @@ def _run_one(base: dict, variant: str, algo: str, seed: int, coldstart: str, wor
 
 
 def learning_signal(runs: list[dict], head: int, tail: int, n_boot: int = 2000) -> dict[str, float]:
-    """Training success, last `tail` iterations minus first `head`, pooled over seeds; bootstrap over seeds,
-    then iterations within a seed (the same two-stage scheme as `lab.stats`)."""
+    """Training success, last `tail` iterations minus first `head`, pooled over seeds (`lab.stats.training_rise`),
+    with the largest KL to the cold start and the format failures at the end."""
     import numpy as np
 
-    curves = [np.array([r["success"] for r in run["curve"]]) for run in runs]
-    rng = np.random.default_rng(0)
+    from rlvmr_nb.lab.stats import training_rise
 
-    def stat(cs: list) -> float:
-        return float(np.mean([c[-tail:].mean() for c in cs]) - np.mean([c[:head].mean() for c in cs]))
-
-    draws = []
-    for _ in range(n_boot):
-        picked = [curves[i] for i in rng.integers(0, len(curves), len(curves))]
-        draws.append(stat([np.concatenate([c[:head][rng.integers(0, head, head)],
-                                           c[-tail:][rng.integers(0, tail, tail)]]) for c in picked]))
-    lo, hi = np.percentile(draws, [2.5, 97.5])
-    return {"rise": stat(curves), "lo": float(lo), "hi": float(hi),
-            "head_success": float(np.mean([c[:head].mean() for c in curves])),
-            "tail_success": float(np.mean([c[-tail:].mean() for c in curves])),
-            "max_kl": float(max(r["kl"] or 0 for run in runs for r in run["curve"])),
-            "tail_malformed": float(np.mean([np.mean([r["invalid_malformed"] for r in run["curve"][-tail:]])
-                                             for run in runs]))}
+    rise = training_rise([[r["success"] for r in run["curve"]] for run in runs], head, tail, n_boot)
+    return {k: v for k, v in rise.items() if k not in ("head", "tail")} | {
+        "max_kl": float(max(r["kl"] or 0 for run in runs for r in run["curve"])),
+        "tail_malformed": float(np.mean([np.mean([r["invalid_malformed"] for r in run["curve"][-rise["tail"]:]])
+                                         for run in runs]))}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -145,7 +138,8 @@ def main(argv: list[str] | None = None) -> int:
     for variant in args.variants:
         mine = [r for r in runs if r["variant"] == variant]
         doc["signals"].append({"variant": variant, "algo": args.algo, "seeds": [r["seed"] for r in mine],
-                               "coldstart_sft_epochs": mine[0]["coldstart_sft_epochs"],
+                               "coldstart_sft_epochs": mine[0]["coldstart_sft_epochs"], "head": args.head,
+                               "tail": min(args.tail, len(mine[0]["curve"]) - args.head),
                                "iterations": len(mine[0]["curve"]), "overrides": VARIANTS[variant],
                                **learning_signal(mine, args.head, min(args.tail, len(mine[0]["curve"]) - args.head))})
     doc.update({"base": base, "head": args.head, "tail": args.tail, "provenance": provenance()})

@@ -78,7 +78,7 @@ from IPython.display import HTML, Image, Markdown, display
 from rlvmr_nb.envs.lab import describe_task, level_tasks
 from rlvmr_nb.lab import load_lab_config, run_coldstart, run_seed
 from rlvmr_nb.lab.experiment import StageTimer
-from rlvmr_nb.lab.report import results_markdown, write_lab_report
+from rlvmr_nb.lab.report import fairness_markdown, results_markdown, write_lab_report
 from rlvmr_nb.lab.stats import lab_summary
 from rlvmr_nb.models import describe_model, load_model
 
@@ -142,6 +142,15 @@ display(Markdown(results_markdown(summary)))
 
 # %%
 Image(filename=str(report["paths"]["metrics"]))
+
+# %% [markdown]
+# **Is it a fair test?** Only if outcome-only GRPO could learn this world too: its own training success
+# must rise from the cold start's. The rise of each arm, last iterations minus first, with a 95 % interval
+# over seeds and iterations (`lab.stats.training_rise`); where GRPO's interval covers zero, read the
+# verdicts below as saying little about the claim.
+
+# %%
+display(Markdown(fairness_markdown(summary)))
 
 # %% [markdown]
 # The hypothesis, part by part (RLVMR − GRPO, 95 % intervals):

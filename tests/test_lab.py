@@ -99,6 +99,19 @@ def test_two_stage_bootstrap_intervals():
     assert (round(lo, 3), round(hi, 3)) == (0.490, 0.943)
 
 
+def test_training_rise_is_the_fairness_check():
+    """Guards the lab's fairness check: the rise is last-minus-first on the training curve, pooled over seeds."""
+    rising = [[0.2, 0.2, 0.5, 0.6, 0.6], [0.1, 0.3, 0.4, 0.6, 0.7]]
+    r = stats.training_rise(rising, head=2, tail=2, n=500)
+    assert r["rise"] == pytest.approx(np.mean([0.6 - 0.2, 0.65 - 0.2]))
+    assert (r["head"], r["tail"]) == (2, 2) and 0 < r["lo"] <= r["rise"] <= r["hi"]
+    flat = stats.training_rise([[0.3, 0.1, 0.3, 0.1, 0.3], [0.1, 0.3, 0.1, 0.3, 0.1]], head=2, tail=3, n=500)
+    assert flat["lo"] < 0 < flat["hi"]
+    assert stats.training_rise(rising, head=2, tail=10)["tail"] == 3  # a short run: the tail shrinks to fit
+    with pytest.raises(ValueError, match="longer than head"):
+        stats.training_rise([[0.1, 0.2]], head=2, tail=1)
+
+
 def test_hypothesis_verdicts():
     diffs = [{"level": "L0", "metric": "repetitive", "mean": -0.1, "lo": -0.2, "hi": -0.01},
              {"level": "L1", "metric": "repetitive", "mean": 0.0, "lo": -0.1, "hi": 0.1},
@@ -148,6 +161,8 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path):
         (a, lvl) for a in ("cold start", "GRPO", "RLVMR") for lvl in ("L0", "L1", "L2")}
     assert {r["seed"] for r in doc["per_seed"]} == {0, 1}
     assert set(doc["hypothesis"]) == {"repetitive_lower", "unseen_success_not_lower"}
+    assert set(doc["training_rise"]) == {"GRPO", "RLVMR"}  # the fairness check travels with the results
+    assert all(r["lo"] <= r["rise"] <= r["hi"] for r in doc["training_rise"].values())
     assert {(d["level"], d["metric"]) for d in doc["differences"]} >= {("L1", "success"), ("L0", "repetitive")}
     assert len([r for r in doc["training_curves"] if r["arm"] == "RLVMR"]) == 4  # 2 iterations x 2 seeds
     assert doc["provenance"]["git_sha"] and doc["timing"]["coldstart"]["cpu_s"] > 0

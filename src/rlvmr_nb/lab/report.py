@@ -58,3 +58,14 @@ def results_markdown(summary: Mapping[str, Any], metrics: tuple[str, ...] = (
                 cells.append(f"{scale * r['mean']:.1f} [{scale * r['lo']:.1f}, {scale * r['hi']:.1f}]")
             lines.append(f"| {metric.replace('_', ' ')}{unit} | {arm} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def fairness_markdown(summary: Mapping[str, Any]) -> str:
+    """The fairness check as a sentence per arm: how much its training success rose (`stats.training_rise`).
+    The RLVMR − GRPO verdicts say something about the claim only where GRPO's own curve rose."""
+    lines = []
+    for arm, r in summary.get("training_rise", {}).items():
+        lines.append(f"* **{arm}**: training success {100 * r['head_success']:.1f} % (first {r['head']} iterations) "
+                     f"→ {100 * r['tail_success']:.1f} % (last {r['tail']}), rise {100 * r['rise']:+.1f} pp "
+                     f"[{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]")
+    return "\n".join(lines) or "(too few iterations for a training curve)"

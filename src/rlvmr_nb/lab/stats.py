@@ -91,6 +91,37 @@ def load_eval_rows(out: str | os.PathLike, arm: str, seeds: Sequence[int], level
     return [episode_rows(read_episodes(eval_path(out, arm, s, level).with_suffix(".episodes.jsonl"))) for s in seeds]
 
 
+def training_rise(curves: Sequence[Sequence[float]], head: int, tail: int, n: int = 2000,
+                  seed: int = 0) -> dict[str, float]:
+    """How much an arm's *training* success rose: the mean of the last `tail` iterations minus the mean of the
+    first `head` (iteration 0's rollouts come from the cold start itself), averaged over seeds, with a 95 %
+    two-stage bootstrap (seeds, then iterations within a seed). This is the lab's fairness check: the
+    comparison is a fair test of the claim only where GRPO's own curve rises (README, 'Metacognition lab')."""
+    arrays = [np.asarray(c, dtype=float) for c in curves]
+    if not arrays or min(len(c) for c in arrays) < head + 1:
+        raise ValueError(f"training_rise needs curves longer than head={head}")
+    tail = min(tail, min(len(c) for c in arrays) - head)
+    rng = np.random.default_rng(seed)
+
+    def stat(cs: Sequence[np.ndarray]) -> float:
+        return float(np.mean([c[-tail:].mean() for c in cs]) - np.mean([c[:head].mean() for c in cs]))
+
+    draws = []
+    for _ in range(n):
+        picked = [arrays[i] for i in rng.integers(0, len(arrays), len(arrays))]
+        draws.append(stat([np.concatenate([c[:head][rng.integers(0, head, head)], c[-tail:][rng.integers(0, tail, tail)]])
+                           for c in picked]))
+    lo, hi = np.percentile(draws, [2.5, 97.5])
+    return {"rise": stat(arrays), "lo": float(lo), "hi": float(hi), "head": head, "tail": tail,
+            "head_success": float(np.mean([c[:head].mean() for c in arrays])),
+            "tail_success": float(np.mean([c[-tail:].mean() for c in arrays]))}
+
+
+TRAINING_HEAD, TRAINING_TAIL = 4, 10
+"""Iterations averaged at the start and the end of a training curve by `lab_summary`'s fairness check
+(fewer at the end when a run is shorter)."""
+
+
 def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
     """Every number of the lab: per (arm, level) metrics with intervals, per-seed values, the
     RLVMR − GRPO differences the hypothesis is about, and the cold start's format validity."""
@@ -119,6 +150,11 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
                ("iteration", "success", "episode_length", "invalid", "repetitive", "rollout_s", "update_s")}}
               for algo in config.algos for seed in config.seeds
               for r in read_metrics(out / "runs" / f"{algo}-seed{seed}")]
+    head = min(TRAINING_HEAD, max(1, config.iterations // 2))
+    rises = {arm_label(algo): training_rise([[r["success"] for r in curves if r["arm"] == arm_label(algo)
+                                              and r["seed"] == seed] for seed in config.seeds],
+                                            head, TRAINING_TAIL, config.bootstrap)
+             for algo in config.algos} if config.iterations >= 2 else {}
     manifest = json.loads((out / "coldstart" / "data" / "manifest.json").read_text())
     sft_log = [json.loads(line) for line in (out / "coldstart" / "sft" / "sft_log.jsonl").read_text().splitlines()]
     return {
@@ -128,6 +164,7 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         "differences": differences,
         "hypothesis": hypothesis_verdict(differences),
         "training_curves": curves,
+        "training_rise": rises,
         "coldstart": {"trajectories": manifest["counts"]["trajectories"], "samples": manifest["counts"]["samples"],
                       "tag_shares": manifest["tags"]["shares"], "sft_steps": len(sft_log),
                       "sft_final_loss": sft_log[-1]["loss"] if sft_log else None,
