@@ -40,9 +40,9 @@
 # **Prerequisites.** Nothing to download: the world, its expert and the policy are built here. No GPU.
 #
 # **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/06_metacognition_lab.ipynb`
-# (`configs/ci/06_metacognition_lab.json`, kernel already started) needs ~20 s of CPU (it took 5–6 min
-# wall while other jobs loaded the machine); these defaults (the classroom configuration) used 588 s of
-# CPU, 51 min wall under a load average of 8–37 (README, 'Metacognition lab').
+# (`configs/ci/06_metacognition_lab.json`, kernel already started) needs ~20 s of CPU; these defaults
+# (the classroom configuration) took 14 min 9 s wall and 1,501 s of CPU from a fresh clone on an
+# idle machine (README, 'Metacognition lab').
 #
 # ## The hypothesis, stated before the run
 #
@@ -120,8 +120,10 @@ print(describe_model(model), f"vocabulary {len(tokenizer)} words")
 # ## Training: GRPO and RLVMR from the same checkpoint
 #
 # Every arm: `trainer.train` with the meta-think prompt, the same seeds, iterations, tasks, rollouts and
-# learning rate; only the advantage estimator differs. Each arm is then evaluated on every level, and so
-# is the cold-start checkpoint itself.
+# learning rate, drawing its tasks from the same small pool of training layouts (`train_pool`: a policy
+# this small learns from layouts it meets again; README, 'Why GRPO did not learn at first'); only the
+# advantage estimator differs. Each arm is then evaluated on every level, and so is the cold-start
+# checkpoint itself.
 
 # %%
 timing = dict(timer.stages)
@@ -186,7 +188,7 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # It can tell whether, for a small policy in a small world, the meta-reasoning advantage changes how often
 # the agent repeats itself and how well it transfers, with intervals that include seed-to-seed variation.
 # It cannot tell whether the paper's numbers hold for 1.5B/7B models on ALFWorld: the world, the policy,
-# the budget (a few iterations instead of 100) and the prompt are all much smaller, and with few seeds the
+# the budget (tens of iterations on a few dozen layouts instead of 100 on thousands) and the prompt are all much smaller, and with few seeds the
 # intervals stay wide. A null or reversed result here is evidence about this setting, not about the paper's.
 
 # %%

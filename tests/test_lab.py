@@ -143,6 +143,8 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
     assert [t.task_id for t in training_pool(LabConfig(train_pool=2))] == ["put:s:0", "bring:s:1"]
     with pytest.raises(ValueError, match="train_pool 401 exceeds"):
         training_pool(LabConfig(train_pool=401))
+    classroom = load_lab_config(ROOT / "configs" / "lab" / "classroom.json")
+    assert classroom == LabConfig()  # the defaults are the classroom configuration (lab/config.py says so)
     for name in ("ci", "classroom", "recorded"):  # the shipped configurations train both arms alike
         shipped = load_lab_config(ROOT / "configs" / "lab" / f"{name}.json")
         assert set(shipped.algos) == {"grpo", "rlvmr"}
@@ -198,3 +200,16 @@ def test_metacognition_lab_notebook_runs_with_the_ci_parameters(tmp_path):
     doc = json.loads((tmp_path / "runs" / "metalab" / "ci" / "lab_results.json").read_text())
     assert {r["level"] for r in doc["table"]} == {"L0", "L2"}
     assert (tmp_path / "runs" / "metalab" / "ci" / "figures" / "lab_ci_metrics.png").is_file()
+
+
+def test_stage_timer_adds_a_resumed_stage_instead_of_replacing_it(tmp_path):
+    """Guards a resumed lab run overwriting the measured time of a finished stage by the time to skip it."""
+    import time
+
+    from rlvmr_nb.lab.experiment import StageTimer
+
+    with StageTimer(tmp_path / "timing.json").stage("seeds"):
+        time.sleep(0.05)
+    with StageTimer(tmp_path / "timing.json").stage("seeds"):  # a new process: the file is read back
+        pass
+    assert json.loads((tmp_path / "timing.json").read_text())["seeds"]["wall_s"] >= 0.05

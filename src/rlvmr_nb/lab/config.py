@@ -1,8 +1,8 @@
 """One lab experiment's settings (`LabConfig`), read from ``configs/lab/*.json``.
 
 The defaults are the "classroom" configuration: it must finish in 20 minutes on a 2-core machine. The
-"recorded" configuration (``configs/lab/recorded.json``) has more seeds and evaluation episodes; the
-CI one (``configs/lab/ci.json``) runs end to end in well under a minute.
+"recorded" configuration (``configs/lab/recorded.json``) has more seeds, iterations and evaluation
+episodes; the CI one (``configs/lab/ci.json``) runs end to end in well under a minute.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class LabConfig:
     """Decoder layers of the lab transformer (`lab.policy.LabPolicyConfig`)."""
     policy_hidden: int = 128
     """Hidden size of the lab transformer."""
-    sft_epochs: int = 10
+    sft_epochs: int = 20
     sft_lr: float = 3e-3
     """A freshly initialised policy needs a far larger rate than the paper's 1e-5 fine-tuning of a pretrained one."""
     sft_batch_size: int = 16
@@ -39,33 +39,34 @@ class LabConfig:
     algos: tuple[str, ...] = ("grpo", "rlvmr")
     """Trained from the same cold-start checkpoint with the same budget; 'gigpo' may be added."""
     seeds: tuple[int, ...] = (0, 1)
-    train_pool: int = 400
+    train_pool: int = 24
     """Training layouts the RL arms draw their tasks from: the first `train_pool` of the 400-layout training
     pool (`envs.lab.level_tasks`). A 0.5 M-parameter policy trained from scratch learns from layouts it
     meets again, not from 400 it meets about once each (README, 'Metacognition lab': the diagnosis)."""
-    iterations: int = 8
-    tasks_per_iteration: int = 8
-    group_size: int = 4
-    max_steps: int = 20
+    iterations: int = 20
+    tasks_per_iteration: int = 4
+    group_size: int = 8
+    max_steps: int = 16
     """Steps per episode (training and evaluation); the searching expert needs 4-17."""
-    max_new_tokens: int = 48
-    lr: float = 1e-4
+    max_new_tokens: int = 64
+    lr: float = 3e-4
     kl_coef: float = 0.01
     advantage_preset: str = "official_code"
     """`advantages.preset` of both arms: 'official_code' (per-task groups over step samples) or 'paper' (paper
     Eqs. 2-4: trajectories normalised over the batch); the format-penalty channel follows it."""
     temperature: float = 1.0
     """Sampling temperature of the training rollouts (the official code's 1.0; evaluation uses `eval_temperature`)."""
-    mini_batch_size: int = 128
+    mini_batch_size: int = 4096
+    """Step samples per AdamW step; larger than an iteration's samples means one step per iteration."""
     micro_batch_size: int = 32
     # --- evaluation (paper §2.1) ------------------------------------------------------------------
     levels: tuple[str, ...] = ("L0", "L1", "L2")
-    eval_tasks: int = 30
+    eval_tasks: int = 20
     """Tasks per level and policy (a seeded subset of the level's 60 test tasks)."""
     eval_temperature: float = 0.4
     bootstrap: int = 2000
     """Bootstrap resamples for the confidence intervals (seeds, then episodes within a seed)."""
-    workers: int = 1
+    workers: int = 2
     """Processes that run the seeds side by side after the cold start (1: one after the other, in this
     process). Each worker uses one torch thread; on a CPU shared with other jobs this buys throughput."""
     extra: dict[str, Any] = field(default_factory=dict)

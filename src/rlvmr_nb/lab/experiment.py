@@ -36,7 +36,10 @@ def _cpu_seconds() -> float:
 
 
 class StageTimer:
-    """Wall and CPU seconds per stage, kept in ``timing.json`` (the CPU is shared: wall time alone misleads)."""
+    """Wall and CPU seconds per stage, kept in ``timing.json`` (the CPU is shared: wall time alone misleads).
+
+    A stage timed again (a resumed or re-summarised run) adds to what the file holds, so resuming never
+    replaces the measured time of finished work by the second it takes to skip it."""
 
     def __init__(self, path: Path):
         self.path = path
@@ -46,7 +49,9 @@ class StageTimer:
     def stage(self, name: str) -> Iterator[None]:
         wall, cpu = time.perf_counter(), _cpu_seconds()
         yield
-        self.stages[name] = {"wall_s": round(time.perf_counter() - wall, 2), "cpu_s": round(_cpu_seconds() - cpu, 2)}
+        before = self.stages.get(name, {})
+        self.stages[name] = {"wall_s": round(before.get("wall_s", 0.0) + time.perf_counter() - wall, 2),
+                             "cpu_s": round(before.get("cpu_s", 0.0) + _cpu_seconds() - cpu, 2)}
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.stages, indent=2) + "\n")
 
