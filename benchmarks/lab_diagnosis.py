@@ -10,7 +10,12 @@
 Only training layouts are played; no test split, and RLVMR is not trained.
 
     PYTHONPATH=src python benchmarks/lab_diagnosis.py --coldstart runs/metalab/classroom \\
-        --out benchmarks/results/lab_diagnosis.json
+        --out benchmarks/results/lab_diagnosis_sft20.json --temperatures 1.0 0.4 --skip-fixed
+
+``runs/metalab/classroom`` is built by ``make metalab`` (20 SFT epochs). The committed
+``lab_diagnosis_sft10.json`` used the first cold start, 10 epochs: build one with
+``run_coldstart(load_lab_config("configs/lab/recorded.json", sft_epochs=10), "runs/lab-sft10")`` and pass
+``--coldstart runs/lab-sft10``.
 """
 
 from __future__ import annotations
@@ -65,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     work, pool = Path(args.work), level_tasks("train", "L0")
-    doc: dict = {"coldstart": args.coldstart, "temperatures": [], "fixed_layouts": None}
+    sft = json.loads((Path(args.coldstart) / "coldstart" / "sft" / "sft_config.json").read_text())
+    doc: dict = {"coldstart": args.coldstart, "coldstart_sft_epochs": sft["epochs"], "temperatures": [],
+                 "fixed_layouts": None}
     for temperature in args.temperatures:
         row = _train(args.coldstart, work / f"temperature-{temperature}", pool[200:], seed=3, lr=1e-9, iterations=1,
                      temperature=temperature, tasks_per_iteration=32, group_size=4, mini_batch_size=4096)[0]
