@@ -69,6 +69,7 @@ batch_tasks = 8  # episodes generated together
 device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; CUDA asked for without a GPU is an error
 rollout_backend = "hf"  # who samples: hf (transformers, in process) | vllm (engine in its own venv: make vllm-venv)
 rollout_dtype = "bfloat16"  # dtype of the engine copy of the policy: bfloat16 | float32
+vllm_gpu_memory_utilization = 0.5  # vllm on a GPU: share of the card the engine takes (ignored by hf and on CPU)
 results_dir = "runs/eval"  # results go to results_dir/<method>_<env>_<model name>/
 out_dir = "figures"  # where eval_*.png is written
 formats = ["png"]  # figure formats to write
@@ -104,7 +105,8 @@ print(policy_info)
 
 # %%
 by_level, ci_by_level, episodes_by_level = {}, {}, {}
-engine = dict(rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, device=device)
+engine = dict(rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, device=device,
+              vllm_gpu_memory_utilization=vllm_gpu_memory_utilization)
 with eval_generator(policy, tokenizer, EvalConfig(env=env, seed=seeds[0], **engine)) as generator:  # one engine, every level
     for level in levels:
         config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seeds[0], temperature=temperature,

@@ -151,7 +151,7 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
 
 
 @pytest.mark.slow
-def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path):
+def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     """`rlvmr-nb lab`: one cold start, GRPO and RLVMR over two seeds, three levels, figures, results."""
     from rlvmr_nb.cli import main
 
@@ -159,6 +159,7 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path):
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
                  "--figures", str(tmp_path / "figures"), "--results", str(results)]) == 0
     doc = json.loads(results.read_text())
+    assert '"training_rise"' in capsys.readouterr().out  # the CLI prints the fairness check beside the verdicts
     assert {(r["arm"], r["level"]) for r in doc["table"]} == {
         (a, lvl) for a in ("cold start", "GRPO", "RLVMR") for lvl in ("L0", "L1", "L2")}
     assert {r["seed"] for r in doc["per_seed"]} == {0, 1}

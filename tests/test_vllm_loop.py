@@ -89,8 +89,9 @@ def test_cli_passes_the_rollout_options(monkeypatch, tmp_path):
     assert (cfg.rollout_backend, cfg.rollout_dtype, cfg.vllm_gpu_memory_utilization, cfg.vllm_sleep_level,
             cfg.tis_cap, cfg.bf16_autocast) == ("vllm", "float32", 0.3, 1, 2.0, False)
     assert cli.main(["eval", "--env", "toy", "--model", "tiny-random:llama", "--rollout-backend", "vllm",
-                     "--out", str(tmp_path / "eval.json")]) == 0
+                     "--vllm-gpu-memory-utilization", "0.8", "--out", str(tmp_path / "eval.json")]) == 0
     assert seen["eval"].rollout_backend == "vllm"
+    assert seen["eval"].engine_settings.gpu_memory_utilization == 0.8  # reaches the engine's constructor options
     assert cli.main(["train", "--env", "toy", "--vllm-gpu-memory-utilization", "1.5"]) == 2  # said, not raised
 
 

@@ -69,6 +69,9 @@ class EvalConfig:
     own process, loaded once with the policy's weights)."""
     rollout_dtype: str = "bfloat16"
     """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`)."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """vLLM on a GPU: the share of the card the engine takes for weights and KV cache (the policy placed on
+    `device` keeps the rest). Ignored by 'hf' and on CPU."""
     rollout_options: dict = field(default_factory=dict)
     """Further constructor options of the backend (e.g. {'gpu_memory_utilization': 0.9} for vLLM alone on a GPU)."""
 
@@ -98,7 +101,8 @@ class EvalConfig:
     @property
     def engine_settings(self) -> EngineSettings:
         """No sleep: nothing else needs the engine's memory between evaluation batches."""
-        return EngineSettings(dtype=self.rollout_dtype, sleep_level=0, seed=self.seed, max_batch_size=self.generation_batch_size,
+        return EngineSettings(dtype=self.rollout_dtype, gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                              sleep_level=0, seed=self.seed, max_batch_size=self.generation_batch_size,
                               options=dict(self.rollout_options))
 
 

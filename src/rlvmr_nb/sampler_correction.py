@@ -35,11 +35,11 @@ def truncated_is_weights(old_logprobs: torch.Tensor, sampler_logprobs: torch.Ten
     return torch.exp(old_logprobs.detach() - sampler_logprobs.detach()).clamp(max=cap)
 
 
-def _log_ratios(samples: Sequence, old_attr: str = "old_logprobs") -> np.ndarray:
+def _log_ratios(samples: Sequence) -> np.ndarray:
     """log π_old − log μ over every response token of `samples` that has both (flat, float64)."""
     parts = []
     for s in samples:
-        old = getattr(s, old_attr)
+        old = s.old_logprobs
         if old is None or not len(s.sampler_logprobs):
             continue
         old = old.detach().cpu().double().numpy() if isinstance(old, torch.Tensor) else np.asarray(old, np.float64)

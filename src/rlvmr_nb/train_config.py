@@ -47,7 +47,7 @@ class TrainConfig:
     """Output format: None = 'meta_think' for rlvmr and 'think' for the baselines (official scripts);
     'meta_think' with algo='grpo' is Table 3's 'w/o A^MC' (GRPO from the cold-start model)."""
     env: str = "alfworld"
-    """A registered env (`envs.registry`): 'alfworld', 'scienceworld' or 'toy'."""
+    """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy' or 'lab'."""
     level: str = "L0"
     """Generalisation level whose *training* split is sampled: L0, L1 or L2 (paper §2.1)."""
     model: str = "embedded:smollm2-135m-instruct"

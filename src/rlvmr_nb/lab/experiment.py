@@ -29,6 +29,7 @@ from typing import Any, Callable, Iterator
 from .config import LabConfig
 from .layout import COLDSTART_ARM, arm_label, coldstart_dir, eval_path  # noqa: F401  (re-exported)
 
+
 def _cpu_seconds() -> float:
     usage = resource.getrusage(resource.RUSAGE_SELF)
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
