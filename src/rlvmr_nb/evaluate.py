@@ -60,8 +60,8 @@ class EvalConfig:
     """Env worker processes (0: in-process)."""
     device: str = "auto"
     """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
-    generation_batch_size: int = 8
-    """Rows per generate call of the HF backend (`EngineSettings.max_batch_size`)."""
+    generation_batch_size: int | None = None
+    """Rows per generate call of the HF backend (`EngineSettings.max_batch_size`; None: 8 on a CPU, all on a GPU)."""
     report_to: tuple[str, ...] = ()
     """Also send the summary to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
     rollout_backend: str = "hf"
@@ -88,7 +88,9 @@ class EvalConfig:
         self.report_to = tuple(self.report_to)
         require_choice(self, "prompt_style", STYLES)
         require_choice(self, "stop", STOP_POLICIES)
-        require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks", "generation_batch_size"])
+        require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks"])
+        if self.generation_batch_size is not None:
+            require_positive(self, ["generation_batch_size"])
         require_non_negative(self, ["temperature", "env_workers"])
         if self.max_tasks is not None:
             require_positive(self, ["max_tasks"])

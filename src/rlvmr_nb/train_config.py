@@ -76,8 +76,9 @@ class TrainConfig:
     'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
     env_workers: int = 0
     """Env worker processes (0 = step environments in-process)."""
-    generation_batch_size: int = 8
-    """Rows per generate call (HF backend, `EngineSettings.max_batch_size`); small policies gain from larger batches."""
+    generation_batch_size: int | None = None
+    """Rows per generate call (HF backend, `EngineSettings.max_batch_size`); None: 8 on a CPU, every active row on a
+    GPU (where one decode step then serves them all: issue 25's 128-row rollouts)."""
     rollout_backend: str = "hf"
     """Who samples the rollouts (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM
     engine in its own process, weights synced from the policy before every iteration's rollouts)."""
@@ -203,7 +204,9 @@ class TrainConfig:
         check_level(self.level)
         require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
                                 "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
-                                "save_every", "keep_checkpoints", "lora_r", "generation_batch_size"])
+                                "save_every", "keep_checkpoints", "lora_r"])
+        if self.generation_batch_size is not None:
+            require_positive(self, ["generation_batch_size"])
         require_non_negative(self, ["env_workers", "weight_decay", "grad_clip", "validate_every",
                                     "validation_temperature"])
         if self.validation_tasks is not None:

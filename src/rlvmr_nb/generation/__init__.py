@@ -51,8 +51,9 @@ class EngineSettings:
     where vLLM has no sleep mode (CPU)."""
     seed: int = 0
     """Engine seed (vLLM); every generate call also carries its own per-row seeds."""
-    max_batch_size: int = 8
-    """HF: rows per ``generate`` call (`HFGenerator.max_batch_size`). vLLM schedules its own batches."""
+    max_batch_size: int | None = None
+    """HF: rows per ``generate`` call (`HFGenerator.max_batch_size`; None: 8 on a CPU, every row of the call on a
+    GPU). vLLM schedules its own batches."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Further keyword arguments for the backend's constructor, e.g. ``{"kv_cache_gb": 4}`` or
     ``{"python": "/opt/vllm/bin/python"}`` for vLLM."""
@@ -64,7 +65,7 @@ class EngineSettings:
             raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
         if self.sleep_level not in SLEEP_LEVELS:
             raise ValueError(f"sleep_level must be one of {SLEEP_LEVELS}, got {self.sleep_level}")
-        if self.max_batch_size < 1:
+        if self.max_batch_size is not None and self.max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
 
 

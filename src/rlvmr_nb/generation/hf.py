@@ -52,8 +52,12 @@ from rlvmr_nb.generation import shared_prefix
 from rlvmr_nb.generation.base import Generation, Generator, Prompt, SamplingConfig
 from rlvmr_nb.generation.cpu_attention import ATTENTION_NAME, register
 from rlvmr_nb.generation.shared_prefix import SharedPrefixCache
+from rlvmr_nb.generation.static_decode import static_decode, supports_static_decode
 
 _STOP_TAIL_TOKENS = 16  # a stop string of <= 16 characters fits in the last 16 tokens
+CPU_BATCH_ROWS = 8
+"""Rows per generate call on a CPU when none is given (ml_stack_probe §1: larger batches stop paying there). On a
+GPU every row of a call goes in one batch: a decode step reads the weights once for all of them."""
 
 
 def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
@@ -104,6 +108,17 @@ class _ExponentialRaceSampler(LogitsProcessor):
         waits = torch.rand(probs.shape, generator=self.generator, device=probs.device).log_().neg_()
         tokens = probs.div_(waits).argmax(dim=-1, keepdim=True)
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
+
+
+DECODE_PATHS: tuple[str, ...] = ("auto", "static", "generate")
+"""How `HFGenerator` decodes: ``generate`` (transformers' loop, dynamic cache), ``static`` (`static_decode`: a static
+cache, one CUDA graph per token on a GPU), ``auto`` (static on CUDA where the model supports it, else generate)."""
+
+
+def _rows_with_stop(tokenizer: Any, generated: torch.Tensor, stops: Sequence[str]) -> torch.Tensor:
+    """bool [B]: rows whose generated tokens, decoded, contain a stop string (for `static_decode`)."""
+    texts = tokenizer.batch_decode(generated.cpu().tolist(), skip_special_tokens=False)
+    return torch.tensor([any(s in t for s in stops) for t in texts], dtype=torch.bool, device=generated.device)
 
 
 class _StopOnStrings(StoppingCriteria):
@@ -161,7 +176,8 @@ class HFGenerator(Generator):
         dtype: dtype to sample in. If it differs from the model's, a private copy is made and
             `update_weights` must be called after trainer updates; None or the same dtype shares
             the model itself (no sync needed).
-        max_batch_size: rows per ``generate`` call (prompts x n are chunked).
+        max_batch_size: rows per ``generate`` call (prompts x n are chunked); None: `CPU_BATCH_ROWS` on a CPU,
+            all rows on a GPU.
         extra_logits_processors: applied to the raw logits before temperature/top-k/top-p (tests
             use this to script outputs).
         progress: show a tqdm bar over chunks.
@@ -171,6 +187,9 @@ class HFGenerator(Generator):
             attention over a chunk's shared prefix kept once instead of once per row
             (`shared_prefix`). None: only on the generator's private copy, never altering a model
             shared with the caller; True: also on a shared model; False: transformers' ``sdpa``.
+        decode: one of `DECODE_PATHS`. The static path prefills without prefix sharing (on the H200 sharing
+            measured 0.97x, i.e. no gain, where prefill is cheap next to decoding; benchmarks/results/gpu_rollout.json).
+        cuda_graphs: capture the static path's decode step as a CUDA graph (on CUDA only).
 
     Seeding: chunk k of a call is sampled under ``seed + k``, so seeded results are reproducible
     for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead).
@@ -182,15 +201,17 @@ class HFGenerator(Generator):
         tokenizer: Any,
         *,
         dtype: torch.dtype | None = torch.bfloat16,
-        max_batch_size: int = 8,
+        max_batch_size: int | None = None,
         extra_logits_processors: Sequence[Any] = (),
         progress: bool = False,
         min_shared_prefix: int = 64,
         cpu_attention: bool | None = None,
+        decode: str = "auto",
+        cuda_graphs: bool = True,
     ) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token")
-        if max_batch_size < 1:
+        if max_batch_size is not None and max_batch_size < 1:
             raise ValueError(f"max_batch_size must be >= 1, got {max_batch_size}")
         self.tokenizer = tokenizer
         self.max_batch_size = max_batch_size
@@ -207,6 +228,9 @@ class HFGenerator(Generator):
         if min_shared_prefix < 0:
             raise ValueError(f"min_shared_prefix must be >= 0, got {min_shared_prefix}")
         self.min_shared_prefix = min_shared_prefix
+        if decode not in DECODE_PATHS:
+            raise ValueError(f"decode={decode!r}; choose one of {DECODE_PATHS}")
+        self.decode, self.cuda_graphs = decode, cuda_graphs
         on_cpu = next(self.model.parameters()).device.type == "cpu"
         if cpu_attention is None:
             cpu_attention = self.model is not model
@@ -214,6 +238,16 @@ class HFGenerator(Generator):
             self.model.set_attn_implementation(register())
         if self.model is not model and on_cpu:
             _feed_output_head_contiguous(self.model)
+
+    @property
+    def uses_static_decode(self) -> bool:
+        """Whether chunks decode with `static_decode` (see `DECODE_PATHS`)."""
+        if self.decode == "generate":
+            return False
+        unsupported = supports_static_decode(self.model)
+        if self.decode == "static" and unsupported:
+            raise ValueError(f"decode='static' is not possible for this model: {unsupported}")
+        return self.decode == "static" or (self.device.type == "cuda" and unsupported is None)
 
     @property
     def dtype(self) -> torch.dtype:
@@ -254,7 +288,8 @@ class HFGenerator(Generator):
             raise TypeError("generate() takes a list of prompts; wrap a single prompt in a list")
         encoded = [self._encode(p) for p in prompts]
         rows = [ids for ids in encoded for _ in range(sampling.n)]  # prompt-major
-        chunks = [rows[i : i + self.max_batch_size] for i in range(0, len(rows), self.max_batch_size)]
+        size = self.max_batch_size or (max(len(rows), 1) if self.device.type == "cuda" else CPU_BATCH_ROWS)
+        chunks = [rows[i : i + size] for i in range(0, len(rows), size)]
         results: list[Generation] = []
         for index, chunk in enumerate(tqdm(chunks, desc="generate", disable=not self.progress)):
             seed = None if sampling.seed is None else sampling.seed + index
@@ -319,7 +354,8 @@ class HFGenerator(Generator):
 
     def _generate_chunk(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Generation]:
         pad = self.tokenizer.pad_token_id
-        shared = self.shared_prefix_length(rows)
+        static = self.uses_static_decode
+        shared = 0 if static else self.shared_prefix_length(rows)
         input_ids, attention_mask = (t.to(self.device) for t in self._layout(rows, shared))
         width = input_ids.shape[1]
 
@@ -337,6 +373,14 @@ class HFGenerator(Generator):
             # A private generator: seeding never disturbs the caller's global RNG stream.
             generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
             processors.append(_ExponentialRaceSampler(generator))
+        if static:
+            with torch.no_grad():
+                generated = static_decode(
+                    self.model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
+                    eos_ids=self.eos_ids, processors=processors, use_graph=None if
+                    self.cuda_graphs else False, finished=(lambda g: _rows_with_stop(self.tokenizer, g, sampling.stop))
+                    if sampling.stop else None)
+            return self._finish_rows(rows, generated, recorder, sampling)
         stopper = _StopOnStrings(self.tokenizer, sampling.stop, width)
         config = GenerationConfig(
             do_sample=False,
@@ -359,7 +403,10 @@ class HFGenerator(Generator):
                 logits_processor=LogitsProcessorList(processors),
                 stopping_criteria=StoppingCriteriaList([stopper] if sampling.stop else []),
             )
-        generated = sequences[:, width:]
+        return self._finish_rows(rows, sequences[:, width:], recorder, sampling)
+
+    def _finish_rows(self, rows: list[list[int]], generated: torch.Tensor, recorder: _LogprobRecorder,
+                     sampling: SamplingConfig) -> list[Generation]:
         logprobs = recorder.finish(generated)
         return [
             self._finish_row(rows[i], generated[i].tolist(), logprobs[i].tolist(), sampling) for i in range(len(rows))
