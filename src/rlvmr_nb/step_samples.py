@@ -50,6 +50,10 @@ class ScoringOptions:
     """Fused chunked lm_head + loss (True) or the plain reference that materialises the logits (False)."""
     micro_batch_size: int = 16
     """Samples per forward pass when log-probs are computed without gradient."""
+    packed: bool = True
+    """Feed each micro-batch as one packed row of its real tokens (`pack_flat`; sequences kept apart by
+    `kernels.packed_attention`) instead of right-padding it: the same loss and gradients without pad tokens.
+    Models whose attention is not sdpa keep the padded layout."""
 
 
 def episodes_to_samples(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[StepSample]:
@@ -100,6 +104,44 @@ def pack(samples: Sequence[StepSample], pad_id: int, device: torch.device | str 
     return Packed(*(t.to(device) for t in (ids, attn, targets, mask, index)))
 
 
+class FlatPacked(NamedTuple):
+    """A micro-batch packed without padding: ids/positions [1, N] (positions restart at each sample), the
+    samples' ends `bounds` [S + 1] (int, CPU), and, as in `Packed`, response targets/mask [B, Tr] and the flat
+    positions whose hidden states predict each response token [B, Tr]."""
+
+    ids: torch.Tensor
+    positions: torch.Tensor
+    bounds: torch.Tensor
+    targets: torch.Tensor
+    mask: torch.Tensor
+    index: torch.Tensor
+
+
+def pack_flat(samples: Sequence[StepSample], device: torch.device | str = "cpu") -> FlatPacked:
+    """Lay `samples` end to end in one row (see `FlatPacked`)."""
+    lengths = [len(s.prompt_ids) + len(s.response_ids) for s in samples]
+    starts = np.concatenate([[0], np.cumsum(lengths)])
+    ids = torch.tensor([t for s in samples for t in s.prompt_ids + s.response_ids], dtype=torch.long)
+    positions = torch.from_numpy(np.concatenate([np.arange(n) for n in lengths])).long()
+    resp = max(len(s.response_ids) for s in samples)
+    targets = torch.zeros((len(samples), resp), dtype=torch.long)
+    mask = torch.zeros((len(samples), resp), dtype=torch.bool)
+    index = torch.zeros((len(samples), resp), dtype=torch.long)
+    for i, s in enumerate(samples):
+        n = len(s.response_ids)
+        targets[i, :n] = torch.tensor(s.response_ids)
+        mask[i, :n] = True
+        index[i, :n] = torch.arange(n) + int(starts[i]) + len(s.prompt_ids) - 1  # hidden p predicts token p + 1
+    bounds = torch.from_numpy(starts).to(torch.int32)
+    return FlatPacked(ids[None].to(device), positions[None].to(device), bounds, targets.to(device), mask.to(device),
+                      index.to(device))
+
+
+_PREPARED_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)
+"""Handed to the decoder with a packed row: transformers takes a 4-D mask as already prepared and builds none (it
+would otherwise build an [N, N] block mask from the restarting positions); the packed attention ignores it."""
+
+
 class ResponseScorer(torch.nn.Module):
     """Final hidden states at the positions that predict response tokens, plus the lm_head weight.
 
@@ -110,12 +152,46 @@ class ResponseScorer(torch.nn.Module):
         self.model = model
         self.autocast = autocast
 
-    def forward(self, ids: torch.Tensor, attn: torch.Tensor, index: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, ids: torch.Tensor, attn: torch.Tensor | None, index: torch.Tensor,
+                positions: torch.Tensor | None = None, bounds: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Padded batch: `ids`/`attn` [B, L], `index` [B, Tr]. Packed row (`pack_flat`): `ids`/`positions` [1, N],
+        `bounds` the samples' ends, `attn` None, `index` [B, Tr] into the row."""
         decoder = self.model.get_decoder() if hasattr(self.model, "get_decoder") else self.model.model
         with autocast_context(ids.device, self.autocast):
-            hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+            if bounds is None:
+                hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
+            else:
+                hidden = decoder(input_ids=ids, position_ids=positions, attention_mask=_PREPARED_MASK.to(ids.device),
+                                 cu_seq_lens_q=bounds).last_hidden_state
+                hidden = hidden.expand(index.shape[0], -1, -1)  # one row, gathered once per sample
         h = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])).float()
         return h, self.model.get_output_embeddings().weight
+
+    def packs(self, options: "ScoringOptions") -> bool:
+        """Whether micro-batches go in packed (`ScoringOptions.packed` and an sdpa model, switched to the
+        packing-aware sdpa here)."""
+        from .kernels.packed_attention import use_packed_attention
+
+        return options.packed and use_packed_attention(self.model)
+
+
+def _unwrapped(scorer: torch.nn.Module) -> ResponseScorer | None:
+    inner = getattr(scorer, "module", scorer)  # DDP keeps the wrapped module as .module
+    return inner if isinstance(inner, ResponseScorer) else None
+
+
+def score_micro_batch(scorer: torch.nn.Module, samples: Sequence[StepSample], pad_id: int, options: "ScoringOptions",
+                      device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Hidden states predicting every response token [B, Tr, H], the lm_head weight, targets and mask [B, Tr]:
+    the micro-batch packed (`pack_flat`) where the scorer's model can take it, else right-padded (`pack`)."""
+    inner = _unwrapped(scorer)
+    if inner is not None and inner.packs(options):
+        flat = pack_flat(samples, device)
+        h, weight = scorer(flat.ids, None, flat.index, flat.positions, flat.bounds)
+        return h, weight, flat.targets, flat.mask
+    batch = pack(samples, pad_id, device)
+    h, weight = scorer(batch.ids, batch.attn, batch.index)
+    return h, weight, batch.targets, batch.mask
 
 
 @torch.no_grad()
@@ -130,9 +206,8 @@ def response_logprobs(model: Any, samples: Sequence[StepSample], pad_id: int, op
     out: list[torch.Tensor] = []
     for i in range(0, len(samples), options.micro_batch_size):
         chunk = samples[i : i + options.micro_batch_size]
-        batch = pack(chunk, pad_id, device)
-        h, weight = scorer(batch.ids, batch.attn, batch.index)
-        logp = chunked_logprobs(h, weight.float(), batch.targets, options.temperature, options.chunk_size, mask=batch.mask)
+        h, weight, targets, mask = score_micro_batch(scorer, chunk, pad_id, options, device)
+        logp = chunked_logprobs(h, weight.float(), targets, options.temperature, options.chunk_size, mask=mask)
         out += [logp[row, : len(s.response_ids)].float().cpu().clone() for row, s in enumerate(chunk)]
     return out
 
@@ -162,9 +237,8 @@ def micro_batch_loss(
     `tis_cap`: weight each token's policy term by min(exp(old − sampler), tis_cap), folded into a per-token
     advantage (`sampler_correction`)."""
     device = module_device(scorer)
-    batch = pack(samples, pad_id, device)
-    h, weight = scorer(batch.ids, batch.attn, batch.index)
-    width = batch.mask.shape[1]
+    h, weight, targets, mask = score_micro_batch(scorer, samples, pad_id, options, device)
+    width = mask.shape[1]
     old = _stack(samples, old_attr, width, device)
     ref = _stack(samples, "ref_logprobs", width, device) if loss_config.kl_coef else None
     adv = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device)
@@ -175,9 +249,9 @@ def micro_batch_loss(
     if options.fused:
         from .kernels import fused_grpo_loss
 
-        out = fused_grpo_loss(h, weight, batch.targets, old, ref, adv, batch.mask, config=loss_config,
+        out = fused_grpo_loss(h, weight, targets, old, ref, adv, mask, config=loss_config,
                               temperature=options.temperature, chunk_size=options.chunk_size)
         return out.loss, out.metrics
-    logp, entropy = reference_logprobs_from_hidden(h, weight.float(), batch.targets, options.temperature,
+    logp, entropy = reference_logprobs_from_hidden(h, weight.float(), targets, options.temperature,
                                                    return_entropy=True)
-    return grpo_loss(logp, old, ref, adv, batch.mask, entropy if loss_config.entropy_coef else None, loss_config)
+    return grpo_loss(logp, old, ref, adv, mask, entropy if loss_config.entropy_coef else None, loss_config)

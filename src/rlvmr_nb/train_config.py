@@ -122,6 +122,9 @@ class TrainConfig:
     """Clip ε 0.2, KL 0.01 (low_var_kl), entropy 0.001, token-mean (paper Eq. 5)."""
     fused_loss: bool = True
     """Fused chunked lm_head + loss kernel (never holds [tokens × vocab] logits); False = plain reference."""
+    packed_micro_batches: bool = True
+    """Pack each micro-batch's samples end to end without pad tokens (`step_samples.pack_flat`, attention kept
+    within each sample); False right-pads them. Same loss and gradients either way (tests/test_packing.py)."""
     logprob_chunk_size: int | None = None
     """Tokens per vocabulary chunk of the fused kernel (None: ~256 MiB of fp32 logits per chunk)."""
     bf16_autocast: bool = True
@@ -232,7 +235,7 @@ class TrainConfig:
     @property
     def scoring(self) -> ScoringOptions:
         return ScoringOptions(self.temperature, self.logprob_chunk_size, self.bf16_autocast, self.fused_loss,
-                              self.micro_batch_size)
+                              self.micro_batch_size, self.packed_micro_batches)
 
     def to_dict(self) -> dict:
         return asdict(self)

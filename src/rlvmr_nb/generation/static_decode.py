@@ -32,7 +32,9 @@ def supports_static_decode(model: Any) -> str | None:
     layer_types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
     if any(t != "full_attention" for t in layer_types) or getattr(config, "use_sliding_window", False):
         return "sliding-window layers need their own mask"
-    if getattr(config, "_attn_implementation", None) != "sdpa":  # our boolean masks are sdpa's convention
+    from rlvmr_nb.kernels.packed_attention import ATTENTION_NAME  # sdpa itself outside a packed update
+
+    if getattr(config, "_attn_implementation", None) not in ("sdpa", ATTENTION_NAME):  # boolean masks: sdpa's convention
         return f"attention {getattr(config, '_attn_implementation', None)!r} (static decoding takes sdpa)"
     if getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder model"
