@@ -84,7 +84,7 @@ browser-deps:
 GPU_PYTHON ?= $(BIN)/python
 gpu-check:
 	$(if $(filter $(BIN)/python,$(GPU_PYTHON)),$(MAKE) venv)
-	PYTHONPATH=src $(GPU_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
+	PYTHONPATH=src$${PYTHONPATH:+:$$PYTHONPATH} $(GPU_PYTHON) scripts/gpu_check.py $(GPU_CHECK_ARGS)
 
 data: $(STAMP)
 	$(BIN)/rlvmr-nb data alfworld

@@ -121,3 +121,9 @@ def tensors_off(module: torch.nn.Module, device: torch.device) -> list[str]:
     items = [*module.named_parameters(), *module.named_buffers()]
     return [name for name, t in items if t.device.type != device.type or
             (device.index is not None and t.device.index != device.index)]
+
+
+def fused_adamw(device: torch.device, sharding: str) -> bool:
+    """AdamW as one fused kernel on a GPU (the multi-tensor loop launches several kernels per parameter group and
+    reads the states more often); not under FSDP, whose sharded parameters keep the default implementation."""
+    return device.type == "cuda" and sharding != "fsdp"

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 
 from . import distributed as dist
-from .devices import process_group_backend, resolve_device, use_device
+from .devices import fused_adamw, process_group_backend, resolve_device, use_device
 from .advantages import compute_advantages, with_advantages
 from .envs.base import TaskSpec
 from .envs import slots
@@ -149,7 +149,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     models = place_models(policy, reference, device, world, config.sharding, config.reference_device,
                           config.bf16_autocast, rollout_copy=get_backend(config.rollout_backend).samples_live_model)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr,
-                                  weight_decay=config.weight_decay)
+                                  weight_decay=config.weight_decay, fused=fused_adamw(device, config.sharding))
     start = restore_run(out_dir, config.resume, TrainConfig.from_dict, config, policy, optimizer, RESUMABLE_CHANGES)
     if rank == 0:
         truncate_logs(out_dir, start)  # a resumed run logs each iteration once
