@@ -166,7 +166,7 @@ def step_fused_loss(check: Any) -> dict:
     fused chunked kernel, the bare ``h @ W^T`` forward + backward (three GEMMs: the floor), and Liger's
     ``LigerFusedLinearGRPOLoss`` where installed. Peak memory above the inputs. `benchmarks/fused_loss.py` is the
     full benchmark (more shapes, CPU too)."""
-    from rlvmr_nb.kernels import fused_grpo, fused_grpo_loss
+    from rlvmr_nb.kernels import default_chunk_size, fused_grpo, fused_grpo_loss
     from rlvmr_nb.loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 
     if not check.dry_run and not torch.cuda.is_available():
@@ -193,7 +193,9 @@ def step_fused_loss(check: Any) -> dict:
 
         methods: dict[str, Callable[[], torch.Tensor]] = {
             "reference": reference, "fused": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask,
-                                                                   config=config).loss}
+                                                                   config=config).loss,
+            "fused_chunk_x4": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask, config=config,
+                                                      chunk_size=4 * default_chunk_size(tokens, vocab)).loss}
         if liger is not None:
             methods["liger"] = lambda: liger(hidden, weight, targets, mask, adv, ref_per_token_logps=ref,
                                              old_per_token_logps=old)[0]
@@ -340,9 +342,14 @@ def _update_samples(check: Any, tok: Any, count: int) -> list:
 
 
 def step_update(check: Any) -> dict:
-    """The PPO update's micro-batch (forward + backward through `micro_batch_loss`, fused loss, bf16 autocast over fp32
-    master weights) at the paper shape: right-padded against packed, with and without gradient checkpointing; fused
-    against multi-tensor AdamW; and a profile of the packed micro-batch's heaviest kernels."""
+    """The PPO update's micro-batch (forward + backward through `micro_batch_loss`, fused loss) at the paper shape.
+    Variants, each warm (its first micro-batch untimed): right-padded against packed, with and without gradient
+    checkpointing (bf16 autocast over fp32 master weights: the trainer's set-up); packed micro-batches of 8 samples
+    instead of 4; and, as measurements of what limits the update, the same with the weights themselves in bf16 (no
+    per-use casts, bf16 residual stream) and with Liger's Triton RMSNorm/SwiGLU/RoPE. Also fused against multi-tensor
+    AdamW, and a kernel profile of the packed micro-batch."""
+    import copy
+
     from rlvmr_nb.loss import LossConfig
     from rlvmr_nb.step_samples import ResponseScorer, ScoringOptions, micro_batch_loss
 
@@ -351,56 +358,74 @@ def step_update(check: Any) -> dict:
     tok = tokenizer()
     model = random_model(check, tok).train()
     per_micro, timed = (2, 2) if check.dry_run else (4, 6)
-    samples = _update_samples(check, tok, per_micro * (timed + 1))
-    micro = [samples[i : i + per_micro] for i in range(0, len(samples), per_micro)]
-    flops = [sum(sample_flops(len(s.prompt_ids), len(s.response_ids), model.config) for s in m) for m in micro[1:]]
-    real = sum(len(s.prompt_ids) + len(s.response_ids) for m in micro[1:] for s in m)
-    padded_tokens = sum(len(m) * max(len(s.prompt_ids) + len(s.response_ids) for s in m) for m in micro[1:])
+    samples = _update_samples(check, tok, 2 * per_micro * (timed // 2 + 1))
+    by_size = {size: [samples[i : i + size] for i in range(0, len(samples), size)] for size in (per_micro, 2 * per_micro)}
     measured = matmul_tflops() if check.device == "cuda" else None
-    variants, record = {}, {}
+    autocast = check.device == "cuda"
+    variants, record, first = {}, {}, {}
 
-    def measure(name: str, packed: bool, checkpointing: bool) -> None:
-        model.gradient_checkpointing_enable() if checkpointing else model.gradient_checkpointing_disable()
-        scorer = ResponseScorer(model, autocast=check.device == "cuda")
-        options = ScoringOptions(autocast=check.device == "cuda", packed=packed)
+    def measure(name: str, net: Any, size: int, packed: bool, checkpointing: bool, use_autocast: bool = autocast) -> None:
+        micro = by_size[size]
+        flops = sum(sample_flops(len(s.prompt_ids), len(s.response_ids), net.config) for m in micro[1:] for s in m)
+        real = sum(len(s.prompt_ids) + len(s.response_ids) for m in micro[1:] for s in m)
+        net.gradient_checkpointing_enable() if checkpointing else net.gradient_checkpointing_disable()
+        scorer = ResponseScorer(net, autocast=use_autocast)
+        options = ScoringOptions(autocast=use_autocast, packed=packed)
         timer, mem = Timer(check.device), {}
-        with peak_memory(mem):
-            for k, batch in enumerate(micro):
-                context = timer() if k else contextlib.nullcontext()  # the first micro-batch warms up
-                with context:
-                    loss, _ = micro_batch_loss(scorer, batch, tok.pad_token_id, LossConfig(), options)
-                    loss.backward()
-                model.zero_grad(set_to_none=True)
+        try:
+            with peak_memory(mem):
+                for k, batch in enumerate(micro):
+                    with timer() if k else contextlib.nullcontext():  # the first micro-batch warms up
+                        loss, _ = micro_batch_loss(scorer, batch, tok.pad_token_id, LossConfig(), options)
+                        loss.backward()
+                    if not k:  # the warm-up's loss and gradient norm: the layouts must agree (bf16 rounding aside)
+                        grads = [q.grad.float().norm() for q in net.parameters() if q.grad is not None]
+                        first[name] = (float(loss), float(torch.stack(grads).norm()))
+                    net.zero_grad(set_to_none=True)
+        except Exception as err:  # noqa: BLE001 - e.g. out of memory on a smaller card: reported, the others go on
+            net.zero_grad(set_to_none=True)
+            variants[name] = {"status": "failed", "reason": f"{type(err).__name__}: {str(err)[:300]}"}
+            return
         seconds = sum(timer.times)
-        variants[name] = {"seconds_per_micro_batch": round(timer.median, 4), "tokens_per_s": round(real / seconds, 1),
-                          **mfu(sum(flops) / seconds / 1e12, measured), **mem}
+        variants[name] = {"samples_per_micro_batch": size, "tokens_per_micro_batch": round(real / len(timer.times)),
+                          "seconds_per_micro_batch": round(timer.median, 4), "tokens_per_s": round(real / seconds, 1),
+                          **mfu(flops / seconds / 1e12, measured), **mem}
         print(json.dumps({name: variants[name]}), file=sys.stderr, flush=True)
 
-    measure("padded_checkpointed", packed=False, checkpointing=True)  # the paper-shape iteration's set-up until now
-    measure("padded", packed=False, checkpointing=False)
-    measure("packed", packed=True, checkpointing=False)
-    measure("packed_checkpointed", packed=True, checkpointing=True)
-    from rlvmr_nb.kernels import packed_attention
-
-    record["packed_attention_paths"] = {"calls": dict(packed_attention.ATTENTION_PATHS), **packed_attention._VARLEN}
+    measure("padded_checkpointed", model, per_micro, packed=False, checkpointing=True)  # the iteration's old set-up
+    measure("padded", model, per_micro, packed=False, checkpointing=False)
+    measure("packed", model, per_micro, packed=True, checkpointing=False)
+    record["profile_packed"] = _profile(lambda: micro_batch_loss(ResponseScorer(model, autocast), by_size[per_micro][1],
+                                                                 tok.pad_token_id, LossConfig(),
+                                                                 ScoringOptions(autocast=autocast))[0].backward(),
+                                        check.device)
+    model.zero_grad(set_to_none=True)
+    measure("packed_checkpointed", model, per_micro, packed=True, checkpointing=True)
+    measure("packed_twice_the_samples", model, 2 * per_micro, packed=True, checkpointing=False)
+    model.gradient_checkpointing_disable()
+    record["adamw_step_s"] = _adamw_seconds(model, check.device)
+    lengths = [[len(s.prompt_ids) + len(s.response_ids) for s in m] for m in by_size[per_micro][1:]]
+    record["padding_fraction_padded_layout"] = round(1 - sum(map(sum, lengths)) / sum(len(x) * max(x) for x in lengths), 4)
+    if check.device == "cuda":
+        bf16 = copy.deepcopy(model).to(torch.bfloat16)
+        measure("packed_bf16_weights", bf16, per_micro, packed=True, checkpointing=False, use_autocast=False)
+        del bf16
     if check.device == "cuda" and importlib.util.find_spec("liger_kernel") is not None:
         try:  # Liger's Triton RMSNorm, SwiGLU and RoPE in place of the eager elementwise chains (patches the model)
             from liger_kernel.transformers import apply_liger_kernel_to_qwen2
 
             apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
                                         fused_linear_cross_entropy=False, model=model)
-            measure("packed_liger_layers", packed=True, checkpointing=False)
+            measure("packed_liger_layers", model, per_micro, packed=True, checkpointing=False)
         except Exception as err:  # noqa: BLE001 - an experiment; its failure is reported, not fatal
             variants["packed_liger_layers"] = {"status": "failed", "reason": f"{type(err).__name__}: {str(err)[:300]}"}
-    model.gradient_checkpointing_disable()
-    record["padding_fraction_padded_layout"] = round(1 - real / padded_tokens, 4)
-    record["adamw_step_s"] = _adamw_seconds(model, check.device)
-    record["profile_packed_micro_batch_last_variant"] = _profile(lambda: micro_batch_loss(ResponseScorer(model, check.device == "cuda"), micro[1],
-                                                                 tok.pad_token_id, LossConfig(),
-                                                                 ScoringOptions(autocast=check.device == "cuda"))[0].backward(),
-                                        check.device)
-    return {"status": "ok", "samples_per_micro_batch": per_micro, "timed_micro_batches": timed,
-            "tokens_per_micro_batch": round(real / timed), "variants": variants,
+    (loss_pad, norm_pad), (loss_pack, norm_pack) = first["padded"], first["packed"]
+    record["packed_vs_padded_first_micro_batch"] = {"loss": [loss_pad, loss_pack], "grad_norm": [norm_pad, norm_pack],
+                                                    "grad_norm_relative_difference": abs(norm_pack / norm_pad - 1)}
+    from rlvmr_nb.kernels import packed_attention
+
+    record["packed_attention_paths"] = {"calls": dict(packed_attention.ATTENTION_PATHS), **packed_attention._VARLEN}
+    return {"status": "ok", "timed_micro_batches": timed, "variants": variants,
             "matmul_bf16_tflops_measured": round(measured, 1) if measured else None, **record}
 
 
