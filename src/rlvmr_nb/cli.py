@@ -9,6 +9,8 @@ import sys
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
+from .cli_errors import run_command  # noqa: E402  (imports nothing heavy)
+
 REPORT_TO_HELP = ("also send the metrics to these services: wandb, trackio (off by default; credentials come from "
                   "the service's own login or environment, never from rlvmr-nb)")
 
@@ -122,6 +124,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import EvalConfig, evaluate_seeds, write_seed_results
     from .runs import load_policy
+    from .runs.lock import results_lock
 
     seeds = args.seeds or [args.seed]  # the task subset is the first seed's for all of them
     cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=seeds[0],
@@ -129,9 +132,10 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                      env_workers=args.env_workers, device=args.device, stop=args.stop,
                      report_to=tuple(args.report_to), rollout_backend=args.rollout_backend,
                      rollout_dtype=args.rollout_dtype, vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization)
-    model, tok, described = load_policy(args.model, seed=seeds[0])
-    runs = evaluate_seeds(model, tok, cfg, seeds)
-    path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
+    with results_lock(args.out):
+        model, tok, described = load_policy(args.model, seed=seeds[0])
+        runs = evaluate_seeds(model, tok, cfg, seeds)
+        path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
     print(json.dumps({k: aggregate[k] for k in ("metrics", "metrics_ci")}, indent=2, default=float))
     print(f"results: {path}")
     return 0
@@ -338,15 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included
         from .coldstart import main as coldstart_main
 
-        return coldstart_main(argv[1:])
+        return run_command("coldstart", lambda: coldstart_main(argv[1:]))
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except (ValueError, FileNotFoundError) as e:  # bad settings or paths: say what, not a traceback
-        if os.environ.get("RLVMR_DEBUG"):
-            raise
-        print(f"rlvmr-nb {args.command}: error: {e}\n(set RLVMR_DEBUG=1 to see the traceback)", file=sys.stderr)
-        return 2
+    return run_command(args.command, lambda: args.func(args))  # bad settings or paths: one line, no traceback
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from .sampler_correction import sampler_mismatch
 from .runs import MetricsLog, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
 from .sharding import TrainingModels, full_tensor, lockstep_logprobs, place_models
 from .runs.reporters import open_reporters
+from .runs.session import training_session
 from .step_samples import (StepSample, episodes_to_samples, micro_batch_loss,
                            response_logprobs, with_logprobs)
 from .trainer_validation import Validator
@@ -115,6 +116,10 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
           validation_pool: Sequence[TaskSpec] | None = None) -> list[dict]:
     """Run GRPO-MR (or a baseline) and return this call's per-iteration metric rows.
 
+    The run holds its folder for its whole life (`runs.session`: a second trainer on the folder is refused
+    with the holder's pid and command); Ctrl-C raises `runs.session.TrainingInterrupted`, naming the
+    iteration and the checkpoint a rerun resumes from.
+
     Args:
         config: the run.
         tasks: training task pool (default: the env's training split of `config.level`).
@@ -123,6 +128,12 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         validation_pool: games the validation list is drawn from (default: the level's test split);
             used only with `config.validate_every` (`trainer_validation`).
     """
+    with training_session(config.out_dir):
+        return _train(config, tasks, make_env_slots, policy, tokenizer, validation_pool)
+
+
+def _train(config: TrainConfig, tasks: Sequence[TaskSpec] | None, make_env_slots: Callable[[], Any] | None,
+           policy: Any, tokenizer: Any, validation_pool: Sequence[TaskSpec] | None) -> list[dict]:
     from .generation.base import SamplingConfig
     from .prompts import PromptConfig
     from .rollout import RolloutConfig, run_rollouts

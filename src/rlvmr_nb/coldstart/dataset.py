@@ -33,6 +33,7 @@ from ..atomic_io import atomic_open
 from ..envs.base import TaskSpec
 from ..envs.registry import get_env
 from ..prompts import AgentMemory, PromptConfig
+from ..runs.lock import RunFolderLock
 from ..tags import META_TAGS
 from ..trajectory import Episode, read_episodes, write_episodes
 from .experts import (
@@ -145,29 +146,30 @@ def build_coldstart_dataset(
     assert_no_heldout(candidates, env, level)
     out = Path(out_dir) if out_dir is not None else default_out_dir(env, level, teacher_obj.name, n, seed)
 
-    episodes, rejected, experts_used = _collect(
-        env, level, candidates, n, seed, teacher_obj, expert, handcoded_share, env_instance, progress
-    )
-    if len(episodes) < n:
-        raise RuntimeError(
-            f"only {len(episodes)} of {n} trajectories could be built from {len(candidates)} candidates "
-            f"(rejections: {dict(rejected)}); lower n_trajectories or widen the candidate tasks"
+    with RunFolderLock(out, "coldstart"):  # one build per folder: two would interleave their files
+        episodes, rejected, experts_used = _collect(
+            env, level, candidates, n, seed, teacher_obj, expert, handcoded_share, env_instance, progress
         )
-    assert_no_heldout(episodes, env, level)
-    prompt_config = PromptConfig(env=env, show_admissible=show_admissible, max_prompt_tokens=None)
-    samples = [r for ep in episodes for r in step_samples(ep, prompt_config)]
-    tag_counts = Counter(r["tag"] for r in samples)
-    shares = check_tag_shares(tag_counts, min_tag_share) if min_tag_share > 0 else {
-        t: tag_counts.get(t, 0) / max(1, len(samples)) for t in META_TAGS}
+        if len(episodes) < n:
+            raise RuntimeError(
+                f"only {len(episodes)} of {n} trajectories could be built from {len(candidates)} candidates "
+                f"(rejections: {dict(rejected)}); lower n_trajectories or widen the candidate tasks"
+            )
+        assert_no_heldout(episodes, env, level)
+        prompt_config = PromptConfig(env=env, show_admissible=show_admissible, max_prompt_tokens=None)
+        samples = [r for ep in episodes for r in step_samples(ep, prompt_config)]
+        tag_counts = Counter(r["tag"] for r in samples)
+        shares = check_tag_shares(tag_counts, min_tag_share) if min_tag_share > 0 else {
+            t: tag_counts.get(t, 0) / max(1, len(samples)) for t in META_TAGS}
 
-    out.mkdir(parents=True, exist_ok=True)
-    (out / MANIFEST_FILE).unlink(missing_ok=True)  # an interrupted rebuild must not look complete
-    _write_jsonl(out / SAMPLES_FILE, samples)
-    write_episodes(out / TRAJECTORIES_FILE, episodes)
-    manifest = _manifest(env, level, n, seed, teacher_obj, expert, handcoded_share, prompt_config, episodes,
-                         samples, tag_counts, shares, min_tag_share, rejected, experts_used, out)
-    (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
-    return out
+        out.mkdir(parents=True, exist_ok=True)
+        (out / MANIFEST_FILE).unlink(missing_ok=True)  # an interrupted rebuild must not look complete
+        _write_jsonl(out / SAMPLES_FILE, samples)
+        write_episodes(out / TRAJECTORIES_FILE, episodes)
+        manifest = _manifest(env, level, n, seed, teacher_obj, expert, handcoded_share, prompt_config, episodes,
+                             samples, tag_counts, shares, min_tag_share, rejected, experts_used, out)
+        (out / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        return out
 
 
 def _collect(

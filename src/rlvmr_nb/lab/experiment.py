@@ -177,9 +177,19 @@ def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None
     """The whole experiment: cold start, then per seed the cold start's evaluation and every arm trained
     and evaluated on every level (`run_seed`; `config.workers` seeds at a time), then the summary with
     confidence intervals (`lab.stats.lab_summary`). Timing: ``timing.json`` (wall and CPU seconds)."""
-    from .stats import lab_summary
+    from ..runs.lock import RunFolderLock
+    from ..runs.ownership import refuse_leftover_workers
 
     out = Path(out)
+    with RunFolderLock(out, "lab"):  # one lab run per folder, and none while an earlier run's workers live
+        refuse_leftover_workers(out)
+        return _run_lab(config, out, log, progress)
+
+
+def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
+    from ..runs.ownership import start_owned_worker
+    from .stats import lab_summary
+
     out.mkdir(parents=True, exist_ok=True)
     (out / "lab_config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     timer = StageTimer(out / "timing.json")
@@ -194,7 +204,9 @@ def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None
             from concurrent.futures import ProcessPoolExecutor
 
             context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(config.workers, mp_context=context) as pool:
+            # the workers die with this process (SIGKILL and SIGTERM included) and hold the folder while alive
+            with ProcessPoolExecutor(config.workers, mp_context=context, initializer=start_owned_worker,
+                                     initargs=(os.getpid(), str(out))) as pool:
                 stages = list(pool.map(_seed_in_worker, [config.to_dict()] * len(config.seeds),
                                        [str(out)] * len(config.seeds), config.seeds))
     timing = {**timer.stages, **{k: v for s in stages for k, v in s.items()}}
