@@ -161,7 +161,8 @@ def _train(config: TrainConfig, tasks: Sequence[TaskSpec] | None, make_env_slots
                           config.bf16_autocast, rollout_copy=get_backend(config.rollout_backend).samples_live_model)
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr,
                                   weight_decay=config.weight_decay, fused=fused_adamw(device, config.sharding))
-    start = restore_run(out_dir, config.resume, TrainConfig.from_dict, config, policy, optimizer, RESUMABLE_CHANGES)
+    start = restore_run(out_dir, config.resume, TrainConfig.from_dict, config, policy, optimizer, RESUMABLE_CHANGES,
+                        announce=print if rank == 0 else lambda _: None, write=rank == 0)
     if rank == 0:
         truncate_logs(out_dir, start)  # a resumed run logs each iteration once
         write_config(out_dir, config.to_dict())

@@ -3,6 +3,9 @@
 One run folder (``out_dir``) holds:
 
 * ``config.json`` — the run's settings (`write_config`);
+* ``run.json`` — the id of the run the folder holds, copied into each checkpoint (`run_id`); an earlier
+  run's files are moved to ``earlier-runs/`` when a new run starts from zero in the folder;
+* ``.rlvmr-owner.lock`` — held by the process writing the folder (`lock`);
 * ``ckpt-XXXXX/`` — checkpoints after iteration XXXXX: ``model.pt`` (weights), ``state.pt`` (optimizer and
   torch RNG, tensors only), ``rng.json`` (Python and NumPy RNG), ``config.json`` (`checkpoints`);
 * ``metrics.jsonl`` / ``metrics.csv`` / ``tensorboard/`` — one row per iteration (`logs`);

@@ -5,7 +5,13 @@ A checkpoint ``ckpt-XXXXX`` (taken after iteration XXXXX) holds:
 * ``model.pt`` — the trainable model's state dict (tensors only);
 * ``state.pt`` — the optimizer state dict and torch's RNG state (tensors and plain numbers only);
 * ``rng.json`` — Python's and NumPy's RNG states as JSON;
-* ``config.json`` — the run's settings when it was taken.
+* ``config.json`` — the run's settings when it was taken;
+* ``run.json`` — the id of the run that took it (`run_id`; absent in checkpoints from before run ids).
+
+Resume, rotation and `policy.load_policy` consider only the checkpoints of the folder's current run
+(`run_id`). Before writing, the free space of the folder is checked against the checkpoint's size; a
+write that fails anyway (the disk filled meanwhile) removes its temporary folder and raises `DiskFull`,
+one line naming the folder and the bytes needed.
 
 A policy sharded by FSDP (`sharding`) is saved whole: its full state dict is gathered from the ranks, with
 the same keys as an unsharded policy's, so `policy.load_policy` and an unsharded run read it like any other;
@@ -19,16 +25,20 @@ to the newest *intact* checkpoint, with a warning that names each one it had to 
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import random
 import shutil
 import warnings
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
+
+from .run_id import (UNRECORDED, belongs, current_run_id, earlier_run_files, move_aside, new_run_record, read_run_record,
+                     write_run_record)
 
 CHECKPOINT_PREFIX = "ckpt-"
 _FILES = ("model.pt", "state.pt", "rng.json", "config.json")
@@ -36,6 +46,31 @@ _FILES = ("model.pt", "state.pt", "rng.json", "config.json")
 
 class CheckpointError(RuntimeError):
     """A checkpoint could not be read (truncated, corrupt, or holding something other than tensors)."""
+
+
+class DiskFull(OSError):
+    """A checkpoint does not fit on its disk (the message names the folder and the bytes needed)."""
+
+
+_SPACE_MARGIN = 1.05  # torch's zip container and the JSON files add a little to the tensors' bytes
+
+
+def _tensor_bytes(value: Any) -> int:
+    """Bytes of every tensor inside nested dicts / lists (what torch.save will write, give or take)."""
+    if isinstance(value, torch.Tensor):
+        return value.numel() * value.element_size()
+    if isinstance(value, Mapping):
+        return sum(_tensor_bytes(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(_tensor_bytes(v) for v in value)
+    return 0
+
+
+def _disk_full(folder: Path, needed: int) -> DiskFull:
+    free = shutil.disk_usage(folder).free
+    return DiskFull(errno.ENOSPC, f"no space for a checkpoint in {folder}: it needs about {needed:,} bytes, "
+                                  f"{free:,} are free; free space or use another --out (the run resumes from its "
+                                  "last checkpoint)")
 
 
 def checkpoint_path(out_dir: str | os.PathLike, iteration: int) -> Path:
@@ -68,12 +103,15 @@ def _set_rng(rng: Mapping[str, Any], torch_state: torch.Tensor, cuda_states: lis
 def save_checkpoint(
     out_dir: str | os.PathLike, iteration: int, model: Any, optimizer: torch.optim.Optimizer,
     config: Mapping[str, Any], keep: int = 2, model_state: Mapping[str, torch.Tensor] | None = None,
-    write: bool = True,
+    write: bool = True, run_record: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write ``ckpt-<iteration>`` atomically and keep the newest `keep` checkpoints.
+    """Write ``ckpt-<iteration>`` atomically and keep the run's newest `keep` checkpoints.
 
     `model_state` replaces ``model.state_dict()`` when the caller gathered it. A sharded (FSDP) model's full
-    state is gathered here: then every rank must call this, and only the one with `write` writes."""
+    state is gathered here: then every rank must call this, and only the one with `write` writes.
+    `run_record` (`run_id.new_run_record`; default: the folder's ``run.json``) is copied into the checkpoint;
+    rotation deletes only checkpoints of that run. Raises `DiskFull` (and leaves no temporary folder) when
+    the checkpoint does not fit."""
     from ..sharding import full_state_dicts, is_sharded
 
     out_dir = Path(out_dir)
@@ -83,20 +121,35 @@ def save_checkpoint(
         model_state, optimizer_state = full_state_dicts(_unwrap(model), optimizer)
     if not write:
         return final
+    state = model_state if model_state is not None else _unwrap(model).state_dict()
+    optimizer_state = optimizer_state if optimizer_state is not None else optimizer.state_dict()
+    needed = int((_tensor_bytes(state) + _tensor_bytes(optimizer_state)) * _SPACE_MARGIN) + 64 * 1024
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(out_dir).free < needed:
+        raise _disk_full(out_dir, needed)
+    record = run_record if run_record is not None else read_run_record(out_dir)
     tmp = out_dir / f".tmp-{final.name}"
     shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
-    state = model_state if model_state is not None else _unwrap(model).state_dict()
-    torch.save({k: v.detach().cpu() for k, v in state.items()}, tmp / "model.pt")
-    cuda = [s.cpu() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else []
-    optimizer_state = optimizer_state if optimizer_state is not None else optimizer.state_dict()
-    torch.save({"optimizer": optimizer_state, "torch_rng": torch.get_rng_state(), "cuda_rng": cuda,
-                "iteration": int(iteration)}, tmp / "state.pt")
-    (tmp / "rng.json").write_text(json.dumps(_rng_json()))
-    (tmp / "config.json").write_text(json.dumps(dict(config), indent=2))
+    try:
+        tmp.mkdir(parents=True)
+        torch.save({k: v.detach().cpu() for k, v in state.items()}, tmp / "model.pt")
+        cuda = [s.cpu() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else []
+        torch.save({"optimizer": optimizer_state, "torch_rng": torch.get_rng_state(), "cuda_rng": cuda,
+                    "iteration": int(iteration)}, tmp / "state.pt")
+        (tmp / "rng.json").write_text(json.dumps(_rng_json()))
+        (tmp / "config.json").write_text(json.dumps(dict(config), indent=2))
+        if record is not None:
+            write_run_record(tmp, record)
+    except (OSError, RuntimeError) as e:  # torch reports a full disk as a RuntimeError of its zip writer
+        shutil.rmtree(tmp, ignore_errors=True)
+        if getattr(e, "errno", None) == errno.ENOSPC or shutil.disk_usage(out_dir).free < needed:
+            raise _disk_full(out_dir, needed) from None
+        raise
     shutil.rmtree(final, ignore_errors=True)
     os.replace(tmp, final)
-    for old in list_checkpoints(out_dir)[:-keep] if keep > 0 else []:
+    run_id = record["run_id"] if record is not None else None
+    own = [p for p in list_checkpoints(out_dir) if belongs(p, run_id)]
+    for old in own[:-keep] if keep > 0 else []:
         shutil.rmtree(old, ignore_errors=True)
     return final
 
@@ -109,9 +162,16 @@ def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
     return sorted(p for p in out_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and all((p / f).exists() for f in _FILES))
 
 
+def run_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
+    """The complete checkpoints of the folder's current run (`run_id`), oldest first."""
+    run_id = current_run_id(out_dir)
+    return [p for p in list_checkpoints(out_dir) if belongs(p, run_id)]
+
+
 def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
-    """The newest complete checkpoint folder, or None (it is not read: see `resume_checkpoint`)."""
-    ckpts = list_checkpoints(out_dir)
+    """The newest complete checkpoint folder of the current run, or None (it is not read: see
+    `resume_checkpoint`)."""
+    ckpts = run_checkpoints(out_dir)
     return ckpts[-1] if ckpts else None
 
 
@@ -156,9 +216,9 @@ def load_checkpoint(path: str | os.PathLike, model: Any, optimizer: torch.optim.
 
 
 def resume_checkpoint(out_dir: str | os.PathLike, model: Any, optimizer: torch.optim.Optimizer) -> tuple[Path | None, int]:
-    """Load the newest checkpoint of `out_dir` that reads back intact; returns ``(path, iteration)``, or
-    ``(None, -1)`` when there is none. Each unreadable newer checkpoint is named in a warning."""
-    for path in reversed(list_checkpoints(out_dir)):
+    """Load the newest checkpoint of `out_dir`'s current run that reads back intact; returns ``(path,
+    iteration)``, or ``(None, -1)`` when there is none. Each unreadable newer checkpoint is named in a warning."""
+    for path in reversed(run_checkpoints(out_dir)):
         try:
             return path, load_checkpoint(path, model, optimizer)
         except CheckpointError as e:
@@ -174,19 +234,29 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
 
 
 def restore_run(out_dir: str | os.PathLike, resume: str | None, config_from_dict: Any, config: Any, model: Any,
-                optimizer: torch.optim.Optimizer, may_change: frozenset[str]) -> int:
-    """Restore the checkpoint `resume` names ('auto': the newest intact one in `out_dir`; 'never'; a path) and
-    return the first iteration still to run (0 without a checkpoint).
+                optimizer: torch.optim.Optimizer, may_change: frozenset[str],
+                announce: Callable[[str], None] = print, write: bool = True) -> int:
+    """Restore the checkpoint `resume` names ('auto': the newest intact one of `out_dir`'s run; 'never'; a
+    path) and return the first iteration still to run (0 without a checkpoint).
 
     The checkpoint's settings (read back through `config_from_dict`) must equal `config`'s except for the
     fields in `may_change`; any other difference is refused with the list of differences. A changed ``lr``
-    is applied to the restored optimizer (with a warning), not silently ignored."""
+    is applied to the restored optimizer (with a warning), not silently ignored.
+
+    What happens to the folder (only where `write`: the process that writes it) is announced through
+    `announce`: a resume names its checkpoint ("resuming from ckpt-00004 (iteration 5)": the first
+    iteration it runs) and moves the run's damaged newer checkpoints aside; a start from zero (``never``,
+    or no intact checkpoint of the run) moves the earlier run's checkpoints and logs aside (`run_id`) and
+    records a new run id."""
+    out_dir = Path(out_dir)
     if resume in ("never", "", None):
-        return 0
+        return _start_from_zero(out_dir, config, "resume='never' starts over", announce, write)
     if resume == "auto":
         path, iteration = resume_checkpoint(out_dir, model, optimizer)
         if path is None:
-            return 0
+            why = ("no checkpoint of this run reads back intact" if any(out_dir.glob(f"{CHECKPOINT_PREFIX}*"))
+                   else "no checkpoint to resume from")
+            return _start_from_zero(out_dir, config, why, announce, write)
     else:
         path = Path(resume)
         if not path.is_dir():
@@ -205,4 +275,23 @@ def restore_run(out_dir: str | os.PathLike, resume: str | None, config_from_dict
                       stacklevel=2)
         for group in optimizer.param_groups:
             group["lr"] = config.lr
+    if write:
+        later = [p for p in sorted(out_dir.glob(f"{CHECKPOINT_PREFIX}*"))
+                 if p.is_dir() and p.name > checkpoint_path(out_dir, iteration).name]
+        move_aside(out_dir, later, f"{', '.join(p.name for p in later)} cannot be resumed (damaged or "
+                   f"incomplete) and iterations after {path.name} run again", announce)
+        if current_run_id(out_dir) is None:  # a folder from before run ids: the resumed run records its id now
+            write_run_record(out_dir, read_run_record(path) or new_run_record(saved, run_id=UNRECORDED))
+    announce(f"resuming from {path.name} (iteration {iteration + 1})")
     return iteration + 1
+
+
+def _start_from_zero(out_dir: Path, config: Any, why: str, announce: Callable[[str], None], write: bool) -> int:
+    """Iteration 0 of a new run: an earlier run's files are moved aside (never deleted), a run id recorded."""
+    if write:
+        earlier = earlier_run_files(out_dir)
+        if earlier:
+            move_aside(out_dir, earlier, f"starting {out_dir} from iteration 0 ({why})", announce)
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_run_record(out_dir, new_run_record(config.to_dict()))
+    return 0

@@ -66,23 +66,31 @@ def model_label(spec: str | os.PathLike) -> str:
 
 
 def _checkpoints_named(path: Path) -> list[Path]:
-    """Checkpoints a folder names, newest first: itself, or a run folder's complete ones (empty: not a
-    trainer folder)."""
-    from .checkpoints import CHECKPOINT_PREFIX, list_checkpoints
+    """Checkpoints a folder names, newest first: itself, or a run folder's complete ones of its current run
+    (`run_id`: an earlier run's are never taken for this one's); empty: not a trainer folder."""
+    from .checkpoints import CHECKPOINT_PREFIX, run_checkpoints
+    from .run_id import RUN_FILE
 
     if path.is_dir() and (path / "model.pt").is_file():
         return [path]
-    if path.is_dir() and any(path.glob(f"{CHECKPOINT_PREFIX}*")):
-        ckpts = list_checkpoints(path)
+    if path.is_dir() and (any(path.glob(f"{CHECKPOINT_PREFIX}*")) or (path / RUN_FILE).is_file()):
+        ckpts = run_checkpoints(path)
         if not ckpts:
-            raise FileNotFoundError(f"{path} holds no complete trainer checkpoint (ckpt-*/ with model.pt and state.pt)")
+            raise FileNotFoundError(f"{path} holds no complete trainer checkpoint of its current run "
+                                    "(ckpt-*/ with model.pt and state.pt; an earlier run's are under earlier-runs/)")
         return list(reversed(ckpts))
     return []
 
 
-def load_policy(spec: str | os.PathLike, seed: int = 0) -> tuple[Any, Any, dict[str, Any]]:
+class OlderCheckpointOnly(FileNotFoundError):
+    """A run folder's newest checkpoint is damaged and the caller asked for no fallback to an older one."""
+
+
+def load_policy(spec: str | os.PathLike, seed: int = 0, fallback: bool = True) -> tuple[Any, Any, dict[str, Any]]:
     """``(model, tokenizer, description)`` from a model spec, a saved model folder, a trainer checkpoint or
-    a trainer run folder (its newest intact checkpoint; a damaged newer one is skipped with a warning).
+    a trainer run folder (its newest intact checkpoint of the folder's current run; a damaged newer one is
+    skipped with a warning, or, with ``fallback=False``, refused with `OlderCheckpointOnly`, which names the
+    older checkpoint to ask for explicitly).
 
     A checkpoint is rebuilt from its run's initial model (``config.json``'s ``model``) with the
     checkpoint's weights loaded (LoRA adapters merged)."""
@@ -100,6 +108,10 @@ def load_policy(spec: str | os.PathLike, seed: int = 0) -> tuple[Any, Any, dict[
         except CheckpointError as e:
             if candidate == candidates[-1]:
                 raise
+            if not fallback:
+                older = candidates[candidates.index(candidate) + 1]
+                raise OlderCheckpointOnly(f"{e}; not evaluating an older checkpoint in its place: pass "
+                                          f"--model {older} to evaluate that one") from None
             warnings.warn(f"skipping a damaged checkpoint: {e}", RuntimeWarning, stacklevel=2)
     config = parts["config.json"]
     model, tokenizer = load_model(config["model"], seed=int(config.get("seed", 0)))
