@@ -18,6 +18,7 @@ INTERRUPTED_RC = 130
 def _expected_errors() -> tuple[type[BaseException], ...]:
     # imported here: `rlvmr-nb --help` must not load torch
     from .coldstart.chat_transport import EndpointError
+    from .coldstart.dataset import TooFewTrajectories
     from .coldstart.teachers import TeacherUnavailable
     from .generation.vllm_backend import VLLMUnavailableError
     from .models import ModelLoadError
@@ -25,7 +26,7 @@ def _expected_errors() -> tuple[type[BaseException], ...]:
     from .runs.lock import RunFolderBusy
 
     return (ValueError, FileNotFoundError, OSError, ModelLoadError, CheckpointError, RunFolderBusy,
-            TeacherUnavailable, EndpointError, VLLMUnavailableError)
+            TeacherUnavailable, EndpointError, TooFewTrajectories, VLLMUnavailableError)
 
 
 def _one_line(error: BaseException) -> str:

@@ -36,6 +36,7 @@ from ..prompts import AgentMemory, PromptConfig
 from ..runs.lock import RunFolderLock
 from ..tags import META_TAGS
 from ..trajectory import Episode, read_episodes, write_episodes
+from ..validation import positive_float
 from .experts import (
     MAX_TRAJECTORY_STEPS,
     assert_no_heldout,
@@ -47,7 +48,7 @@ from .experts import (
     make_expert_env,
     training_tasks,
 )
-from .teachers import AnnotationRejected, Teacher, make_teacher
+from .teachers import AnnotationRejected, Teacher, TeacherGaveUp, UnparseableAnswers, make_teacher
 
 FORMAT = "rlvmr-nb-coldstart/1"
 SAMPLES_FILE, TRAJECTORIES_FILE, MANIFEST_FILE = "samples.jsonl", "trajectories.jsonl", "manifest.json"
@@ -56,6 +57,10 @@ MIN_TAG_SHARE = 0.05
 MAX_TYPE_FAILURES = 6
 """A task type whose candidates fail this many times in a row is given up (e.g. ScienceWorld tasks whose
 gold paths are always >= 30 steps)."""
+
+
+class TooFewTrajectories(RuntimeError):
+    """Fewer trajectories than asked for survived the experts and the teacher (the message counts why)."""
 
 
 class TagShareError(ValueError):
@@ -151,7 +156,7 @@ def build_coldstart_dataset(
             env, level, candidates, n, seed, teacher_obj, expert, handcoded_share, env_instance, progress
         )
         if len(episodes) < n:
-            raise RuntimeError(
+            raise TooFewTrajectories(
                 f"only {len(episodes)} of {n} trajectories could be built from {len(candidates)} candidates "
                 f"(rejections: {dict(rejected)}); lower n_trajectories or widen the candidate tasks"
             )
@@ -172,6 +177,12 @@ def build_coldstart_dataset(
         return out
 
 
+MAX_UNREADABLE_IN_A_ROW = 3
+"""Trajectories in a row on which the LLM teacher gave nothing readable before the build stops
+(`TeacherGaveUp`): each costs `LLMTeacher.max_attempts` requests, and a model that does not follow the
+answer format will not start to later."""
+
+
 def _collect(
     env: str, level: str, candidates: Sequence[TaskSpec], n: int, seed: int, teacher: Teacher, expert: str,
     handcoded_share: float, env_instance: Any, progress: bool,
@@ -183,6 +194,7 @@ def _collect(
     rejected: Counter = Counter()
     experts_used: Counter = Counter()
     failures_in_a_row: Counter = Counter()
+    unreadable: list[str] = []  # reasons of the teacher's unreadable answers since its last readable one
     bar = tqdm(total=n, desc=f"cold start {env} {level}", disable=not progress)
     try:
         for task in candidate_order(candidates, seed):
@@ -202,9 +214,15 @@ def _collect(
             try:  # only rejections are skipped: transport or auth errors of an LLM teacher stop the build
                 tagged = teacher.annotate(source, env=engine)
             except AnnotationRejected as e:
+                unreadable = unreadable + [str(e)] if isinstance(e, UnparseableAnswers) else []
+                if len(unreadable) >= MAX_UNREADABLE_IN_A_ROW:
+                    raise TeacherGaveUp(
+                        f"the LLM teacher gave no readable answer for {len(unreadable)} trajectories in a row; "
+                        f"stopping (check --llm-model and the endpoint). First: {unreadable[0]}") from None
                 rejected[f"teacher: {e}"[:100]] += 1
                 failures_in_a_row[task.task_type] += 1
                 continue
+            unreadable = []
             if tagged.length > MAX_TRAJECTORY_STEPS:
                 rejected["teacher: 30 steps or more"] += 1
                 failures_in_a_row[task.task_type] += 1
@@ -342,13 +360,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--llm-model", help="LLM teacher: model name at the endpoint")
     p.add_argument("--llm-base-url", help="LLM teacher: OpenAI-compatible base URL (default $OPENAI_BASE_URL or OpenAI)")
     p.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
+    p.add_argument("--llm-timeout", type=positive_float, default=60.0,
+                   help="LLM teacher: seconds to wait for one answer, and at most as long again retrying an "
+                        "unreachable or hung endpoint before giving up (default 60)")
     p.add_argument("--out", help="output folder (default runs/coldstart/<env>-<level>-<teacher>-n<N>-seed<S>)")
     args = p.parse_args(argv)
     if args.teacher == "llm":
         if not args.llm_model:
             p.error("--teacher llm needs --llm-model")
         teacher: Any = make_teacher("llm", model=args.llm_model, base_url=args.llm_base_url,
-                                    api_key_env=args.llm_api_key_env)
+                                    api_key_env=args.llm_api_key_env, timeout_s=args.llm_timeout,
+                                    retry_budget_s=args.llm_timeout)
     else:
         teacher = make_teacher("rule", seed=args.seed, error_rate=args.error_rate)
     out = build_coldstart_dataset(

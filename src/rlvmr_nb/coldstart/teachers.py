@@ -183,6 +183,9 @@ _TAG_GUIDE = {
         "<monitor>: recall the current subgoal of the plan and say why the next action serves it.",
     ),
 }
+# The lab world has ALFWorld's rooms-and-containers mechanics (envs/rooms.py) and its own prompt family: the
+# same guide fits it; without an entry `--teacher llm` failed on it with KeyError: 'lab'.
+_TAG_GUIDE["lab"] = _TAG_GUIDE["alfworld"]
 
 
 def annotation_prompt(expert: Episode) -> str:
@@ -252,6 +255,15 @@ def check_annotation(expert: Episode, items: Sequence[dict[str, str]]) -> list[s
 class TeacherUnavailable(RuntimeError):
     """The LLM teacher's endpoint stayed unreachable for the whole retry budget: the build should stop, since
     every later trajectory would wait the same way."""
+
+
+class UnparseableAnswers(AnnotationRejected):
+    """Every attempt of the LLM teacher on one trajectory gave an answer without a readable JSON list."""
+
+
+class TeacherGaveUp(TeacherUnavailable):
+    """The LLM teacher answered nothing readable for several trajectories in a row: the endpoint or model does
+    not follow the protocol, and every further trajectory would cost its full attempts the same way."""
 
 
 @dataclass
@@ -328,7 +340,7 @@ class LLMTeacher:
             outputs = check_annotation(expert, items)
             info = {"teacher": self.describe(), "llm_attempts": attempt}
             return annotated_copy(expert, expert.steps, outputs, [True] * len(outputs), info)
-        raise AnnotationRejected(
+        raise UnparseableAnswers(
             f"{expert.task_id}: no parseable annotation in {self.max_attempts} attempts ({'; '.join(errors)})")
 
     def complete(self, messages: list[dict[str, str]], timeout_s: float | None = None) -> str:
