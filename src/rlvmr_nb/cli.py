@@ -133,7 +133,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
                      report_to=tuple(args.report_to), rollout_backend=args.rollout_backend,
                      rollout_dtype=args.rollout_dtype, vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization)
     with results_lock(args.out):
-        model, tok, described = load_policy(args.model, seed=seeds[0])
+        # a damaged newest checkpoint is refused, not replaced by an older policy than the one asked for
+        model, tok, described = load_policy(args.model, seed=seeds[0], fallback=False)
         runs = evaluate_seeds(model, tok, cfg, seeds)
         path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
     print(json.dumps({k: aggregate[k] for k in ("metrics", "metrics_ci")}, indent=2, default=float))

@@ -18,12 +18,12 @@ paper Table 1) and ``configs/ablations/*.json`` (paper Table 3; docs/method.md, 
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
 from .advantages import PENALTY_CHANNEL_OF_PRESET, AdvantageConfig, preset
+from .config_json import check_setting_types, read_settings_file
 from .rewards import RewardConfig
 
 COMMENT_PREFIX = "_"
@@ -31,13 +31,12 @@ COMMENT_PREFIX = "_"
 
 
 def read_train_settings(path: str | Path) -> dict[str, Any]:
-    """The settings of a TrainConfig JSON file, comments dropped; unknown keys are an error naming them."""
+    """The settings of a TrainConfig JSON file, comments dropped; unknown keys, values of the wrong type and JSON
+    syntax errors are errors naming the file (and the field)."""
     from .trainer import TrainConfig
 
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"no TrainConfig file at {path}")
-    settings = json.loads(path.read_text(encoding="utf-8"))
+    settings = read_settings_file(path, "TrainConfig")
     if not isinstance(settings, dict):
         raise ValueError(f"{path}: a TrainConfig file holds one JSON object {{field: value}}")
     settings = {k: v for k, v in settings.items() if not k.startswith(COMMENT_PREFIX)}
@@ -45,6 +44,7 @@ def read_train_settings(path: str | Path) -> dict[str, Any]:
     unknown = sorted(set(settings) - known)
     if unknown:
         raise ValueError(f"{path}: unknown TrainConfig field(s) {unknown}; known: {', '.join(sorted(known))}")
+    check_setting_types(settings, TrainConfig, str(path))
     return settings
 
 

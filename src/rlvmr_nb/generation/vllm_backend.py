@@ -112,6 +112,39 @@ def _visible_device(model: Any) -> str | None:
     return visible.split(",")[index].strip() if visible else str(index)
 
 
+CPU_MIN_HEAD_DIM = 32
+"""The smallest attention head size vLLM's CPU attention takes (16 ends in "Unsupported CPU attention
+configuration: head_dim=16" after a minute of engine start-up)."""
+
+
+def _head_dim(model: Any) -> int | None:
+    """The attention head size of a model object or a saved model folder (None where it cannot be told)."""
+    if isinstance(model, (str, os.PathLike)):
+        try:
+            config = json.loads((Path(model) / "config.json").read_text())
+        except (OSError, ValueError):
+            return None
+    else:
+        config = getattr(getattr(model, "config", None), "to_dict", dict)()
+    if config.get("head_dim"):
+        return int(config["head_dim"])
+    hidden, heads = config.get("hidden_size"), config.get("num_attention_heads")
+    return int(hidden) // int(heads) if hidden and heads else None
+
+
+def check_cpu_head_size(model: Any) -> None:
+    """Refuse, before the engine starts, a model whose heads are too small for vLLM's CPU attention (the
+    4-head ``tiny-random:*`` models have 16)."""
+    import torch
+
+    head = _head_dim(model)
+    if _visible_device(model) is None and not torch.cuda.is_available() and head is not None \
+            and head < CPU_MIN_HEAD_DIM:
+        raise ValueError(f"--rollout-backend vllm on a CPU needs an attention head size of at least "
+                         f"{CPU_MIN_HEAD_DIM}; this model's is {head} (tiny-random:* models are too small for "
+                         "vLLM's CPU attention): use --rollout-backend hf")
+
+
 class VLLMGenerator(Generator):
     """Generation through a vLLM engine in a child process.
 
@@ -152,6 +185,7 @@ class VLLMGenerator(Generator):
         log_path: str | os.PathLike | None = None,
         startup_timeout: float = 900.0,
     ) -> None:
+        check_cpu_head_size(model)
         self.tokenizer = tokenizer
         self.dtype = dtype
         self.sleep_level = int(sleep_level)

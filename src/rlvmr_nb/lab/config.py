@@ -7,12 +7,12 @@ episodes; the CI one (``configs/lab/ci.json``) runs end to end in well under a m
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
+from ..config_json import check_setting_types, read_settings_file
 from ..validation import require_choice, require_positive
 
 
@@ -104,5 +104,12 @@ def load_lab_config(path: str | os.PathLike, **overrides: Any) -> LabConfig:
         from ..notebooks import project_root
 
         path = project_root() / path
-    data = json.loads(path.read_text())
-    return LabConfig.from_dict({**data, **overrides})
+    data = read_settings_file(path, "LabConfig")
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: a LabConfig file holds one JSON object {{setting: value}}")
+    if not set(data) - {f.name for f in fields(LabConfig)}:  # unknown keys: from_dict names them all
+        check_setting_types(data, LabConfig, str(path))
+    try:
+        return LabConfig.from_dict({**data, **overrides})
+    except ValueError as e:
+        raise ValueError(f"{path}: {e}") from None
