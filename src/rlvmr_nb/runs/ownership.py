@@ -27,7 +27,11 @@ _held: list[SharedFolderLock] = []  # the worker's shared lock lives as long as 
 
 
 def die_with_parent(parent_pid: int) -> None:
-    """SIGKILL this process when its parent dies (Linux); exit now if `parent_pid` is already gone."""
+    """SIGKILL this process when its parent dies (Linux); exit now if `parent_pid` is already gone.
+
+    Linux sends the signal when the *thread* that started the process ends, so the pool must be started
+    from a thread that lives as long as its workers (`lab.experiment` starts it from the caller's thread,
+    which waits on it)."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(None, use_errno=True)
         if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
