@@ -75,6 +75,19 @@ def test_a_foreign_checkpoint_left_in_the_folder_is_neither_resumed_rotated_nor_
     assert not (tmp_path / "ckpt-00000").exists() and checkpoint_run_id(tmp_path / "ckpt-00001") == "run-b"
 
 
+def test_case_studies_leave_out_the_episodes_of_an_earlier_run(tmp_path):
+    from rlvmr_nb.casestudy.patterns import episode_files
+
+    run = tmp_path / "runs" / "rlvmr"
+    run.mkdir(parents=True)
+    (run / "episodes.jsonl").write_text("")
+    _run(run, 1)
+    _run(run, 0, resume="never")  # the first run's files move to earlier-runs/
+    (run / "episodes.jsonl").write_text("")
+    assert list((run / EARLIER_RUNS).glob("*/episodes.jsonl")), "the test needs an earlier run's episodes"
+    assert episode_files(tmp_path) == [run / "episodes.jsonl"]
+
+
 def test_all_damaged_checkpoints_restart_from_zero_announced_and_keep_the_old_logs(tmp_path):
     _run(tmp_path, 3)
     old_rows = (tmp_path / "metrics.jsonl").read_text()

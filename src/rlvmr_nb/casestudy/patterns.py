@@ -178,14 +178,20 @@ class PatternSearch:
                 f"{len(self.recoveries)} reflection recovery(ies)")
 
 
+EARLIER_RUNS = "earlier-runs"
+"""`runs.run_id.EARLIER_RUNS`, spelled here because importing `rlvmr_nb.runs` loads torch (tested equal through
+tests/test_run_identity.py)."""
+
+
 def episode_files(root: str | os.PathLike, pattern: str = DEFAULT_EPISODE_GLOB) -> list[Path]:
-    """Episode JSONL files under `root` (or `root` itself when it is a file), sorted."""
+    """Episode JSONL files under `root` (or `root` itself when it is a file), sorted; an earlier run's files,
+    moved aside when a new run started in its folder (`runs.run_id`), are not the run's and are left out."""
     root = Path(root).expanduser()
     if root.is_file():
         return [root]
     if not root.is_dir():
         return []
-    return sorted(p for p in root.glob(pattern) if p.is_file())
+    return sorted(p for p in root.glob(pattern) if p.is_file() and EARLIER_RUNS not in p.relative_to(root).parts)
 
 
 def search_runs(
