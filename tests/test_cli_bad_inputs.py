@@ -61,7 +61,6 @@ CASES = [
      "ckpt-00001: cannot read model.pt"),
     ("eval of a model that does not exist", lambda tmp: ["eval", "--model", "/nonexistent", "--env", "toy",
                                                          "--out", str(tmp / "eval.json")], "/nonexistent"),
-    ("LLM teacher without a model name", lambda tmp: ["coldstart", "--env", "lab", "--teacher", "llm"], "--llm-model"),
 ]
 
 
