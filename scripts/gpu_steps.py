@@ -194,8 +194,8 @@ def step_fused_loss(check: Any) -> dict:
         methods: dict[str, Callable[[], torch.Tensor]] = {
             "reference": reference, "fused": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask,
                                                                    config=config).loss,
-            "fused_chunk_x4": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask, config=config,
-                                                      chunk_size=4 * default_chunk_size(tokens, vocab)).loss}
+            "fused_cpu_chunk": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask, config=config,
+                                                      chunk_size=default_chunk_size(tokens, vocab, "cpu")).loss}
         if liger is not None:
             methods["liger"] = lambda: liger(hidden, weight, targets, mask, adv, ref_per_token_logps=ref,
                                              old_per_token_logps=old)[0]

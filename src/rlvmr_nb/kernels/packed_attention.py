@@ -113,7 +113,10 @@ def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds:
         else:
             key = key.repeat_interleave(heads // kv_heads, dim=1)
             value = value.repeat_interleave(heads // kv_heads, dim=1)
-    q, k, v = (t[0].transpose(0, 1) for t in (query, key, value))  # [N, heads, D]
+    # Under bf16 autocast the rotary embedding leaves q and k in fp32 (its cos/sin follow the fp32 residual stream);
+    # sdpa casts them back, as autocast lists it, but varlen_attn is not on autocast's lists: cast here.
+    dtype = torch.get_autocast_dtype("cuda") if torch.is_autocast_enabled("cuda") else query.dtype
+    q, k, v = (t[0].transpose(0, 1).to(dtype) for t in (query, key, value))  # [N, heads, D]
     out = varlen_attn(q, k, v, cu, cu, longest, longest, **options)
     return out.unsqueeze(0)
 
