@@ -19,20 +19,19 @@ logits of magnitude ~5 carry ~1e-2 absolute error, which moves p by ~1%); the fu
 stayed below 0.77 of the 2x bound.
 
 Triton backend: the same comparisons on CUDA, and on a machine without a GPU (CI) through Triton's CPU
-interpreter (`import_triton_kernels`), so they run wherever triton is installed (the dev extra).
+interpreter (tests/conftest.py builds triton for it), so they run wherever triton is installed (the dev
+extra).
 """
 
-import importlib
 import os
 import random
-import sys
-from types import ModuleType
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from rlvmr_nb.kernels import chunked_logprobs, default_chunk_size, fused_grpo_loss  # noqa: E402
+from rlvmr_nb.kernels.triton_grpo import kernels_interpreted, triton_usable_on  # noqa: E402
 from rlvmr_nb.loss import (  # noqa: E402
     LossConfig,
     aggregate,
@@ -44,30 +43,6 @@ from rlvmr_nb.loss import (  # noqa: E402
 
 pytestmark = pytest.mark.model
 
-
-def import_triton_kernels() -> ModuleType:
-    """`rlvmr_nb.kernels.triton_grpo`, its kernels built by Triton's CPU interpreter when no GPU is
-    present, so that CPU-only CI runs the Triton tests instead of skipping them.
-
-    ``triton.jit`` chooses between interpreter and compiler when a kernel is defined, i.e. when the
-    module is imported, so ``TRITON_INTERPRET=1`` is set around that import only (the module is
-    reloaded if something imported it first) and removed again: the suite's subprocesses (the vLLM
-    server, whose venv has its own triton; notebooks) must not inherit it. An explicit
-    ``TRITON_INTERPRET`` in the environment, or a GPU, is left alone."""
-    name = "rlvmr_nb.kernels.triton_grpo"
-    if "TRITON_INTERPRET" in os.environ or torch.cuda.is_available():
-        return importlib.import_module(name)
-    os.environ["TRITON_INTERPRET"] = "1"
-    try:
-        loaded = sys.modules.get(name)
-        return importlib.reload(loaded) if loaded is not None else importlib.import_module(name)
-    finally:
-        del os.environ["TRITON_INTERPRET"]
-
-
-_INTERPRET_SETTING = os.environ.get("TRITON_INTERPRET")  # what the caller chose, before the import below
-_triton_kernels = import_triton_kernels()
-triton_usable_on, kernels_interpreted = _triton_kernels.triton_usable_on, _triton_kernels.kernels_interpreted
 
 FP32_TOL = 1e-5
 FP32_CANCELLATION_TOL = 1e-4
@@ -390,13 +365,13 @@ def test_bad_inputs_raise_helpful_errors():
 
 @pytest.fixture
 def triton_device(monkeypatch):
-    """CUDA when present, else CPU tensors through Triton's interpreter (`import_triton_kernels`).
+    """CUDA when present, else CPU tensors through Triton's interpreter (set up by tests/conftest.py).
     The interpreter also reads ``TRITON_INTERPRET`` while it runs (its first launch imports modules
     that assert it), so the variable is set for the test's duration."""
     pytest.importorskip("triton")
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     if not triton_usable_on(device, torch.float32):
-        pytest.skip("Triton kernels need CUDA or the interpreter (TRITON_INTERPRET was set to 0)")
+        pytest.skip("Triton kernels need CUDA or Triton's interpreter (tests/conftest.py; TRITON_INTERPRET=0 is off)")
     if kernels_interpreted():
         monkeypatch.setenv("TRITON_INTERPRET", "1")
     return device
@@ -407,7 +382,7 @@ def test_triton_kernels_run_without_gpu_and_the_interpreter_stays_in_this_proces
     interpreter rather than skip, and the variable that selects it must not reach the suite's
     subprocesses (the vLLM server's venv has a triton of its own)."""
     pytest.importorskip("triton")
-    if torch.cuda.is_available() or _INTERPRET_SETTING is not None:
+    if torch.cuda.is_available() or "TRITON_INTERPRET" in os.environ:
         pytest.skip("a GPU, or TRITON_INTERPRET chosen by the caller: nothing to decide here")
     assert kernels_interpreted() and triton_usable_on(torch.device("cpu"), torch.float32)
     assert "TRITON_INTERPRET" not in os.environ
