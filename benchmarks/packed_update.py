@@ -6,7 +6,7 @@ token ids: prompts of 605-1,957 tokens, responses of 10-64), cut into micro-batc
 random weights and `--layers` decoder layers (the layout change is the same at any depth; fewer layers keep a
 2-core run short). For each layout, `--timed` micro-batches go through `micro_batch_loss` forward + backward (fused
 loss, fp32, as the CPU trainer runs) after one warm-up; the first micro-batch's gradients are compared between
-layouts. Writes benchmarks/results/packed_update_cpu.json::
+layouts. The layouts alternate micro-batch by micro-batch. Writes benchmarks/results/packed_update_cpu.json::
 
     OMP_WAIT_POLICY=PASSIVE PYTHONPATH=src .venv/bin/python benchmarks/packed_update.py
 """
@@ -64,20 +64,23 @@ def recorded_samples(seed: int) -> list[StepSample]:
     return samples
 
 
-def time_layout(model, micro_batches, samples, pad_id, packed: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
+def time_layouts(model, micro_batches, samples, pad_id) -> tuple[dict[str, list[float]], dict[bool, dict]]:
+    """Seconds per micro-batch of each layout, the two interleaved micro-batch by micro-batch (this 2-core machine
+    is shared: a slow spell then hits both alike); the first micro-batch warms up and gives the gradients."""
     scorer = ResponseScorer(model, autocast=False)
-    options = ScoringOptions(autocast=False, packed=packed)
-    times, first_grads = [], {}
+    times: dict[str, list[float]] = {"padded": [], "packed": []}
+    first_grads: dict[bool, dict] = {}
     for k, micro in enumerate(micro_batches):
         batch = [samples[i] for i in micro.indices]
-        t0 = time.perf_counter()
-        loss, _ = micro_batch_loss(scorer, batch, pad_id, LossConfig(), options)
-        loss.backward()
-        if k:
-            times.append(time.perf_counter() - t0)
-        else:  # the warm-up micro-batch also gives the gradients to compare
-            first_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        model.zero_grad(set_to_none=True)
+        for packed in ((False, True) if k % 2 else (True, False)):
+            t0 = time.perf_counter()
+            loss, _ = micro_batch_loss(scorer, batch, pad_id, LossConfig(), ScoringOptions(autocast=False, packed=packed))
+            loss.backward()
+            if k:
+                times["packed" if packed else "padded"].append(time.perf_counter() - t0)
+            else:
+                first_grads[packed] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            model.zero_grad(set_to_none=True)
     return times, first_grads
 
 
@@ -99,13 +102,10 @@ def main(argv: list[str] | None = None) -> int:
     model = smollm2_shaped(tok, args.layers, args.seed).train()
     chosen = micro_batches[: args.timed + 1]
     timed_tokens = sum(sum(ls) for ls in lengths[1 : args.timed + 1])
-    result = {}
-    grads = {}
-    for packed in (False, True):
-        times, grads[packed] = time_layout(model, chosen, samples, tok.pad_token_id, packed)
-        name = "packed" if packed else "padded"
-        result[name] = {"seconds": [round(t, 3) for t in times], "real_tokens_per_s": round(timed_tokens / sum(times), 1)}
-        print(name, result[name], flush=True)
+    times, grads = time_layouts(model, chosen, samples, tok.pad_token_id)
+    result = {name: {"seconds": [round(t, 3) for t in ts], "real_tokens_per_s": round(timed_tokens / sum(ts), 1)}
+              for name, ts in times.items()}
+    print(result, flush=True)
     worst = max(float((grads[True][n] - grads[False][n]).abs().max() / (grads[False][n].abs().max() + 1e-30))
                 for n in grads[False])
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
