@@ -19,6 +19,7 @@ import os
 import platform
 import random
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
                 for n in grads[False])
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     doc = {"benchmark": "update micro-batch forward + backward, packed vs right-padded (CPU)",
-           "command": "benchmarks/packed_update.py " + " ".join(argv if argv is not None else []),
+           "command": " ".join(["benchmarks/packed_update.py", *(argv if argv is not None else sys.argv[1:])]),
            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_sha": sha,
            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__},
            "model": f"SmolLM2-135M shape, {args.layers} layers, random weights, fp32",
