@@ -4,8 +4,8 @@ Measures, side by side in one run, at the SmolLM2 shape (H=576, V=49,152) and th
 (H=1,536, V=151,936), for several numbers of response tokens:
 
 * ``reference``: ``h @ W^T -> log_softmax -> gather`` + entropy from the full logits + `grpo_loss`,
-  autograd (what a plain PyTorch trainer does; `rlvmr_nb.loss`).
-* ``fused``: `rlvmr_nb.kernels.fused_grpo_loss`, gradients computed in the forward pass (default).
+  autograd (what a plain PyTorch trainer does; `rlvmr_nb.update.reference_loss`).
+* ``fused``: `rlvmr_nb.update.kernels.fused_grpo_loss`, gradients computed in the forward pass (default).
 * ``fused_recompute``: the same with ``strategy="recompute"`` (logits recomputed in backward).
 * ``liger``: Liger's ``LigerFusedLinearGRPOLoss`` (loss_type "bnpo" = token mean, beta 0.01, no
   entropy term), only when liger-kernel is installed and the device is CUDA.
@@ -71,8 +71,8 @@ def run_case(case: dict) -> dict:
         pass
     import torch
 
-    from rlvmr_nb.kernels import default_chunk_size, fused_grpo_loss
-    from rlvmr_nb.loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
+    from rlvmr_nb.update.kernels import default_chunk_size, fused_grpo_loss
+    from rlvmr_nb.update.reference_loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 
     device = torch.device(case["device"])
     dtype = getattr(torch, case["dtype"])

@@ -163,7 +163,7 @@ def step_kernels(check: Any) -> dict:
 def step_fused_loss(check: Any) -> dict:
     """`benchmarks/fused_loss.py` at the Qwen2.5-1.5B shape: reference, fused, the bare lm_head matmul (the floor)
     and Liger side by side, warm (the benchmark's own warm-ups and repeats)."""
-    from rlvmr_nb.kernels import fused_grpo
+    from rlvmr_nb.update.kernels import fused_grpo
 
     notes, methods = [], ["reference", "fused"]
     if check.dry_run:
@@ -221,8 +221,8 @@ def step_rollout(check: Any) -> dict:
     static eager path's tokens (same kernels, replayed): checked greedily."""
     from transformers import SuppressTokensLogitsProcessor
 
-    from rlvmr_nb.generation.base import SamplingConfig
-    from rlvmr_nb.generation.hf import HFGenerator
+    from rlvmr_nb.rollout.generation.base import SamplingConfig
+    from rlvmr_nb.rollout.generation.hf import HFGenerator
 
     if not check.dry_run and not torch.cuda.is_available():
         return {"status": "skipped", "reason": "the GPU rollout benchmark needs a CUDA GPU and torch sees none"}
@@ -265,7 +265,7 @@ def step_rollout(check: Any) -> dict:
 
 
 def _update_samples(check: Any, tok: Any, count: int) -> list:
-    from rlvmr_nb.step_samples import StepSample
+    from rlvmr_nb.update.samples import StepSample
 
     gen = torch.Generator().manual_seed(1)
     lo, hi, response = (20, 60, 8) if check.dry_run else (900, 1500, 128)
@@ -283,8 +283,9 @@ def step_update(check: Any) -> dict:
     """The PPO update's micro-batch (forward + backward through `micro_batch_loss`, fused loss, bf16 autocast over fp32
     master weights) at the paper shape: right-padded against packed, with and without gradient checkpointing; fused
     against multi-tensor AdamW; and a profile of the packed micro-batch's heaviest kernels."""
-    from rlvmr_nb.loss import LossConfig
-    from rlvmr_nb.step_samples import ResponseScorer, ScoringOptions, micro_batch_loss
+    from rlvmr_nb.update.loss_terms import LossConfig
+    from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel
+    from rlvmr_nb.update.ppo import micro_batch_loss
 
     if not check.dry_run and not torch.cuda.is_available():
         return {"status": "skipped", "reason": "the update benchmark needs a CUDA GPU and torch sees none"}
@@ -302,14 +303,14 @@ def step_update(check: Any) -> dict:
         for checkpointing in (True, False):
             name = f"{'packed' if packed else 'padded'}{'_checkpointed' if checkpointing else ''}"
             model.gradient_checkpointing_disable() if not checkpointing else model.gradient_checkpointing_enable()
-            scorer = ResponseScorer(model, autocast=check.device == "cuda")
-            options = ScoringOptions(autocast=check.device == "cuda", packed=packed)
+            logprob_model = ResponseLogprobModel(model, autocast=check.device == "cuda")
+            options = LogprobOptions(autocast=check.device == "cuda", packed=packed)
             timer, mem = Timer(check.device), {}
             with peak_memory(mem):
                 for k, batch in enumerate(micro):
                     context = timer() if k else contextlib.nullcontext()  # the first micro-batch warms up
                     with context:
-                        loss, _ = micro_batch_loss(scorer, batch, tok.pad_token_id, LossConfig(), options)
+                        loss, _ = micro_batch_loss(logprob_model, batch, tok.pad_token_id, LossConfig(), options)
                         loss.backward()
                     model.zero_grad(set_to_none=True)
             seconds = sum(timer.times)
@@ -318,9 +319,9 @@ def step_update(check: Any) -> dict:
     model.gradient_checkpointing_disable()
     record["padding_fraction_padded_layout"] = round(1 - real / padded_tokens, 4)
     record["adamw_step_s"] = _adamw_seconds(model, check.device)
-    record["profile_packed"] = _profile(lambda: micro_batch_loss(ResponseScorer(model, check.device == "cuda"), micro[1],
+    record["profile_packed"] = _profile(lambda: micro_batch_loss(ResponseLogprobModel(model, check.device == "cuda"), micro[1],
                                                                  tok.pad_token_id, LossConfig(),
-                                                                 ScoringOptions(autocast=check.device == "cuda"))[0].backward(),
+                                                                 LogprobOptions(autocast=check.device == "cuda"))[0].backward(),
                                         check.device)
     return {"status": "ok", "samples_per_micro_batch": per_micro, "timed_micro_batches": timed,
             "tokens_per_micro_batch": round(real / timed), "variants": variants,
@@ -366,7 +367,7 @@ def _profile(work: Callable[[], None], device: str, top: int = 12) -> list[dict]
 def train_once(check: Any, config_fields: dict, policy: Any, tok: Any) -> tuple[dict, list]:
     """One `train` call in a fresh folder, without writing its final checkpoint (timed, not kept)."""
     from rlvmr_nb import trainer
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     with tempfile.TemporaryDirectory(dir=check.out) as run_dir:
         config = trainer.TrainConfig(out_dir=run_dir, resume="never", progress=False, device=check.device, **config_fields)
@@ -402,7 +403,7 @@ def step_iteration(check: Any) -> dict:
                   micro_batch_size=2) if check.dry_run else
              dict(tasks_per_iteration=16, group_size=8, max_steps=3, max_new_tokens=128, mini_batch_size=128,
                   micro_batch_size=4))
-    from rlvmr_nb.generation import BACKENDS
+    from rlvmr_nb.rollout.generation import BACKENDS
 
     policy = random_model(check, tok)
     fields = dict(env=env, level="L0", iterations=1, max_prompt_tokens=6000, gradient_checkpointing=False,
@@ -479,8 +480,8 @@ def step_unsloth_sft(check: Any) -> dict:
         return skipped
     if importlib.util.find_spec("unsloth") is None:
         return {"status": "skipped", "reason": "unsloth is not installed (pip install unsloth; see this script's docstring)"}
-    from rlvmr_nb.prompts import to_chat
-    from rlvmr_nb.sft import SFTConfig, SFTSample, load_sft_model, train_sft
+    from rlvmr_nb.rollout.prompts import to_chat
+    from rlvmr_nb.coldstart.sft import SFTConfig, SFTSample, load_sft_model, train_sft
 
     base_tok = tokenizer()
     with tempfile.TemporaryDirectory(dir=check.out) as folder:

@@ -17,7 +17,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.loss import LossConfig  # noqa: E402
+from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
 
 from door_env import door_tasks  # noqa: E402

@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.loss import (  # noqa: E402
+from rlvmr_nb.update.reference_loss import (  # noqa: E402
     LossConfig,
     aggregate,
     entropy_from_logits,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..envs.base import TaskSpec
-from ..trajectory import Episode, Step
+from ..rollout.trajectory import Episode, Step
 
 
 MAX_TRAJECTORY_STEPS = 29

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..envs.lab import NOTHING_HAPPENS, LabState, LabWorld, build_world, transition, visible_objects
-from ..trajectory import Episode, Step
+from ..rollout.trajectory import Episode, Step
 from .mistakes import Mistake, order_mistakes
 from .phrasing import numbered_plan, say
 

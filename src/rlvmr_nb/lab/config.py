@@ -78,7 +78,7 @@ class LabConfig:
                                 "sft_batch_size", "format_check_tasks", "train_pool", "iterations", "tasks_per_iteration",
                                 "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
                                 "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
-        from ..advantages import PRESETS
+        from ..scoring.advantages import PRESETS
 
         require_choice(self, "advantage_preset", PRESETS)
         if not self.algos or not self.seeds or not self.levels:

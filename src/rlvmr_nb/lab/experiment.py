@@ -62,7 +62,7 @@ def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = Fa
     checkpoint folder; skipped when it exists."""
     from ..coldstart import build_coldstart_dataset, load_coldstart_samples
     from ..models import load_model
-    from ..sft import SFTConfig, train_sft
+    from ..coldstart.sft import SFTConfig, train_sft
     from .policy import LabPolicyConfig, build_lab_policy
 
     root = Path(out) / "coldstart"
@@ -85,8 +85,8 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
     """The `trainer.TrainConfig` of one arm. Every arm uses the meta-think prompt and parser, so GRPO is
     the outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ
     in their advantage estimator only."""
-    from ..advantages import preset
-    from ..loss import LossConfig
+    from ..scoring.advantages import preset
+    from ..update.reference_loss import LossConfig
     from ..trainer import TrainConfig
 
     return TrainConfig(

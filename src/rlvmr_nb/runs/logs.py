@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..atomic_io import atomic_open
-from ..tags import META_TAGS
+from ..rollout.tags import META_TAGS
 
 METRIC_COLUMNS: tuple[str, ...] = (
     "iteration", "success", "episode_length", "invalid", "invalid_malformed", "repetitive", "aborted", "samples",
@@ -157,7 +157,7 @@ def _iteration_of_episode(d: Mapping[str, Any]) -> int:
     info = d.get("info") or {}
     if "iteration" in info:
         return int(info["iteration"])
-    from ..trajectory import parse_episode_id
+    from ..rollout.trajectory import parse_episode_id
 
     return parse_episode_id(str(d.get("episode_id", "")))[0]
 
