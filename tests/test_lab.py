@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from rlvmr_nb.envs.lab import level_tasks  # noqa: E402
+from rlvmr_nb.envs.lab_world import level_tasks  # noqa: E402
 from rlvmr_nb.lab import stats  # noqa: E402
 from rlvmr_nb.lab.policy import build_vocabulary, make_policy, make_tokenizer, world_corpus  # noqa: E402
 

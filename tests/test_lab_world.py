@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from rlvmr_nb.envs import lab
+from rlvmr_nb.envs import lab_world as lab
 from rlvmr_nb.envs.registry import get_env
 from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig
 

@@ -39,6 +39,9 @@ MOVED: dict[str, tuple[str, ...]] = {
     "rlvmr_nb.sft_config": ("rlvmr_nb.coldstart.sft_config",),
     "rlvmr_nb.sft_unsloth": ("rlvmr_nb.coldstart.sft_unsloth",),
     "rlvmr_nb.config_files": ("rlvmr_nb.train_config",),
+    "rlvmr_nb.envs.lab": ("rlvmr_nb.envs.lab_world",),
+    "rlvmr_nb.coldstart.lab_rules": ("rlvmr_nb.coldstart.lab_world_rules",),
+    "rlvmr_nb.prompts.lab": ("rlvmr_nb.rollout.prompts.families",),
 }
 """Old module name -> the module(s) its names now live in (the old packages' sub-modules moved with them)."""
 
@@ -47,16 +50,16 @@ RENAMED: dict[str, str] = {
     "rlvmr_nb.step_samples.ScoringOptions": "rlvmr_nb.update.logprobs.LogprobOptions",
     "rlvmr_nb.step_samples.score_micro_batch": "rlvmr_nb.update.logprobs.micro_batch_hidden_states",
     "rlvmr_nb.step_samples.episodes_to_samples": "rlvmr_nb.update.samples.episodes_to_samples (takes ScoredEpisodes)",
-    "rlvmr_nb.rewards.assign_rewards": "rlvmr_nb.scoring.rewards.with_rewards (copies; nothing is written into the input)",
-    "rlvmr_nb.metrics.mean_mr_reward_by_tag": "rlvmr_nb.scoring.metrics.mean_mr_reward_by_tag (reads ScoredStep records)",
+    "rlvmr_nb.rewards.assign_rewards": "rlvmr_nb.scoring.rewards.with_rewards (copies; the input is left as it is)",
+    "rlvmr_nb.metrics.mean_mr_reward_by_tag": "rlvmr_nb.scoring.metrics.mean_mr_reward_by_tag (of ScoredStep records)",
 }
 """Old name -> new name, for names that changed as well as moved: importing the old one says where to look."""
 
 
 def _new_home(old: str) -> tuple[str, ...] | None:
+    if old in MOVED:
+        return MOVED[old]
     for prefix, homes in MOVED.items():
-        if old == prefix:
-            return homes
         if old.startswith(prefix + ".") and len(homes) == 1:  # a sub-module of a moved package
             return (homes[0] + old[len(prefix):],)
     return None

@@ -41,9 +41,6 @@ VALIDATION_COLUMNS: tuple[str, ...] = (
 success with its Wilson interval) and its wall time. ``iteration`` counts the training iterations done before
 it (0: the initial policy), so a validation row lines up with the training row of the same policy."""
 
-LOG_FILES = ("metrics.jsonl", "metrics.csv", "episodes.jsonl", "validation.jsonl", "validation.csv")
-
-
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"tag": {"explore": 0.2}}`` → ``{"tag/explore": 0.2}``."""
     out: dict[str, Any] = {}

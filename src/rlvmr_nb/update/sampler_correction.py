@@ -11,10 +11,10 @@ loss'). Per iteration the trainer logs, over every response token it trains on:
 A stale engine (weights not synced) shows up here as a jump of both. Truncated importance sampling
 (`TrainConfig.tis_cap`, as TRL's GRPO trainer does with ``vllm_importance_sampling_correction``) weights
 each token's policy-gradient term by w = min(π_old / μ, cap), which corrects the expectation for having
-sampled from μ while bounding the variance. The policy term max(−A·ρ, −A·clip(ρ)) is positively
-homogeneous in A, so w·term equals the same term with advantage w·A: the weight is folded into a
-per-token [B, T] advantage, which both `loss.grpo_loss` and `kernels.fused_grpo_loss` accept, and the KL
-and entropy terms stay unweighted.
+sampled from μ while bounding the variance. The weight is its own factor of the loss: `ppo.micro_batch_loss`
+passes it as ``importance_weight`` to `reference_loss.grpo_loss`, whose PPO-clip term (`loss_terms.ppo_clip_term`)
+multiplies it in; the term max(−A·ρ, −A·clip(ρ)) is positively homogeneous in A, so w·term is the term at A·w. The
+fused kernel takes that product per token. The KL and entropy terms stay unweighted.
 """
 
 from __future__ import annotations

@@ -120,7 +120,7 @@ def scienceworld_available(admissible: Sequence[str], available: str | Sequence[
 
 
 # --------------------------------------------------------------------------------------------------
-# The metacognition lab's compact prompt (`envs.lab`)
+# The metacognition lab's compact prompt (`envs.lab_world`)
 # --------------------------------------------------------------------------------------------------
 # The metacognition lab's compact prompt (our layout; the information follows paper App. C).
 #

@@ -26,7 +26,7 @@ does, only the combination is new); L2 tests the held-out task kind ``put_two``.
 
 Expert (`lab_expert_actions`): an agent that knows the map but not what closed containers hold. It
 searches the nearest unsearched place until it sees what it needs, then executes, like ALFWorld's
-hand-coded expert; the cold start tags its trajectories (`coldstart.lab_rules`).
+hand-coded expert; the cold start tags its trajectories (`coldstart.lab_world_rules`).
 """
 
 from __future__ import annotations
@@ -34,12 +34,13 @@ from __future__ import annotations
 import hashlib
 import random
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
-from rlvmr_nb.envs.rooms import (AGENT, apply_room_command, article, carried, room_commands, room_view,  # noqa: F401
-                                 visible_objects)  # visible_objects: used by coldstart.lab_rules through this module
+# visible_objects: used by coldstart.lab_world_rules through this module
+from rlvmr_nb.envs.rooms import (AGENT, RoomState, apply_room_command, article, carried,  # noqa: F401
+                                 room_commands, room_view, visible_objects)
 
 ENV_NAME = "lab"
 TRAIN_KINDS: tuple[str, ...] = ("put", "bring")
@@ -95,22 +96,6 @@ class LabWorld:
         return f"put the {' and the '.join(self.targets)} in the {self.destination}."
 
 
-@dataclass(frozen=True)
-class LabState:
-    """Where the agent is, where each object is, which containers are open."""
-
-    room: str
-    where: tuple[tuple[str, str], ...]
-    """(object, location) pairs, sorted; a location is a room, a container or `AGENT`."""
-    opened: frozenset[str]
-
-    def location(self, obj: str) -> str:
-        return dict(self.where)[obj]
-
-    def moved(self, obj: str, to: str) -> "LabState":
-        return replace(self, where=tuple(sorted((o, to if o == obj else loc) for o, loc in self.where)))
-
-
 def parse_lab_task_id(tid: str) -> tuple[str, str, int]:
     """'put:s:3' -> ('put', 's', 3); a ValueError that shows the expected form otherwise."""
     parts = tid.split(":")
@@ -138,7 +123,7 @@ def _tree_exits(rng: random.Random, rooms: Sequence[str]) -> dict[str, list[str]
     return exits
 
 
-def build_world(tid: str) -> tuple[LabWorld, LabState]:
+def build_world(tid: str) -> tuple[LabWorld, RoomState]:
     """The layout and initial state of a lab task; deterministic in the task id."""
     kind, combos, variation = parse_lab_task_id(tid)
     rng = random.Random(f"lab:{kind}:{combos}:{variation}")  # str seeds hash with sha512: stable across runs
@@ -170,16 +155,16 @@ def build_world(tid: str) -> tuple[LabWorld, LabState]:
         opened = frozenset(c for c, _ in containers if rng.random() < 0.2)
         world = LabWorld(rooms=rooms, exits=tuple((r, tuple(sorted(exits[r]))) for r in rooms),
                          containers=containers, kind=kind, targets=targets, destination=destination)
-        return world, LabState(room=HUB, where=tuple(sorted(where.items())), opened=opened)
+        return world, RoomState(room=HUB, where=tuple(sorted(where.items())), opened=opened)
     raise RuntimeError(f"no layout for lab task {tid!r} (bug in build_world)")
 
 
-def admissible(world: LabWorld, state: LabState) -> list[str]:
+def admissible(world: LabWorld, state: RoomState) -> list[str]:
     """Every command that does something in `state`, sorted, then ``look``."""
     return room_commands(world, state) + ["look"]
 
 
-def describe(world: LabWorld, state: LabState) -> str:
+def describe(world: LabWorld, state: RoomState) -> str:
     """What the agent sees in its room (the answer to ``look`` and to entering a room)."""
     parts = room_view(world, state, empty="nothing")
     held = carried(state)
@@ -188,7 +173,7 @@ def describe(world: LabWorld, state: LabState) -> str:
     return " ".join(parts)
 
 
-def transition(world: LabWorld, state: LabState, action: str) -> tuple[LabState, str]:
+def transition(world: LabWorld, state: RoomState, action: str) -> tuple[RoomState, str]:
     """Apply one command; an inadmissible one leaves the state unchanged and answers "Nothing happens."."""
     cmd = " ".join(action.strip().lower().split())
     if cmd not in admissible(world, state):
@@ -198,7 +183,7 @@ def transition(world: LabWorld, state: LabState, action: str) -> tuple[LabState,
     return apply_room_command(state, cmd, lambda new: describe(world, new))
 
 
-def is_won(world: LabWorld, state: LabState) -> bool:
+def is_won(world: LabWorld, state: RoomState) -> bool:
     """Every target is in the destination container (put, put_two) or on the destination room's floor (bring)."""
     return all(state.location(t) == world.destination for t in world.targets)
 
@@ -225,7 +210,7 @@ def _path(world: LabWorld, start: str, goal: str) -> list[str]:
     return path[::-1]
 
 
-def _next_expert_action(world: LabWorld, state: LabState, searched: set[str], rng: random.Random) -> str:
+def _next_expert_action(world: LabWorld, state: RoomState, searched: set[str], rng: random.Random) -> str:
     """One step of the map-knowing, content-blind expert (module docstring)."""
     held = set(carried(state))
     missing = [t for t in world.targets if state.location(t) not in (AGENT, world.destination)]
@@ -313,7 +298,7 @@ class LabEnv:
             raise ValueError(f"max_steps must be >= 1, got {max_steps}")
         self.max_steps = max_steps
         self._world: LabWorld | None = None
-        self._state: LabState | None = None
+        self._state: RoomState | None = None
         self._t = 0
 
     def reset(self, task: TaskSpec) -> Reset:

@@ -1,7 +1,7 @@
 """The lab world's side of the rule teacher (cold start, paper §3.3; tags of paper §3.2): the four calls
 `teachers.RuleTeacher` makes, with the signatures of `kits.RuleKit`.
 
-The teacher may read the lab's own world model (`envs.lab.build_world`), so every label follows from
+The teacher may read the lab's own world model (`envs.lab_world.build_world`), so every label follows from
 the state the expert step acted in, not from parsing text.
 
 Tags. step 0: ``planning`` with the numbered subgoals; moves and container openings while a target has
@@ -25,7 +25,8 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..envs.lab import NOTHING_HAPPENS, LabState, LabWorld, build_world, transition, visible_objects
+from ..envs.lab_world import NOTHING_HAPPENS, LabWorld, build_world, transition, visible_objects
+from ..envs.rooms import RoomState
 from ..rollout.trajectory import Episode, Step
 from .mistakes import Mistake, order_mistakes
 from .phrasing import numbered_plan, say
@@ -54,7 +55,7 @@ def subgoals(world: LabWorld) -> tuple[str, ...]:
                                                       f"in the {world.destination}")
 
 
-def _states(task_id: str, actions: Sequence[str]) -> tuple[LabWorld, list[LabState]]:
+def _states(task_id: str, actions: Sequence[str]) -> tuple[LabWorld, list[RoomState]]:
     """The world and the state before every action (and after the last)."""
     world, state = build_world(task_id)
     states = [state]
