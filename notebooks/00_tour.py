@@ -61,7 +61,6 @@ from rlvmr_nb.notebooks import setup_notebook
 
 setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
 
-import copy
 from pathlib import Path
 
 import pandas as pd
@@ -192,8 +191,7 @@ steps.pivot_table(index="episode", columns="reward_class", values="r_MR", aggfun
 # %%
 by_preset = {}
 for name in PRESETS:
-    eps = copy.deepcopy(group)
-    eps = with_rewards(eps, RewardConfig.for_preset(name))
+    eps = with_rewards(group, RewardConfig.for_preset(name))  # copies: `group` keeps its outcome-channel rewards
     by_preset[name] = with_advantages(eps, grpo_mr_advantages(eps, name))
 compare = pd.DataFrame(casestudy.step_records(by_preset["official_code"]))[["episode", "t", "tag", "action"]]
 compare.insert(1, "step", compare["t"] + 1)
