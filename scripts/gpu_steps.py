@@ -161,48 +161,110 @@ def step_kernels(check: Any) -> dict:
 
 
 def step_fused_loss(check: Any) -> dict:
-    """`benchmarks/fused_loss.py` at the Qwen2.5-1.5B shape: reference, fused, the bare lm_head matmul (the floor)
-    and Liger side by side, warm (the benchmark's own warm-ups and repeats)."""
-    from rlvmr_nb.update.kernels import fused_grpo
+    """The GRPO-MR loss with its lm_head at the Qwen2.5-1.5B shape, bf16, 4,096 and 16,384 response tokens, forward +
+    backward, warm (2 warm-ups, median of 5, CUDA events), in this process: the naive reference (full logits), our
+    fused chunked kernel, the bare ``h @ W^T`` forward + backward (three GEMMs: the floor), and Liger's
+    ``LigerFusedLinearGRPOLoss`` where installed. Peak memory above the inputs. `benchmarks/fused_loss.py` is the
+    full benchmark (more shapes, CPU too)."""
+    from rlvmr_nb.update.kernels import default_chunk_size, fused_grpo, fused_grpo_loss
+    from rlvmr_nb.update.reference_loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 
-    notes, methods = [], ["reference", "fused"]
-    if check.dry_run:
-        notes.append("dry run on the CPU: Liger's loss runs only on CUDA here (benchmarks/fused_loss.py)")
-        shape_args = ["--shapes", "smollm2-135m", "--tokens", "256", "--dtypes", "float32", "--repeats", "1"]
-    elif not torch.cuda.is_available():
+    if not check.dry_run and not torch.cuda.is_available():
         return {"status": "skipped", "reason": "the GPU benchmark needs a CUDA GPU and torch sees none"}
-    else:
-        shape_args = ["--shapes", "qwen2.5-1.5b", "--qwen-tokens", "4096", "16384", "--dtypes", "bfloat16",
-                      "--max-reference-gb", "80"]
-    methods += _fused_loss_methods(check, notes)
-    results = check.out / "gpu_fused_loss.json"
-    with tempfile.TemporaryDirectory() as scratch:  # its figure stays out of the results folder (8 files at most)
-        cmd = [sys.executable, str(REPO / "benchmarks/fused_loss.py"), "--device", check.device, "--methods", *methods,
-               *shape_args, "--out", str(results), "--figure", str(Path(scratch) / "fused_loss")]
-        proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=check.budget_s, env=child_env())
-    if proc.returncode != 0:
-        return {"status": "failed", "reason": proc.stderr[-3000:], "notes": notes}
-    doc = json.loads(results.read_text())
-    cases = [{k: c.get(k) for k in ("shape", "dtype", "tokens", "method", "status", "peak_mb", "total_s", "median_s",
-                                    "reason")} for c in doc["cases"]]
-    failed = [c for c in cases if c["status"] not in ("ok", "skipped")]
-    doc.update({"step": "fused_loss", "notes": notes, "grad_weight_gemm_paths_this_process": fused_grpo.GRAD_WEIGHT_GEMMS})
-    results.write_text(json.dumps(doc, indent=1, default=str) + "\n")
-    return {"status": "failed" if failed else "ok", "cases": cases, "summary": doc.get("summary"), "notes": notes,
-            "results_file": results.name, "writes_own_file": True}
+    device = torch.device(check.device)
+    dtype = torch.float32 if check.dry_run else torch.bfloat16
+    width, vocab = (64, 4096) if check.dry_run else (1536, 151936)
+    sizes = (256, 512) if check.dry_run else (4096, 16384)
+    config, notes, cases = LossConfig(), [], []
+    liger = _liger_grpo_loss(config, notes) if device.type == "cuda" else None
+    for tokens in sizes:
+        batch, length = tokens // 256, 256
+        gen = torch.Generator().manual_seed(0)
+        hidden = torch.randn(batch, length, width, generator=gen).to(device, dtype).requires_grad_()
+        weight = (torch.randn(vocab, width, generator=gen) / width**0.5).to(device, dtype).requires_grad_()
+        targets = torch.randint(0, vocab, (batch, length), generator=gen).to(device)
+        old = (-11.0 + 0.1 * torch.randn(batch, length, generator=gen)).to(device)
+        ref = old + 0.05 * torch.randn(batch, length, generator=gen).to(device)
+        adv = torch.randn(batch, generator=gen).to(device)
+        mask = torch.ones(batch, length, dtype=torch.bool, device=device)
+        def reference() -> torch.Tensor:
+            logp, entropy = reference_logprobs_from_hidden(hidden, weight, targets, return_entropy=True)
+            return grpo_loss(logp, old, ref, adv, mask, entropy, config)[0]
+
+        methods: dict[str, Callable[[], torch.Tensor]] = {
+            "reference": reference, "fused": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask,
+                                                                   config=config).loss,
+            "fused_cpu_chunk": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask, config=config,
+                                                      chunk_size=default_chunk_size(tokens, vocab, "cpu")).loss}
+        if liger is not None:
+            methods["liger"] = lambda: liger(hidden, weight, targets, mask, adv, ref_per_token_logps=ref,
+                                             old_per_token_logps=old)[0]
+        for name, method in methods.items():
+            cases.append({"tokens": tokens, "method": name, **_time_fwd_bwd(method, (hidden, weight), check.device)})
+        cases.append({"tokens": tokens, "method": "matmul_floor", **_time_matmul_floor(hidden.detach(), weight.detach(),
+                                                                                        check.device)})
+    floor_s = {c["tokens"]: c.get("median_s") for c in cases if c["method"] == "matmul_floor"}
+    for c in cases:
+        if c.get("median_s") and floor_s.get(c["tokens"]):
+            c["vs_matmul_floor"] = round(c["median_s"] / floor_s[c["tokens"]], 2)
+    return {"status": "ok", "shape": "qwen2.5-1.5b" if not check.dry_run else "tiny", "dtype": str(dtype), "cases": cases,
+            "grad_weight_gemm_paths": dict(fused_grpo.GRAD_WEIGHT_GEMMS), "notes": notes,
+            "floor_note": "matmul_floor: logits = h W^T, dh = G W, dW = G^T h with a given G (no autograd, no softmax): "
+                          "the GEMMs any lm_head loss must run"}
 
 
-def _fused_loss_methods(check: Any, notes: list[str]) -> list[str]:
-    """The methods the benchmark offers beyond reference and fused: the matmul floor, and Liger's where installed."""
-    proc = subprocess.run([sys.executable, str(REPO / "benchmarks/fused_loss.py"), "--help"], cwd=REPO,
-                          capture_output=True, text=True, env=child_env(), timeout=60)
-    offered = [m for m in ("matmul_floor", "liger", "liger_triton") if m in proc.stdout]
-    if check.dry_run:
-        return [m for m in offered if not m.startswith("liger")]
-    if importlib.util.find_spec("liger_kernel") is None:
-        notes.append("liger-kernel is not installed: Liger's columns are missing (pip install liger-kernel==0.8.5)")
-        return [m for m in offered if not m.startswith("liger")]
-    return offered
+def _time_matmul_floor(hidden: torch.Tensor, weight: torch.Tensor, device: str) -> dict:
+    h = hidden.reshape(-1, hidden.shape[-1])
+    grad = torch.randn(h.shape[0], weight.shape[0], device=h.device, dtype=h.dtype)
+
+    def gemms() -> None:
+        h @ weight.t()
+        grad @ weight
+        grad.t() @ h
+
+    for _ in range(2):
+        gemms()
+    timer = Timer(device)
+    for _ in range(5):
+        with timer():
+            gemms()
+    return {"status": "ok", "median_s": round(timer.median, 5), "min_s": round(min(timer.times), 5)}
+
+
+def _liger_grpo_loss(config: Any, notes: list[str]) -> Any:
+    try:
+        from liger_kernel.chunked_loss import LigerFusedLinearGRPOLoss
+    except ImportError as err:
+        notes.append(f"liger-kernel not importable ({err}): its column is missing")
+        return None
+    notes.append("Liger's loss eager (compiled=False): torch.compile's first call would take the step's whole budget")
+    return LigerFusedLinearGRPOLoss(beta=config.kl_coef, loss_type="bnpo", use_ref_model=True, compiled=False)
+
+
+def _time_fwd_bwd(method: Callable[[], torch.Tensor], leaves: tuple, device: str, warmups: int = 2,
+                  repeats: int = 5) -> dict:
+    """Forward + backward of `method`: warm-ups, then the median of `repeats` (and the peak memory above the inputs)."""
+    try:
+        for _ in range(warmups):
+            method().backward()
+            for t in leaves:
+                t.grad = None
+        timer = Timer(device)
+        base = torch.cuda.memory_allocated() if device == "cuda" else 0
+        if device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+        for _ in range(repeats):
+            with timer():
+                method().backward()
+            for t in leaves:
+                t.grad = None
+        peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if device == "cuda" else None
+        return {"status": "ok", "median_s": round(timer.median, 5), "min_s": round(min(timer.times), 5),
+                "peak_mb": round(peak, 1) if peak is not None else None}
+    except Exception as err:  # noqa: BLE001 - one method's failure (e.g. out of memory) must not hide the others
+        for t in leaves:
+            t.grad = None
+        return {"status": "failed", "reason": f"{type(err).__name__}: {str(err)[:300]}"}
 
 
 def _rollout_prompts(tok: Any, groups: int, prefix_len: int, suffix_len: int) -> list[list[int]]:
@@ -237,7 +299,7 @@ def step_rollout(check: Any) -> dict:
              "static_eager": dict(decode="static", cuda_graphs=False)}
     generators = {name: HFGenerator(model, tok, dtype=None, extra_logits_processors=ban_eos, min_shared_prefix=0,
                                     max_batch_size=len(prompts), cpu_attention=False, **opts) for name, opts in paths.items()}
-    repeats = {"generate": 2, "static_graph": 3, "static_eager": 1}
+    repeats = {"generate": 3, "static_graph": 3, "static_eager": 1}
     record: dict[str, Any] = {}
     timers = {name: Timer(check.device) for name in generators}
     with peak_memory(record):
@@ -280,9 +342,14 @@ def _update_samples(check: Any, tok: Any, count: int) -> list:
 
 
 def step_update(check: Any) -> dict:
-    """The PPO update's micro-batch (forward + backward through `micro_batch_loss`, fused loss, bf16 autocast over fp32
-    master weights) at the paper shape: right-padded against packed, with and without gradient checkpointing; fused
-    against multi-tensor AdamW; and a profile of the packed micro-batch's heaviest kernels."""
+    """The PPO update's micro-batch (forward + backward through `micro_batch_loss`, fused loss) at the paper shape.
+    Variants, each warm (its first micro-batch untimed): right-padded against packed, with and without gradient
+    checkpointing (bf16 autocast over fp32 master weights: the trainer's set-up); packed micro-batches of 8 samples
+    instead of 4; and, as measurements of what limits the update, the same with the weights themselves in bf16 (no
+    per-use casts, bf16 residual stream) and with Liger's Triton RMSNorm/SwiGLU/RoPE. Also fused against multi-tensor
+    AdamW, and a kernel profile of the packed micro-batch."""
+    import copy
+
     from rlvmr_nb.update.loss_terms import LossConfig
     from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel
     from rlvmr_nb.update.ppo import micro_batch_loss
@@ -292,39 +359,74 @@ def step_update(check: Any) -> dict:
     tok = tokenizer()
     model = random_model(check, tok).train()
     per_micro, timed = (2, 2) if check.dry_run else (4, 6)
-    samples = _update_samples(check, tok, per_micro * (timed + 1))
-    micro = [samples[i : i + per_micro] for i in range(0, len(samples), per_micro)]
-    flops = [sum(sample_flops(len(s.prompt_ids), len(s.response_ids), model.config) for s in m) for m in micro[1:]]
-    real = sum(len(s.prompt_ids) + len(s.response_ids) for m in micro[1:] for s in m)
-    padded_tokens = sum(len(m) * max(len(s.prompt_ids) + len(s.response_ids) for s in m) for m in micro[1:])
+    samples = _update_samples(check, tok, 2 * per_micro * (timed // 2 + 1))
+    by_size = {size: [samples[i : i + size] for i in range(0, len(samples), size)] for size in (per_micro, 2 * per_micro)}
     measured = matmul_tflops() if check.device == "cuda" else None
-    variants, record = {}, {}
-    for packed in (False, True):
-        for checkpointing in (True, False):
-            name = f"{'packed' if packed else 'padded'}{'_checkpointed' if checkpointing else ''}"
-            model.gradient_checkpointing_disable() if not checkpointing else model.gradient_checkpointing_enable()
-            logprob_model = ResponseLogprobModel(model, autocast=check.device == "cuda")
-            options = LogprobOptions(autocast=check.device == "cuda", packed=packed)
-            timer, mem = Timer(check.device), {}
+    autocast = check.device == "cuda"
+    variants, record, first = {}, {}, {}
+
+    def measure(name: str, net: Any, size: int, packed: bool, checkpointing: bool, use_autocast: bool = autocast) -> None:
+        micro = by_size[size]
+        flops = sum(sample_flops(len(s.prompt_ids), len(s.response_ids), net.config) for m in micro[1:] for s in m)
+        real = sum(len(s.prompt_ids) + len(s.response_ids) for m in micro[1:] for s in m)
+        net.gradient_checkpointing_enable() if checkpointing else net.gradient_checkpointing_disable()
+        logprob_model = ResponseLogprobModel(net, autocast=use_autocast)
+        options = LogprobOptions(autocast=use_autocast, packed=packed)
+        timer, mem = Timer(check.device), {}
+        try:
             with peak_memory(mem):
                 for k, batch in enumerate(micro):
-                    context = timer() if k else contextlib.nullcontext()  # the first micro-batch warms up
-                    with context:
+                    with timer() if k else contextlib.nullcontext():  # the first micro-batch warms up
                         loss, _ = micro_batch_loss(logprob_model, batch, tok.pad_token_id, LossConfig(), options)
                         loss.backward()
-                    model.zero_grad(set_to_none=True)
-            seconds = sum(timer.times)
-            variants[name] = {"seconds_per_micro_batch": round(timer.median, 4), "tokens_per_s": round(real / seconds, 1),
-                              **mfu(sum(flops) / seconds / 1e12, measured), **mem}
-    model.gradient_checkpointing_disable()
-    record["padding_fraction_padded_layout"] = round(1 - real / padded_tokens, 4)
-    record["adamw_step_s"] = _adamw_seconds(model, check.device)
-    record["profile_packed"] = _profile(lambda: micro_batch_loss(ResponseLogprobModel(model, check.device == "cuda"), micro[1],
+                    if not k:  # the warm-up's loss and gradient norm: the layouts must agree (bf16 rounding aside)
+                        grads = [q.grad.float().norm() for q in net.parameters() if q.grad is not None]
+                        first[name] = (float(loss), float(torch.stack(grads).norm()))
+                    net.zero_grad(set_to_none=True)
+        except Exception as err:  # noqa: BLE001 - e.g. out of memory on a smaller card: reported, the others go on
+            net.zero_grad(set_to_none=True)
+            variants[name] = {"status": "failed", "reason": f"{type(err).__name__}: {str(err)[:300]}"}
+            return
+        seconds = sum(timer.times)
+        variants[name] = {"samples_per_micro_batch": size, "tokens_per_micro_batch": round(real / len(timer.times)),
+                          "seconds_per_micro_batch": round(timer.median, 4), "tokens_per_s": round(real / seconds, 1),
+                          **mfu(flops / seconds / 1e12, measured), **mem}
+        print(json.dumps({name: variants[name]}), file=sys.stderr, flush=True)
+
+    measure("padded_checkpointed", model, per_micro, packed=False, checkpointing=True)  # the iteration's old set-up
+    measure("padded", model, per_micro, packed=False, checkpointing=False)
+    measure("packed", model, per_micro, packed=True, checkpointing=False)
+    record["profile_packed"] = _profile(lambda: micro_batch_loss(ResponseLogprobModel(model, autocast), by_size[per_micro][1],
                                                                  tok.pad_token_id, LossConfig(),
-                                                                 LogprobOptions(autocast=check.device == "cuda"))[0].backward(),
+                                                                 LogprobOptions(autocast=autocast))[0].backward(),
                                         check.device)
-    return {"status": "ok", "samples_per_micro_batch": per_micro, "timed_micro_batches": timed,
-            "tokens_per_micro_batch": round(real / timed), "variants": variants,
+    model.zero_grad(set_to_none=True)
+    measure("packed_checkpointed", model, per_micro, packed=True, checkpointing=True)
+    measure("packed_twice_the_samples", model, 2 * per_micro, packed=True, checkpointing=False)
+    model.gradient_checkpointing_disable()
+    record["adamw_step_s"] = _adamw_seconds(model, check.device)
+    lengths = [[len(s.prompt_ids) + len(s.response_ids) for s in m] for m in by_size[per_micro][1:]]
+    record["padding_fraction_padded_layout"] = round(1 - sum(map(sum, lengths)) / sum(len(x) * max(x) for x in lengths), 4)
+    if check.device == "cuda":
+        bf16 = copy.deepcopy(model).to(torch.bfloat16)
+        measure("packed_bf16_weights", bf16, per_micro, packed=True, checkpointing=False, use_autocast=False)
+        del bf16
+    if check.device == "cuda" and importlib.util.find_spec("liger_kernel") is not None:
+        try:  # Liger's Triton RMSNorm, SwiGLU and RoPE in place of the eager elementwise chains (patches the model)
+            from liger_kernel.transformers import apply_liger_kernel_to_qwen2
+
+            apply_liger_kernel_to_qwen2(rope=True, rms_norm=True, swiglu=True, cross_entropy=False,
+                                        fused_linear_cross_entropy=False, model=model)
+            measure("packed_liger_layers", model, per_micro, packed=True, checkpointing=False)
+        except Exception as err:  # noqa: BLE001 - an experiment; its failure is reported, not fatal
+            variants["packed_liger_layers"] = {"status": "failed", "reason": f"{type(err).__name__}: {str(err)[:300]}"}
+    (loss_pad, norm_pad), (loss_pack, norm_pack) = first["padded"], first["packed"]
+    record["packed_vs_padded_first_micro_batch"] = {"loss": [loss_pad, loss_pack], "grad_norm": [norm_pad, norm_pack],
+                                                    "grad_norm_relative_difference": abs(norm_pack / norm_pad - 1)}
+    from rlvmr_nb.update.kernels import packed_attention
+
+    record["packed_attention_paths"] = {"calls": dict(packed_attention.ATTENTION_PATHS), **packed_attention._VARLEN}
+    return {"status": "ok", "timed_micro_batches": timed, "variants": variants,
             "matmul_bf16_tflops_measured": round(measured, 1) if measured else None, **record}
 
 

@@ -1,4 +1,4 @@
-"""Packed micro-batches (`step_samples.pack_flat` + `kernels.packed_attention`) against right-padded ones: the same
+"""Packed micro-batches (`update.samples.pack_flat` + `kernels.packed_attention`) against right-padded ones: the same
 loss, the same gradients, the same no-grad log-probs, with and without gradient checkpointing. Guards against a
 sample attending to the one packed before it (its loss would still look plausible), position ids that do not
 restart per sample (rotary angles off for every later sample), a response index off by one at a sample boundary,

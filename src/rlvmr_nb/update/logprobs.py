@@ -38,9 +38,16 @@ class LogprobOptions:
     Models whose attention is not sdpa keep the padded layout."""
 
 
-_PREPARED_MASK = torch.ones((1, 1, 1, 1), dtype=torch.bool)
-"""Handed to the decoder with a packed row: transformers takes a 4-D mask as already prepared and builds none (it
-would otherwise build an [N, N] block mask from the restarting positions); the packed attention ignores it."""
+_PREPARED_MASKS: dict[torch.device, torch.Tensor] = {}
+
+
+def _prepared_mask(device: torch.device) -> torch.Tensor:
+    """Handed to the decoder with a packed row: transformers takes a 4-D mask as already prepared and builds none (it
+    would otherwise build an [N, N] block mask from the restarting positions); the packed attention ignores it. One
+    per device, made once (a host-to-device copy per forward would wait for the queued kernels)."""
+    if device not in _PREPARED_MASKS:
+        _PREPARED_MASKS[device] = torch.ones((1, 1, 1, 1), dtype=torch.bool, device=device)
+    return _PREPARED_MASKS[device]
 
 
 
@@ -63,7 +70,7 @@ class ResponseLogprobModel(torch.nn.Module):
             if bounds is None:
                 hidden = decoder(input_ids=ids, attention_mask=attn).last_hidden_state
             else:
-                hidden = decoder(input_ids=ids, position_ids=positions, attention_mask=_PREPARED_MASK.to(ids.device),
+                hidden = decoder(input_ids=ids, position_ids=positions, attention_mask=_prepared_mask(ids.device),
                                  cu_seq_lens_q=bounds).last_hidden_state
                 hidden = hidden.expand(index.shape[0], -1, -1)  # one row, gathered once per sample
         h = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])).float()

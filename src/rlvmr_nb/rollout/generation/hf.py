@@ -52,7 +52,7 @@ from rlvmr_nb.rollout.generation import shared_prefix
 from rlvmr_nb.rollout.generation.base import Generation, Generator, Prompt, SamplingConfig
 from rlvmr_nb.rollout.generation.cpu_attention import ATTENTION_NAME, register
 from rlvmr_nb.rollout.generation.shared_prefix import SharedPrefixCache
-from rlvmr_nb.rollout.generation.static_decode import static_decode, supports_static_decode
+from rlvmr_nb.rollout.generation.static_decode import STOP_CHECK_EVERY, static_decode, supports_static_decode
 
 _STOP_TAIL_TOKENS = 16  # a stop string of <= 16 characters fits in the last 16 tokens
 CPU_BATCH_ROWS = 8
@@ -116,8 +116,11 @@ cache, one CUDA graph per token on a GPU), ``auto`` (static on CUDA where the mo
 
 
 def _rows_with_stop(tokenizer: Any, generated: torch.Tensor, stops: Sequence[str]) -> torch.Tensor:
-    """bool [B]: rows whose generated tokens, decoded, contain a stop string (for `static_decode`)."""
-    texts = tokenizer.batch_decode(generated.cpu().tolist(), skip_special_tokens=False)
+    """bool [B]: rows whose latest generated tokens, decoded, contain a stop string (for `static_decode`, which looks
+    every `STOP_CHECK_EVERY` tokens: the tokens since its last look plus `_STOP_TAIL_TOKENS` before them cover any
+    stop string of up to 16 characters)."""
+    tail = generated[:, -(STOP_CHECK_EVERY + _STOP_TAIL_TOKENS):]
+    texts = tokenizer.batch_decode(tail.cpu().tolist(), skip_special_tokens=False)
     return torch.tensor([any(s in t for s in stops) for t in texts], dtype=torch.bool, device=generated.device)
 
 
