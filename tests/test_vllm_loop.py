@@ -220,7 +220,7 @@ class _RecordingLLM:
 
 
 def test_server_sleep_wakes_weights_before_loading_and_kv_cache_before_generating(tmp_path):
-    sys.path.insert(0, str(ROOT / "src" / "rlvmr_nb" / "generation"))
+    sys.path.insert(0, str(ROOT / "src" / "rlvmr_nb" / "rollout" / "generation"))
     try:
         import vllm_server
     finally:
