@@ -5,8 +5,8 @@ Measures, side by side in one run, at the SmolLM2 shape (H=576, V=49,152) and th
 (H=1,536, V=151,936), for several numbers of response tokens:
 
 * ``reference``: ``h @ W^T -> log_softmax -> gather`` + entropy from the full logits + `grpo_loss`,
-  autograd (what a plain PyTorch trainer does; `rlvmr_nb.loss`).
-* ``fused``: `rlvmr_nb.kernels.fused_grpo_loss`, gradients computed in the forward pass (default).
+  autograd (what a plain PyTorch trainer does; `rlvmr_nb.update.reference_loss`).
+* ``fused``: `rlvmr_nb.update.kernels.fused_grpo_loss`, gradients computed in the forward pass (default).
 * ``fused_recompute``: the same with ``strategy="recompute"`` (logits recomputed in backward).
 * ``matmul_floor``: only the three GEMMs of the lm_head (``h @ W^T`` forward; ``G W`` and ``G^T h`` backward
   for a random upstream gradient ``G`` of the logits' shape): no loss can be faster. The summary gives every
@@ -96,8 +96,8 @@ def build_step(method: str, shape: str, tokens: int, device, dtype) -> tuple[Cal
     into ``leaves`` (the hidden states and the lm_head weight), whose gradients each run resets."""
     import torch
 
-    from rlvmr_nb.kernels import fused_grpo_loss
-    from rlvmr_nb.loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
+    from rlvmr_nb.update.kernels import fused_grpo_loss
+    from rlvmr_nb.update.reference_loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 
     width, vocab = SHAPES[shape]
     batch, length = tokens // RESPONSE_LENGTH, RESPONSE_LENGTH
@@ -199,7 +199,7 @@ def run_case(case: dict) -> dict:
         pass
     import torch
 
-    from rlvmr_nb.kernels import default_chunk_size
+    from rlvmr_nb.update.kernels import default_chunk_size
 
     device = torch.device(case["device"])
     forward, backward, leaves = build_step(case["method"], case["shape"], case["tokens"], device,

@@ -29,9 +29,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from rlvmr_nb import distributed as dist  # noqa: E402
-from rlvmr_nb.loss import LossConfig  # noqa: E402
+from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.models import resolve_tokenizer  # noqa: E402
-from rlvmr_nb.step_samples import ResponseScorer, ScoringOptions, StepSample, micro_batch_loss  # noqa: E402
+from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel  # noqa: E402
+from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
+from rlvmr_nb.update.samples import StepSample  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EPISODE_FILES = ("smollm2_alfworld_30_steps.episodes.jsonl", "stop_string_action.episodes.jsonl",
@@ -68,14 +70,14 @@ def recorded_samples(seed: int) -> list[StepSample]:
 def time_layouts(model, micro_batches, samples, pad_id) -> tuple[dict[str, list[float]], dict[bool, dict]]:
     """Seconds per micro-batch of each layout, the two interleaved micro-batch by micro-batch (this 2-core machine
     is shared: a slow spell then hits both alike); the first micro-batch warms up and gives the gradients."""
-    scorer = ResponseScorer(model, autocast=False)
+    logprob_model = ResponseLogprobModel(model, autocast=False)
     times: dict[str, list[float]] = {"padded": [], "packed": []}
     first_grads: dict[bool, dict] = {}
     for k, micro in enumerate(micro_batches):
         batch = [samples[i] for i in micro.indices]
         for packed in ((False, True) if k % 2 else (True, False)):
             t0 = time.perf_counter()
-            loss, _ = micro_batch_loss(scorer, batch, pad_id, LossConfig(), ScoringOptions(autocast=False, packed=packed))
+            loss, _ = micro_batch_loss(logprob_model, batch, pad_id, LossConfig(), LogprobOptions(autocast=False, packed=packed))
             loss.backward()
             if k:
                 times["packed" if packed else "padded"].append(time.perf_counter() - t0)

@@ -16,7 +16,7 @@ def build_triton_for_the_interpreter() -> None:
     tests/test_kernels.py runs them on CPU tensors (CI has no GPU) instead of skipping.
 
     ``TRITON_INTERPRET`` is read when a ``triton.jit`` function is *defined*: triton's own library functions
-    (``tl.sum``, ``tl.max``) at ``import triton``, ours at the import of `rlvmr_nb.kernels.triton_grpo`. So both
+    (``tl.sum``, ``tl.max``) at ``import triton``, ours at the import of `rlvmr_nb.update.kernels.triton_grpo`. So both
     imports happen here, first in the process (``import torch._dynamo``, pulled in by transformers and others,
     imports triton too), with the variable set only around them: the suite's subprocesses (the vLLM server,
     whose venv has its own triton; notebooks) must not inherit it. The kernel tests set it again while they
@@ -34,7 +34,7 @@ def build_triton_for_the_interpreter() -> None:
     try:
         import triton.language  # noqa: F401
 
-        import rlvmr_nb.kernels.triton_grpo  # noqa: F401
+        import rlvmr_nb.update.kernels.triton_grpo  # noqa: F401
     finally:
         del os.environ["TRITON_INTERPRET"]
 

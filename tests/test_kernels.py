@@ -30,9 +30,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.kernels import chunked_logprobs, default_chunk_size, fused_grpo_loss  # noqa: E402
-from rlvmr_nb.kernels.triton_grpo import kernels_interpreted, triton_usable_on  # noqa: E402
-from rlvmr_nb.loss import (  # noqa: E402
+from rlvmr_nb.update.kernels import chunked_logprobs, default_chunk_size, fused_grpo_loss  # noqa: E402
+from rlvmr_nb.update.kernels.triton_grpo import kernels_interpreted, triton_usable_on  # noqa: E402
+from rlvmr_nb.update.reference_loss import (  # noqa: E402
     LossConfig,
     aggregate,
     grpo_loss,

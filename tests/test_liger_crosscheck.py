@@ -1,7 +1,7 @@
 """An independent cross-check of the fused loss: our `fused_grpo_loss` against Liger-Kernel's
 `LigerFusedLinearGRPOLoss` (liger-kernel 0.8.5, the dev extra), same fp64 CPU inputs.
 
-Our reference (`rlvmr_nb.loss`) and our kernel share `rlvmr_nb.loss_terms`, so a wrong formula there
+Our reference (`rlvmr_nb.update.reference_loss`) and our kernel share `rlvmr_nb.update.loss_terms`, so a wrong formula there
 would pass every test in tests/test_kernels.py. Liger's loss was written by others from TRL's
 GRPOTrainer; agreeing with it checks the formulas themselves. Conventions, read from the installed
 package (``liger_kernel/chunked_loss/grpo_loss.py`` and ``fused_linear_ppo.py``), and how ours are set
@@ -32,8 +32,8 @@ import pytest
 torch = pytest.importorskip("torch")
 chunked_loss = pytest.importorskip("liger_kernel.chunked_loss", reason="liger-kernel is in the dev extra")
 
-from rlvmr_nb.kernels import fused_grpo_loss  # noqa: E402
-from rlvmr_nb.loss import LossConfig, reference_logprobs_from_hidden  # noqa: E402
+from rlvmr_nb.update.kernels import fused_grpo_loss  # noqa: E402
+from rlvmr_nb.update.reference_loss import LossConfig, reference_logprobs_from_hidden  # noqa: E402
 
 pytestmark = pytest.mark.model
 

@@ -101,12 +101,12 @@ TRAIN_FLAG_FIELDS = {
     "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization", "vllm_sleep_level": "vllm_sleep_level",
     "tis_cap": "tis_cap", "bf16_autocast": "bf16_autocast",
 }
-"""`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`config_files.train_config`).
+"""`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`train_config.train_config`).
 Every option defaults to None = not given, so only the options typed on the command line override --config."""
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .config_files import train_config
+    from .train_config import train_config
     from .trainer import train
 
     given = {field: getattr(args, dest) for dest, field in TRAIN_FLAG_FIELDS.items() if getattr(args, dest) is not None}
@@ -175,7 +175,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 def _add_rollout_engine_args(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     """--rollout-backend, --rollout-dtype and --vllm-gpu-memory-utilization; `defaults=False` leaves them None
     (train: not given, so a --config file's values stand)."""
-    from .generation import BACKENDS, ENGINE_DTYPES
+    from .rollout.generation import BACKENDS, ENGINE_DTYPES
     from .validation import positive_float
 
     p.add_argument("--rollout-backend", default="hf" if defaults else None, choices=list(BACKENDS),
@@ -192,8 +192,8 @@ def _add_rollout_engine_args(p: argparse.ArgumentParser, defaults: bool = True) 
 def main(argv: list[str] | None = None) -> int:
     from .envs.registry import env_names, get_env
     from .envs.split_overlap import OVERLAP_MEASURES
-    from .generation import SLEEP_LEVELS
-    from .generation.base import STOP_POLICIES
+    from .rollout.generation import SLEEP_LEVELS
+    from .rollout.generation.base import STOP_POLICIES
     from .validation import non_negative_float, non_negative_int, positive_float, positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)

@@ -32,9 +32,9 @@ from typing import Any, Iterable, Sequence
 from ..atomic_io import atomic_open
 from ..envs.base import TaskSpec
 from ..envs.registry import get_env
-from ..prompts import AgentMemory, PromptConfig
-from ..tags import META_TAGS
-from ..trajectory import Episode, read_episodes, write_episodes
+from ..rollout.prompts import AgentMemory, PromptConfig
+from ..rollout.tags import META_TAGS
+from ..rollout.trajectory import Episode, read_episodes, write_episodes
 from .experts import (
     MAX_TRAJECTORY_STEPS,
     assert_no_heldout,
@@ -311,8 +311,8 @@ def load_coldstart_samples(path: str | os.PathLike, tokenizer: Any) -> list:
 
     CPU-sized subsets are chosen afterwards by `experiment.select_samples` (token cap, tag-stratified).
     """
-    from ..prompts import to_chat
-    from ..sft import SFTSample
+    from ..rollout.prompts import to_chat
+    from .sft import SFTSample
 
     return [SFTSample(prompt=to_chat(tokenizer, r["prompt"]), response=r["response"],
                       meta={k: v for k, v in r.items() if k not in ("prompt", "response")})

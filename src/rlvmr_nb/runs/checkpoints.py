@@ -74,7 +74,7 @@ def save_checkpoint(
 
     `model_state` replaces ``model.state_dict()`` when the caller gathered it. A sharded (FSDP) model's full
     state is gathered here: then every rank must call this, and only the one with `write` writes."""
-    from ..sharding import full_state_dicts, is_sharded
+    from ..update.sharding import full_state_dicts, is_sharded
 
     out_dir = Path(out_dir)
     final = checkpoint_path(out_dir, iteration)
@@ -140,7 +140,7 @@ def load_checkpoint(path: str | os.PathLike, model: Any, optimizer: torch.optim.
     """Restore model (and optimizer and RNG) from `path`; returns the iteration it was taken after.
 
     Tensors go to the device of the model's parameters (a sharded model: each rank keeps its shard)."""
-    from ..sharding import is_sharded, load_full_state_dicts
+    from ..update.sharding import is_sharded, load_full_state_dicts
 
     parts = read_checkpoint(path)
     state = parts["state.pt"]
