@@ -166,7 +166,7 @@ def step_fused_loss(check: Any) -> dict:
     fused chunked kernel, the bare ``h @ W^T`` forward + backward (three GEMMs: the floor), and Liger's
     ``LigerFusedLinearGRPOLoss`` where installed. Peak memory above the inputs. `benchmarks/fused_loss.py` is the
     full benchmark (more shapes, CPU too)."""
-    from rlvmr_nb.update.kernels import default_chunk_size, fused_grpo, fused_grpo_loss
+    from rlvmr_nb.update.kernels import default_chunk_size, fused_grpo_loss, torch_ops
     from rlvmr_nb.update.reference_loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 
     if not check.dry_run and not torch.cuda.is_available():
@@ -208,7 +208,7 @@ def step_fused_loss(check: Any) -> dict:
         if c.get("median_s") and floor_s.get(c["tokens"]):
             c["vs_matmul_floor"] = round(c["median_s"] / floor_s[c["tokens"]], 2)
     return {"status": "ok", "shape": "qwen2.5-1.5b" if not check.dry_run else "tiny", "dtype": str(dtype), "cases": cases,
-            "grad_weight_gemm_paths": dict(fused_grpo.GRAD_WEIGHT_GEMMS), "notes": notes,
+            "grad_weight_gemm_paths": dict(torch_ops.GRAD_WEIGHT_GEMMS), "notes": notes,
             "floor_note": "matmul_floor: logits = h W^T, dh = G W, dW = G^T h with a given G (no autograd, no softmax): "
                           "the GEMMs any lm_head loss must run"}
 

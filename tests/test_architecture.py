@@ -107,12 +107,11 @@ STAGES = ("envs", "rollout", "scoring", "update", "runs")
 ALLOWED_UPWARD = {
     ("rlvmr_nb.envs.alfworld_experts", "rlvmr_nb.rollout.trajectory"),
     ("rlvmr_nb.envs.scienceworld_gold", "rlvmr_nb.rollout.trajectory"),
-    ("rlvmr_nb.rollout.generation.static_decode", "rlvmr_nb.update.kernels.packed_attention"),
     ("rlvmr_nb.rollout.generation.hf", "rlvmr_nb.update.sharding"),
     ("rlvmr_nb.rollout.generation.vllm_backend", "rlvmr_nb.update.sharding"),
 }
 """Known imports against the flow, to be removed rather than added to: the expert replays of two envs record
-`Episode`s, and the rollout engines reuse the update's packed attention and gather FSDP-sharded weights."""
+`Episode`s, and the rollout engines gather FSDP-sharded weights."""
 
 
 def _stage(module: str) -> int | None:

@@ -1,6 +1,6 @@
 """A decode loop over a static KV cache, replayed as one CUDA graph per token on a GPU.
 
-Why: ``model.generate`` decodes a 1.5B model on an H200 at ~44 ms per token for 16 rows (measured, issue 25),
+Why: ``model.generate`` decodes a 1.5B model on an H200 at ~44 ms per token for 16 rows (measured; docs/gpu.md),
 while reading its 3 GB of bf16 weights takes ~0.7 ms: the time goes to launching ~500 small kernels from Python
 per token, growing the dynamic cache, and the per-step checks of ``generate``. Here the KV cache is allocated
 once for the whole call (`transformers.StaticCache`, prompt width + new tokens), the attention mask is ours (a
@@ -22,6 +22,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+SDPA_EQUIVALENT: set[str] = {"sdpa"}
+"""Attention implementations that are transformers' sdpa on an unpacked batch, so our boolean masks mean to them
+what they mean to sdpa. A later stage's variant adds its name here (the update's packed attention does)."""
 STOP_CHECK_EVERY = 8
 """Tokens decoded between two looks for finished rows (each look copies the new tokens to the host)."""
 
@@ -32,9 +35,7 @@ def supports_static_decode(model: Any) -> str | None:
     layer_types = getattr(config, "layer_types", None) or ["full_attention"] * config.num_hidden_layers
     if any(t != "full_attention" for t in layer_types) or getattr(config, "use_sliding_window", False):
         return "sliding-window layers need their own mask"
-    from rlvmr_nb.update.kernels.packed_attention import ATTENTION_NAME  # sdpa itself outside a packed update
-
-    if getattr(config, "_attn_implementation", None) not in ("sdpa", ATTENTION_NAME):  # boolean masks: sdpa's convention
+    if getattr(config, "_attn_implementation", None) not in SDPA_EQUIVALENT:  # boolean masks: sdpa's convention
         return f"attention {getattr(config, '_attn_implementation', None)!r} (static decoding takes sdpa)"
     if getattr(config, "is_encoder_decoder", False):
         return "encoder-decoder model"

@@ -31,7 +31,7 @@ import torch
 from torch.autograd.function import once_differentiable
 
 from rlvmr_nb.update.kernels.token_terms import ChunkedTokenTerms, aggregation_weights
-from rlvmr_nb.update.kernels.torch_ops import TorchChunkOps
+from rlvmr_nb.update.kernels.torch_ops import TorchChunkOps, accumulate_low_precision, low_precision_gemm
 from rlvmr_nb.update.reference_loss import LossConfig, accumulation_dtype, token_metrics
 
 STRATEGIES: tuple[str, ...] = ("forward_grad", "recompute")
@@ -113,44 +113,15 @@ def _backprop_chunk(
     """
     grad_logits = ops.grad_logits_(state, targets[rows], grad_logp, grad_entropy)
     hidden_chunk = hidden_mm[rows]
-    grad_mm = ops.for_matmul(grad_logits) if grad_hidden is not None or _low_precision_gemm(hidden_chunk, grad_weight) else None
+    grad_mm = ops.for_matmul(grad_logits) if grad_hidden is not None or low_precision_gemm(hidden_chunk, grad_weight) else None
     if grad_weight is not None:
-        if _low_precision_gemm(hidden_chunk, grad_weight):  # tensor cores, fp32 sum (autograd's bf16 linear's precision)
-            _accumulate_low_precision(grad_weight, grad_mm, hidden_chunk)
+        if low_precision_gemm(hidden_chunk, grad_weight):  # tensor cores, fp32 sum (autograd's bf16 linear's precision)
+            accumulate_low_precision(grad_weight, grad_mm, hidden_chunk)
         else:
             acc = grad_weight.dtype
             grad_weight.addmm_(grad_logits.t().to(acc), hidden_chunk.to(acc))
     if grad_hidden is not None:
         torch.mm(grad_mm, weight_mm, out=grad_hidden[rows])
-
-
-GRAD_WEIGHT_GEMMS: dict[str, int] = {}
-"""How the d(weight) GEMMs of this process ran ('bf16_fp32_out', 'tf32' or 'fp32'): benchmarks report it."""
-
-
-def _low_precision_gemm(hidden_chunk: torch.Tensor, grad_weight: torch.Tensor | None) -> bool:
-    """On a GPU with 16-bit GEMM inputs, d(weight) runs on tensor cores. An fp32 GEMM on the upcast operands (the
-    CPU path, exact) ran at the fp32 SIMT rate there: ~4/5 of the fused loss's time on the H200 (53 ms vs a 9.9 ms
-    lm_head floor at 4,096 tokens; issue 25)."""
-    return (grad_weight is not None and hidden_chunk.is_cuda and hidden_chunk.dtype in (torch.bfloat16, torch.float16)
-            and grad_weight.dtype == torch.float32)
-
-
-def _accumulate_low_precision(grad_weight: torch.Tensor, grad_logits_mm: torch.Tensor, hidden_chunk: torch.Tensor) -> None:
-    """``grad_weight += grad_logits^T @ hidden`` with 16-bit operands, fp32 accumulation and output (cuBLAS
-    ``out_dtype``); where this torch lacks it, TF32 on the fp32 upcasts (bf16 and fp16 values are exact in TF32)."""
-    try:
-        torch.addmm(grad_weight, grad_logits_mm.t(), hidden_chunk, out_dtype=torch.float32, out=grad_weight)
-        path = "bf16_fp32_out"
-    except (RuntimeError, TypeError):
-        saved = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = True
-        try:
-            grad_weight.addmm_(grad_logits_mm.t().float(), hidden_chunk.float())
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = saved
-        path = "tf32"
-    GRAD_WEIGHT_GEMMS[path] = GRAD_WEIGHT_GEMMS.get(path, 0) + 1
 
 
 def _chunks(num_rows: int, chunk_size: int) -> list[slice]:

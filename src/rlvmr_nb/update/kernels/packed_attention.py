@@ -131,7 +131,10 @@ def register() -> str:
         from transformers import AttentionInterface
         from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+        from rlvmr_nb.rollout.generation.static_decode import SDPA_EQUIVALENT
+
         AttentionInterface.register(ATTENTION_NAME, documents_sdpa_forward)
+        SDPA_EQUIVALENT.add(ATTENTION_NAME)  # generation may decode with it: it is sdpa outside a packed row
         AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
         _registered = True
     return ATTENTION_NAME

@@ -119,3 +119,32 @@ class TorchChunkOps:
         low = self._low[: grad.shape[0]]
         low.copy_(grad)
         return low
+
+
+GRAD_WEIGHT_GEMMS: dict[str, int] = {}
+"""How the d(weight) GEMMs of this process ran ('bf16_fp32_out', 'tf32' or 'fp32'): benchmarks report it."""
+
+
+def low_precision_gemm(hidden_chunk: torch.Tensor, grad_weight: torch.Tensor | None) -> bool:
+    """On a GPU with 16-bit GEMM inputs, d(weight) runs on tensor cores. An fp32 GEMM on the upcast operands (the
+    CPU path, exact) ran at the fp32 SIMT rate there: ~4/5 of the fused loss's time on the H200 (53 ms vs a 9.9 ms
+    lm_head floor at 4,096 tokens; docs/gpu.md)."""
+    return (grad_weight is not None and hidden_chunk.is_cuda and hidden_chunk.dtype in (torch.bfloat16, torch.float16)
+            and grad_weight.dtype == torch.float32)
+
+
+def accumulate_low_precision(grad_weight: torch.Tensor, grad_logits_mm: torch.Tensor, hidden_chunk: torch.Tensor) -> None:
+    """``grad_weight += grad_logits^T @ hidden`` with 16-bit operands, fp32 accumulation and output (cuBLAS
+    ``out_dtype``); where this torch lacks it, TF32 on the fp32 upcasts (bf16 and fp16 values are exact in TF32)."""
+    try:
+        torch.addmm(grad_weight, grad_logits_mm.t(), hidden_chunk, out_dtype=torch.float32, out=grad_weight)
+        path = "bf16_fp32_out"
+    except (RuntimeError, TypeError):
+        saved = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = True
+        try:
+            grad_weight.addmm_(grad_logits_mm.t().float(), hidden_chunk.float())
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = saved
+        path = "tf32"
+    GRAD_WEIGHT_GEMMS[path] = GRAD_WEIGHT_GEMMS.get(path, 0) + 1
