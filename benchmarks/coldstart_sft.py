@@ -33,7 +33,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before torch is imported
 def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.coldstart.dataset import build_coldstart_dataset, default_out_dir
     from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig, coldstart_sft_experiment
-    from rlvmr_nb.sft import SFTConfig
+    from rlvmr_nb.coldstart.sft import SFTConfig
 
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default="embedded:smollm2-135m-instruct")

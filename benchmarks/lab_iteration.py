@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.coldstart import build_coldstart_dataset
     from rlvmr_nb.evaluate import provenance
     from rlvmr_nb.lab.policy import LabPolicyConfig, build_lab_policy
-    from rlvmr_nb.loss import LossConfig
+    from rlvmr_nb.update.loss_terms import LossConfig
     from rlvmr_nb.models import describe_model, load_model
     from rlvmr_nb.trainer import TrainConfig, train
 

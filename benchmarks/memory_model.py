@@ -10,7 +10,7 @@ fragmentation do not enter (they do on a GPU: the derived budgets keep a margin 
 2. **Parameter counts** of Qwen2.5-1.5B and -7B (built on the meta device from their published configs: exact,
    no memory) and of the trainer's LoRA adapters on them (`runs.wrap_lora`, r = 16, every linear layer), counted
    on 1- and 2-layer models of the real shapes and scaled by layer count.
-3. **Activation memory of the decoder**, the trainer's own path (`step_samples.ResponseScorer` under
+3. **Activation memory of the decoder**, the trainer's own path (`update.logprobs.ResponseLogprobModel` under
    `devices.autocast_context`), on random-weight models of the real layer shapes with 1 and 2 layers and 512 and
    1,024 tokens, with and without gradient checkpointing (and with LoRA for the 7B shape). Two numbers per case:
    the bytes the forward leaves held for the backward, and the peak above weights and already-accumulated
@@ -114,10 +114,12 @@ def qwen_config(shape: str, layers: int | None = None, vocab: int | None = None)
 
 def bytes_per_parameter() -> dict:
     """One real update step of the trainer's code on a tiny model, then the bytes of every copy per parameter."""
-    from rlvmr_nb.generation.hf import HFGenerator
+    from rlvmr_nb.rollout.generation.hf import HFGenerator
     from rlvmr_nb.models import load_model
-    from rlvmr_nb.reference_policy import frozen_copy
-    from rlvmr_nb.step_samples import ResponseScorer, micro_batch_loss, response_logprobs, with_logprobs
+    from rlvmr_nb.update.reference_policy import frozen_copy
+    from rlvmr_nb.update.logprobs import ResponseLogprobModel, response_logprobs
+    from rlvmr_nb.update.ppo import micro_batch_loss
+    from rlvmr_nb.update.samples import with_logprobs
     from rlvmr_nb.trainer import TrainConfig
 
     sys.path.insert(0, str(REPO / "tests"))
@@ -128,10 +130,10 @@ def bytes_per_parameter() -> dict:
     n = sum(p.numel() for p in model.parameters())
     reference = frozen_copy(model)
     samples = random_samples(4)
-    logp = response_logprobs(model, samples, tok.pad_token_id, config.scoring)
+    logp = response_logprobs(model, samples, tok.pad_token_id, config.logprob_options)
     samples = with_logprobs(with_logprobs(samples, "old_logprobs", logp), "ref_logprobs", logp)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    loss, _ = micro_batch_loss(ResponseScorer(model, True), samples, tok.pad_token_id, config.loss, config.scoring)
+    loss, _ = micro_batch_loss(ResponseLogprobModel(model, True), samples, tok.pad_token_id, config.loss, config.logprob_options)
     loss.backward()
     grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
     optimizer.step()
@@ -190,7 +192,7 @@ def parameter_counts() -> dict:
 def activation_case(model, layers: int, tokens: int, checkpointing: bool) -> dict:
     """Bytes held from forward to backward, and the peak above weights + gradients over forward + backward."""
     from rlvmr_nb.devices import autocast_context
-    from rlvmr_nb.step_samples import ResponseScorer
+    from rlvmr_nb.update.logprobs import ResponseLogprobModel
 
     if checkpointing:
         model.gradient_checkpointing_enable()
@@ -206,7 +208,7 @@ def activation_case(model, layers: int, tokens: int, checkpointing: bool) -> dic
     response = tokens // 4
     index = torch.arange(tokens - response - 1, tokens - 1).unsqueeze(0)
     upstream = torch.randn(1, response, model.config.hidden_size, generator=gen)
-    scorer = ResponseScorer(model, autocast=True)
+    logprob_model = ResponseLogprobModel(model, autocast=True)
     tracker = LiveTensorBytes()
     t0 = time.perf_counter()
     with tracker:
@@ -214,7 +216,7 @@ def activation_case(model, layers: int, tokens: int, checkpointing: bool) -> dic
             tracker.track(t)
         base = tracker.reset_peak()
         with autocast_context(torch.device("cpu"), True):
-            hidden, _ = scorer(ids, attn, index)
+            hidden, _ = logprob_model(ids, attn, index)
         held = tracker.current - base
         (hidden * upstream).sum().backward()
         del hidden

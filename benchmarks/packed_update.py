@@ -6,7 +6,7 @@ token ids: prompts of 605-1,957 tokens, responses of 10-64), cut into micro-batc
 random weights and `--layers` decoder layers (the layout change is the same at any depth; fewer layers keep a
 2-core run short). For each layout, `--timed` micro-batches go through `micro_batch_loss` forward + backward (fused
 loss, fp32, as the CPU trainer runs) after one warm-up; the first micro-batch's gradients are compared between
-layouts. Writes benchmarks/results/packed_update_cpu.json::
+layouts. The layouts alternate micro-batch by micro-batch. Writes benchmarks/results/packed_update_cpu.json::
 
     OMP_WAIT_POLICY=PASSIVE PYTHONPATH=src .venv/bin/python benchmarks/packed_update.py
 """
@@ -19,6 +19,7 @@ import os
 import platform
 import random
 import subprocess
+import sys
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -28,9 +29,11 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import torch  # noqa: E402
 
 from rlvmr_nb import distributed as dist  # noqa: E402
-from rlvmr_nb.loss import LossConfig  # noqa: E402
+from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.models import resolve_tokenizer  # noqa: E402
-from rlvmr_nb.step_samples import ResponseScorer, ScoringOptions, StepSample, micro_batch_loss  # noqa: E402
+from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel  # noqa: E402
+from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
+from rlvmr_nb.update.samples import StepSample  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 EPISODE_FILES = ("smollm2_alfworld_30_steps.episodes.jsonl", "stop_string_action.episodes.jsonl",
@@ -64,20 +67,23 @@ def recorded_samples(seed: int) -> list[StepSample]:
     return samples
 
 
-def time_layout(model, micro_batches, samples, pad_id, packed: bool) -> tuple[list[float], dict[str, torch.Tensor]]:
-    scorer = ResponseScorer(model, autocast=False)
-    options = ScoringOptions(autocast=False, packed=packed)
-    times, first_grads = [], {}
+def time_layouts(model, micro_batches, samples, pad_id) -> tuple[dict[str, list[float]], dict[bool, dict]]:
+    """Seconds per micro-batch of each layout, the two interleaved micro-batch by micro-batch (this 2-core machine
+    is shared: a slow spell then hits both alike); the first micro-batch warms up and gives the gradients."""
+    logprob_model = ResponseLogprobModel(model, autocast=False)
+    times: dict[str, list[float]] = {"padded": [], "packed": []}
+    first_grads: dict[bool, dict] = {}
     for k, micro in enumerate(micro_batches):
         batch = [samples[i] for i in micro.indices]
-        t0 = time.perf_counter()
-        loss, _ = micro_batch_loss(scorer, batch, pad_id, LossConfig(), options)
-        loss.backward()
-        if k:
-            times.append(time.perf_counter() - t0)
-        else:  # the warm-up micro-batch also gives the gradients to compare
-            first_grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
-        model.zero_grad(set_to_none=True)
+        for packed in ((False, True) if k % 2 else (True, False)):
+            t0 = time.perf_counter()
+            loss, _ = micro_batch_loss(logprob_model, batch, pad_id, LossConfig(), LogprobOptions(autocast=False, packed=packed))
+            loss.backward()
+            if k:
+                times["packed" if packed else "padded"].append(time.perf_counter() - t0)
+            else:
+                first_grads[packed] = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+            model.zero_grad(set_to_none=True)
     return times, first_grads
 
 
@@ -99,18 +105,15 @@ def main(argv: list[str] | None = None) -> int:
     model = smollm2_shaped(tok, args.layers, args.seed).train()
     chosen = micro_batches[: args.timed + 1]
     timed_tokens = sum(sum(ls) for ls in lengths[1 : args.timed + 1])
-    result = {}
-    grads = {}
-    for packed in (False, True):
-        times, grads[packed] = time_layout(model, chosen, samples, tok.pad_token_id, packed)
-        name = "packed" if packed else "padded"
-        result[name] = {"seconds": [round(t, 3) for t in times], "real_tokens_per_s": round(timed_tokens / sum(times), 1)}
-        print(name, result[name], flush=True)
+    times, grads = time_layouts(model, chosen, samples, tok.pad_token_id)
+    result = {name: {"seconds": [round(t, 3) for t in ts], "real_tokens_per_s": round(timed_tokens / sum(ts), 1)}
+              for name, ts in times.items()}
+    print(result, flush=True)
     worst = max(float((grads[True][n] - grads[False][n]).abs().max() / (grads[False][n].abs().max() + 1e-30))
                 for n in grads[False])
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     doc = {"benchmark": "update micro-batch forward + backward, packed vs right-padded (CPU)",
-           "command": "benchmarks/packed_update.py " + " ".join(argv if argv is not None else []),
+           "command": " ".join(["benchmarks/packed_update.py", *(argv if argv is not None else sys.argv[1:])]),
            "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "git_sha": sha,
            "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(), "torch": torch.__version__},
            "model": f"SmolLM2-135M shape, {args.layers} layers, random weights, fp32",

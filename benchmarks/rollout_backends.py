@@ -68,7 +68,7 @@ def one_iteration(backend: str, model: str, shape: dict, work: Path) -> dict:
     """`trainer.train` for one iteration with `backend` (in this process); its metrics row, wall time and load."""
     from rlvmr_nb.models import load_model
     from rlvmr_nb.trainer import TrainConfig, train
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     load_before = os.getloadavg()
     t0 = time.perf_counter()
@@ -112,7 +112,7 @@ def main() -> None:
 
     from rlvmr_nb.envs.alfworld_data import default_source, install_alfworld_data
     from rlvmr_nb.evaluate import provenance
-    from rlvmr_nb.generation.vllm_backend import default_vllm_python, vllm_available
+    from rlvmr_nb.rollout.generation.vllm_backend import default_vllm_python, vllm_available
     from rlvmr_nb.models import ensure_embedded_model
 
     if not vllm_available():

@@ -39,13 +39,13 @@ from transformers import SuppressTokensLogitsProcessor  # noqa: E402
 
 from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks  # noqa: E402
 from rlvmr_nb.evaluate import provenance  # noqa: E402
-from rlvmr_nb.generation.base import SamplingConfig  # noqa: E402
-from rlvmr_nb.generation.hf import HFGenerator  # noqa: E402
-from rlvmr_nb.metrics import summarize  # noqa: E402
+from rlvmr_nb.rollout.generation.base import SamplingConfig  # noqa: E402
+from rlvmr_nb.rollout.generation.hf import HFGenerator  # noqa: E402
+from rlvmr_nb.scoring.metrics import summarize  # noqa: E402
 from rlvmr_nb.models import ensure_embedded_model, load_model  # noqa: E402
-from rlvmr_nb.prompts import PromptConfig  # noqa: E402
+from rlvmr_nb.rollout.prompts import PromptConfig  # noqa: E402
 from rlvmr_nb.rollout import LocalEnvs, RolloutConfig, run_rollouts  # noqa: E402
-from rlvmr_nb.trajectory import read_episodes, write_episodes  # noqa: E402
+from rlvmr_nb.rollout.trajectory import read_episodes, write_episodes  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "rollout_throughput.json"
 
@@ -140,7 +140,7 @@ def main() -> None:
             gen.extra_logits_processors.append(SuppressTokensLogitsProcessor(gen.eos_ids))
     if not args.no_vllm:
         try:
-            from rlvmr_nb.generation.vllm_backend import VLLMGenerator
+            from rlvmr_nb.rollout.generation.vllm_backend import VLLMGenerator
 
             generators["vllm"] = VLLMGenerator(str(ensure_embedded_model()), tok)
             generators["vllm_sequential"] = generators["vllm"]

@@ -31,7 +31,7 @@ RATES = ("success", "invalid", "invalid_malformed", "invalid_non_admissible", "e
 
 def run_summary(results_file: Path) -> tuple[dict, list]:
     """Metrics, config and per-step generation facts of one eval results file, and its episodes."""
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     doc = json.loads(results_file.read_text())
     episodes = read_episodes(results_file.with_suffix(".episodes.jsonl"))
@@ -50,7 +50,7 @@ def run_summary(results_file: Path) -> tuple[dict, list]:
 
 def text_after_action(episodes: list, parser_mode: str) -> dict:
     """Steps with text after their first </action>, and validity flips if each output were cut there."""
-    from rlvmr_nb.tags import parse_output
+    from rlvmr_nb.rollout.tags import parse_output
 
     steps = [s for ep in episodes for s in ep.steps]
     close = "</action>"

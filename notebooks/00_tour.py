@@ -21,12 +21,12 @@
 # four tags, and some of those tags earn a small reward that a program can check. This notebook
 # walks through the method on four rollouts of one ALFWorld task, one library module at a time:
 #
-# 1. the **prompt** the agent sees (`rlvmr_nb.prompts`),
-# 2. the **parser** that reads tag, action and format validity from its output (`rlvmr_nb.tags`),
-# 3. the **rewards**: outcome R(τ) and the meta-reasoning step rewards r_MR (`rlvmr_nb.rewards`),
+# 1. the **prompt** the agent sees (`rlvmr_nb.rollout.prompts`),
+# 2. the **parser** that reads tag, action and format validity from its output (`rlvmr_nb.rollout.tags`),
+# 3. the **rewards**: outcome R(τ) and the meta-reasoning step rewards r_MR (`rlvmr_nb.scoring.rewards`),
 # 4. the **advantages** of GRPO-MR under the official code's preset and the paper's equations
-#    (`rlvmr_nb.advantages`),
-# 5. the **metrics** the paper reports (`rlvmr_nb.metrics`).
+#    (`rlvmr_nb.scoring.advantages`),
+# 5. the **metrics** the paper reports (`rlvmr_nb.scoring.metrics`).
 #
 # The group was recorded on the real ALFWorld engine: the model outputs are scripted, the
 # observations, admissible commands and feedback are the engine's own.
@@ -61,19 +61,18 @@ from rlvmr_nb.notebooks import setup_notebook
 
 setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
 
-import copy
 from pathlib import Path
 
 import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, metrics, plots
-from rlvmr_nb.advantages import PRESETS, grpo_mr_advantages, with_advantages
+from rlvmr_nb.scoring.advantages import PRESETS, grpo_mr_advantages, with_advantages
 from rlvmr_nb.demo import example_group_path, reparse
 from rlvmr_nb.plots import plot_preset_comparison
-from rlvmr_nb.rewards import RewardConfig, assign_rewards
-from rlvmr_nb.tags import parse_output
-from rlvmr_nb.trajectory import read_episodes
+from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards
+from rlvmr_nb.rollout.tags import parse_output
+from rlvmr_nb.rollout.trajectory import read_episodes
 
 out_path = Path(out_dir)
 group = read_episodes(episodes_file or example_group_path())
@@ -159,10 +158,10 @@ casestudy.display_group(group)
 # selects either.
 
 # %%
-assign_rewards(group, RewardConfig(format_penalty_channel="outcome"))
+group = with_rewards(group, RewardConfig(format_penalty_channel="outcome"))
 steps = pd.DataFrame(casestudy.step_records(group))
 steps.insert(1, "step", steps["t"] + 1)  # 1-based, as in the prompt and the figures; t counts from 0
-steps[["episode", "step", "t", "tag", "reward_class", "valid", "admissible", "action", "r_MR", "score"]]
+steps[["episode", "step", "t", "tag", "reward_class", "valid", "admissible", "action", "r_MR", "outcome_score"]]
 
 # %%
 steps.pivot_table(index="episode", columns="reward_class", values="r_MR", aggfunc="sum", fill_value=0)
@@ -192,8 +191,7 @@ steps.pivot_table(index="episode", columns="reward_class", values="r_MR", aggfun
 # %%
 by_preset = {}
 for name in PRESETS:
-    eps = copy.deepcopy(group)
-    assign_rewards(eps, RewardConfig.for_preset(name))
+    eps = with_rewards(group, RewardConfig.for_preset(name))  # copies: `group` keeps its outcome-channel rewards
     by_preset[name] = with_advantages(eps, grpo_mr_advantages(eps, name))
 compare = pd.DataFrame(casestudy.step_records(by_preset["official_code"]))[["episode", "t", "tag", "action"]]
 compare.insert(1, "step", compare["t"] + 1)

@@ -96,7 +96,7 @@ from rlvmr_nb.coldstart import build_coldstart_dataset, read_manifest, read_samp
 from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig, coldstart_sft_experiment
 from rlvmr_nb.plots import plot_coldstart
 from rlvmr_nb.runs import model_label
-from rlvmr_nb.sft import SFTConfig
+from rlvmr_nb.coldstart.sft import SFTConfig
 
 run_dir = Path(runs_root) / "coldstart" / f"{env}-{level}-n{n_trajectories}-seed{seed}"
 dataset_dir = run_dir / "data"

@@ -96,7 +96,7 @@ from rlvmr_nb import casestudy, paper, plots
 from rlvmr_nb.plots import plot_training_curves, training_curve_records
 from rlvmr_nb.runs import model_label, read_metrics, read_validation
 from rlvmr_nb.trainer import TrainConfig, train
-from rlvmr_nb.trajectory import read_episodes
+from rlvmr_nb.rollout.trajectory import read_episodes
 
 run_dir = Path(runs_root) / f"{algo}_{env}_{level}_seed{seed}"
 out_path = Path(out_dir)

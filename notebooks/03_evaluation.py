@@ -31,7 +31,7 @@
 #
 # The intervals: with one seed, success gets the Wilson score interval and the step rates and
 # episode length a percentile bootstrap over episodes; with several seeds every metric gets a
-# bootstrap over games, each game carrying all its seeds' episodes (`rlvmr_nb.stats`).
+# bootstrap over games, each game carrying all its seeds' episodes (`rlvmr_nb.scoring.stats`).
 #
 # The policy can be a model spec (`embedded:smollm2-135m-instruct`, a hub id), a saved model
 # folder (the cold-start output of notebook 01) or a trainer run folder / checkpoint of notebook

@@ -43,7 +43,7 @@ out_dir = "figures"  # where paper_fig*.png/pdf and paper_table*.md/png/pdf are 
 ours_results = None  # JSON file of our results ({method: {level: metrics}} or records), or None
 ours_model = "ours"  # model name shown for our rows
 ours_env = "alfworld"  # environment of a results file that is not keyed by env
-ours_scale = 100.0  # rlvmr_nb.metrics writes rates as fractions; the paper uses percent
+ours_scale = 100.0  # rlvmr_nb.scoring.metrics writes rates as fractions; the paper uses percent
 formats = ["png", "pdf"]
 
 # %%
@@ -89,7 +89,7 @@ display(Markdown("\n".join(
 # ALFWorld, Qwen2.5-1.5B and 7B, on seen tasks (L0) and unseen task categories (L2). Plain GRPO
 # lifts success a lot on seen tasks but much less on unseen ones, and it *raises* the rate of
 # meaningless repeated actions; RLVMR keeps success high on L2 and repetition low. (The paper does
-# not define "repetitive" precisely; `rlvmr_nb.metrics` states the definition we use.)
+# not define "repetitive" precisely; `rlvmr_nb.scoring.metrics` states the definition we use.)
 
 # %%
 plots.save_figure(plots.plot_fig1(ours=ours), out_path, plots.figure_stem("fig1", ours), formats)

@@ -64,10 +64,10 @@ from pathlib import Path
 from IPython.display import HTML, Image, display
 
 from rlvmr_nb import casestudy, plots
-from rlvmr_nb.advantages import grpo_mr_advantages, with_advantages
+from rlvmr_nb.scoring.advantages import grpo_mr_advantages, with_advantages
 from rlvmr_nb.demo import example_group_path, reparse
-from rlvmr_nb.rewards import assign_rewards
-from rlvmr_nb.trajectory import read_episodes
+from rlvmr_nb.scoring.rewards import with_rewards
+from rlvmr_nb.rollout.trajectory import read_episodes
 
 out_path = Path(out_dir)
 rendered = []  # every HTML fragment shown, for the standalone page
@@ -86,7 +86,7 @@ def page_heading(text: str) -> None:
 
 # The example group with rewards and GRPO-MR advantages (official preset), as in notebook 00.
 group = reparse(read_episodes(example_group_path()))
-assign_rewards(group)
+group = with_rewards(group)
 group = with_advantages(group, grpo_mr_advantages(group, "official_code"))
 paper_cases = casestudy.paper_case_studies()
 display(HTML(casestudy.legend_html()))

@@ -21,7 +21,7 @@
 # worse, while RLVMR's verifiable meta-reasoning rewards cut repetition and hold up on unseen tasks.
 # Testing it on ALFWorld needs a GPU cluster. This notebook tests it in minutes on a laptop CPU:
 #
-# * **the world** (`rlvmr_nb.envs.lab`): a small house, rooms joined as a tree with dead ends and one
+# * **the world** (`rlvmr_nb.envs.lab_world`): a small house, rooms joined as a tree with dead ends and one
 #   cycle, objects hidden in closed containers, distractors; tens of thousands of steps a second. Splits:
 #   L0 new layouts, L1 unseen (object, destination) combinations, L2 a held-out task kind
 #   (`put_two`, "put the X and the Y in the C.");
@@ -75,7 +75,7 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import HTML, Image, Markdown, display
 
-from rlvmr_nb.envs.lab import describe_task, level_tasks
+from rlvmr_nb.envs.lab_world import describe_task, level_tasks
 from rlvmr_nb.lab import load_lab_config, run_coldstart, run_seed
 from rlvmr_nb.lab.experiment import StageTimer
 from rlvmr_nb.lab.report import fairness_markdown, results_markdown, write_lab_report

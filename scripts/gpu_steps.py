@@ -166,8 +166,8 @@ def step_fused_loss(check: Any) -> dict:
     fused chunked kernel, the bare ``h @ W^T`` forward + backward (three GEMMs: the floor), and Liger's
     ``LigerFusedLinearGRPOLoss`` where installed. Peak memory above the inputs. `benchmarks/fused_loss.py` is the
     full benchmark (more shapes, CPU too)."""
-    from rlvmr_nb.kernels import default_chunk_size, fused_grpo, fused_grpo_loss
-    from rlvmr_nb.loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
+    from rlvmr_nb.update.kernels import default_chunk_size, fused_grpo_loss, torch_ops
+    from rlvmr_nb.update.reference_loss import LossConfig, grpo_loss, reference_logprobs_from_hidden
 
     if not check.dry_run and not torch.cuda.is_available():
         return {"status": "skipped", "reason": "the GPU benchmark needs a CUDA GPU and torch sees none"}
@@ -194,8 +194,8 @@ def step_fused_loss(check: Any) -> dict:
         methods: dict[str, Callable[[], torch.Tensor]] = {
             "reference": reference, "fused": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask,
                                                                    config=config).loss,
-            "fused_chunk_x4": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask, config=config,
-                                                      chunk_size=4 * default_chunk_size(tokens, vocab)).loss}
+            "fused_cpu_chunk": lambda: fused_grpo_loss(hidden, weight, targets, old, ref, adv, mask, config=config,
+                                                      chunk_size=default_chunk_size(tokens, vocab, "cpu")).loss}
         if liger is not None:
             methods["liger"] = lambda: liger(hidden, weight, targets, mask, adv, ref_per_token_logps=ref,
                                              old_per_token_logps=old)[0]
@@ -208,7 +208,7 @@ def step_fused_loss(check: Any) -> dict:
         if c.get("median_s") and floor_s.get(c["tokens"]):
             c["vs_matmul_floor"] = round(c["median_s"] / floor_s[c["tokens"]], 2)
     return {"status": "ok", "shape": "qwen2.5-1.5b" if not check.dry_run else "tiny", "dtype": str(dtype), "cases": cases,
-            "grad_weight_gemm_paths": dict(fused_grpo.GRAD_WEIGHT_GEMMS), "notes": notes,
+            "grad_weight_gemm_paths": dict(torch_ops.GRAD_WEIGHT_GEMMS), "notes": notes,
             "floor_note": "matmul_floor: logits = h W^T, dh = G W, dW = G^T h with a given G (no autograd, no softmax): "
                           "the GEMMs any lm_head loss must run"}
 
@@ -283,8 +283,8 @@ def step_rollout(check: Any) -> dict:
     static eager path's tokens (same kernels, replayed): checked greedily."""
     from transformers import SuppressTokensLogitsProcessor
 
-    from rlvmr_nb.generation.base import SamplingConfig
-    from rlvmr_nb.generation.hf import HFGenerator
+    from rlvmr_nb.rollout.generation.base import SamplingConfig
+    from rlvmr_nb.rollout.generation.hf import HFGenerator
 
     if not check.dry_run and not torch.cuda.is_available():
         return {"status": "skipped", "reason": "the GPU rollout benchmark needs a CUDA GPU and torch sees none"}
@@ -327,7 +327,7 @@ def step_rollout(check: Any) -> dict:
 
 
 def _update_samples(check: Any, tok: Any, count: int) -> list:
-    from rlvmr_nb.step_samples import StepSample
+    from rlvmr_nb.update.samples import StepSample
 
     gen = torch.Generator().manual_seed(1)
     lo, hi, response = (20, 60, 8) if check.dry_run else (900, 1500, 128)
@@ -350,8 +350,9 @@ def step_update(check: Any) -> dict:
     AdamW, and a kernel profile of the packed micro-batch."""
     import copy
 
-    from rlvmr_nb.loss import LossConfig
-    from rlvmr_nb.step_samples import ResponseScorer, ScoringOptions, micro_batch_loss
+    from rlvmr_nb.update.loss_terms import LossConfig
+    from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel
+    from rlvmr_nb.update.ppo import micro_batch_loss
 
     if not check.dry_run and not torch.cuda.is_available():
         return {"status": "skipped", "reason": "the update benchmark needs a CUDA GPU and torch sees none"}
@@ -369,14 +370,14 @@ def step_update(check: Any) -> dict:
         flops = sum(sample_flops(len(s.prompt_ids), len(s.response_ids), net.config) for m in micro[1:] for s in m)
         real = sum(len(s.prompt_ids) + len(s.response_ids) for m in micro[1:] for s in m)
         net.gradient_checkpointing_enable() if checkpointing else net.gradient_checkpointing_disable()
-        scorer = ResponseScorer(net, autocast=use_autocast)
-        options = ScoringOptions(autocast=use_autocast, packed=packed)
+        logprob_model = ResponseLogprobModel(net, autocast=use_autocast)
+        options = LogprobOptions(autocast=use_autocast, packed=packed)
         timer, mem = Timer(check.device), {}
         try:
             with peak_memory(mem):
                 for k, batch in enumerate(micro):
                     with timer() if k else contextlib.nullcontext():  # the first micro-batch warms up
-                        loss, _ = micro_batch_loss(scorer, batch, tok.pad_token_id, LossConfig(), options)
+                        loss, _ = micro_batch_loss(logprob_model, batch, tok.pad_token_id, LossConfig(), options)
                         loss.backward()
                     if not k:  # the warm-up's loss and gradient norm: the layouts must agree (bf16 rounding aside)
                         grads = [q.grad.float().norm() for q in net.parameters() if q.grad is not None]
@@ -395,9 +396,9 @@ def step_update(check: Any) -> dict:
     measure("padded_checkpointed", model, per_micro, packed=False, checkpointing=True)  # the iteration's old set-up
     measure("padded", model, per_micro, packed=False, checkpointing=False)
     measure("packed", model, per_micro, packed=True, checkpointing=False)
-    record["profile_packed"] = _profile(lambda: micro_batch_loss(ResponseScorer(model, autocast), by_size[per_micro][1],
+    record["profile_packed"] = _profile(lambda: micro_batch_loss(ResponseLogprobModel(model, autocast), by_size[per_micro][1],
                                                                  tok.pad_token_id, LossConfig(),
-                                                                 ScoringOptions(autocast=autocast))[0].backward(),
+                                                                 LogprobOptions(autocast=autocast))[0].backward(),
                                         check.device)
     model.zero_grad(set_to_none=True)
     measure("packed_checkpointed", model, per_micro, packed=True, checkpointing=True)
@@ -422,7 +423,7 @@ def step_update(check: Any) -> dict:
     (loss_pad, norm_pad), (loss_pack, norm_pack) = first["padded"], first["packed"]
     record["packed_vs_padded_first_micro_batch"] = {"loss": [loss_pad, loss_pack], "grad_norm": [norm_pad, norm_pack],
                                                     "grad_norm_relative_difference": abs(norm_pack / norm_pad - 1)}
-    from rlvmr_nb.kernels import packed_attention
+    from rlvmr_nb.update.kernels import packed_attention
 
     record["packed_attention_paths"] = {"calls": dict(packed_attention.ATTENTION_PATHS), **packed_attention._VARLEN}
     return {"status": "ok", "timed_micro_batches": timed, "variants": variants,
@@ -468,7 +469,7 @@ def _profile(work: Callable[[], None], device: str, top: int = 12) -> list[dict]
 def train_once(check: Any, config_fields: dict, policy: Any, tok: Any) -> tuple[dict, list]:
     """One `train` call in a fresh folder, without writing its final checkpoint (timed, not kept)."""
     from rlvmr_nb import trainer
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     with tempfile.TemporaryDirectory(dir=check.out) as run_dir:
         config = trainer.TrainConfig(out_dir=run_dir, resume="never", progress=False, device=check.device, **config_fields)
@@ -504,7 +505,7 @@ def step_iteration(check: Any) -> dict:
                   micro_batch_size=2) if check.dry_run else
              dict(tasks_per_iteration=16, group_size=8, max_steps=3, max_new_tokens=128, mini_batch_size=128,
                   micro_batch_size=4))
-    from rlvmr_nb.generation import BACKENDS
+    from rlvmr_nb.rollout.generation import BACKENDS
 
     policy = random_model(check, tok)
     fields = dict(env=env, level="L0", iterations=1, max_prompt_tokens=6000, gradient_checkpointing=False,
@@ -581,8 +582,8 @@ def step_unsloth_sft(check: Any) -> dict:
         return skipped
     if importlib.util.find_spec("unsloth") is None:
         return {"status": "skipped", "reason": "unsloth is not installed (pip install unsloth; see this script's docstring)"}
-    from rlvmr_nb.prompts import to_chat
-    from rlvmr_nb.sft import SFTConfig, SFTSample, load_sft_model, train_sft
+    from rlvmr_nb.rollout.prompts import to_chat
+    from rlvmr_nb.coldstart.sft import SFTConfig, SFTSample, load_sft_model, train_sft
 
     base_tok = tokenizer()
     with tempfile.TemporaryDirectory(dir=check.out) as folder:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from rlvmr_nb.tags import format_step, parse_output
-from rlvmr_nb.trajectory import Episode, Step
+from rlvmr_nb.rollout.tags import format_step, parse_output
+from rlvmr_nb.rollout.trajectory import Episode, Step
 
 
 def step(t: int, tag: str | None, action: str, *, output: str | None = None, admissible: bool = True,
@@ -30,3 +30,13 @@ def worked_example() -> list[Episode]:
                   step(1, None, "go to c", output="I will go to c <action>go to c</action>", admissible=True),
                   step(2, "reflection", "go to d")], won=False, eid="t2")
     return [t1, t2]
+
+
+def score_with(episodes, config):
+    """The kept episodes and their steps' advantages (flat), as the trainer scores a batch under `config`."""
+    import numpy as np
+
+    from rlvmr_nb.scoring.scored import score_episodes
+
+    scored = score_episodes(episodes, config.algo, config.reward, config.advantage)
+    return scored.episodes, np.array([s.advantage for s in scored.steps])

@@ -3,7 +3,7 @@ or under torchrun (gloo), then a checkpoint: the trainer's code path for ``shard
 
 argv: checkpoint folder, sharding ('ddp' | 'fsdp'), number of samples (default 18), micro-batch size (default 2),
 gradient checkpointing ('1' | '0', default '0').
-The old and reference log-probs go through the trainer's `_with_old_and_ref_logprobs` (under FSDP: every rank
+The old and reference log-probs go through the trainer's `update.ppo.with_old_and_ref_logprobs` (under FSDP: every rank
 scores its share in lockstep, then all gather); the script checks that they equal the unsharded model's. The
 reference is then moved 0.05 nats off so the KL term has a gradient. Rank 0 also writes ``before.pt`` (the initial
 weights) and ``rollout.pt`` (the rollout generator's weights after its refresh from the updated policy)."""
@@ -16,15 +16,16 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from rlvmr_nb import distributed as dist  # noqa: E402
-from rlvmr_nb.loss import LossConfig  # noqa: E402
-from rlvmr_nb.generation.hf import HFGenerator  # noqa: E402
+from rlvmr_nb.update import distributed as dist  # noqa: E402
+from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
+from rlvmr_nb.rollout.generation.hf import HFGenerator  # noqa: E402
 from rlvmr_nb.models import load_model  # noqa: E402
-from rlvmr_nb.reference_policy import frozen_copy  # noqa: E402
+from rlvmr_nb.update.reference_policy import frozen_copy  # noqa: E402
 from rlvmr_nb.runs import save_checkpoint  # noqa: E402
-from rlvmr_nb.sharding import place_models  # noqa: E402
-from rlvmr_nb.step_samples import response_logprobs  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig, _with_old_and_ref_logprobs, ppo_update  # noqa: E402
+from rlvmr_nb.update.sharding import place_models  # noqa: E402
+from rlvmr_nb.update.logprobs import response_logprobs  # noqa: E402
+from rlvmr_nb.update.ppo import ppo_update, with_old_and_ref_logprobs  # noqa: E402
+from rlvmr_nb.trainer import TrainConfig  # noqa: E402
 from trainer_helpers import random_samples  # noqa: E402
 
 torch.set_num_threads(1)
@@ -37,7 +38,7 @@ model, tok = load_model("tiny-random:llama", seed=0)
 samples = random_samples(n_samples, seed=0)
 cfg = TrainConfig(lr=1e-3, mini_batch_size=8, micro_batch_size=micro, bf16_autocast=False, device="cpu",
                   sharding=sharding, out_dir=out, loss=LossConfig(entropy_coef=0.001), gradient_checkpointing=checkpointing)
-unsharded_logp = response_logprobs(model, samples, tok.pad_token_id, cfg.scoring)
+unsharded_logp = response_logprobs(model, samples, tok.pad_token_id, cfg.logprob_options)
 before = {k: v.clone() for k, v in model.state_dict().items()}
 if checkpointing:  # as the trainer does, before placing the model
     model.gradient_checkpointing_enable()
@@ -47,13 +48,16 @@ opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=c
 plan = dist.schedule_update(len(samples), cfg.mini_batch_size, cfg.micro_batch_size, cfg.ppo_epochs,
                             random.Random(0), rank, world)
 used = dist.samples_used(plan)
-samples = _with_old_and_ref_logprobs(models, samples, used, tok.pad_token_id, cfg, rank, world)
+samples = with_old_and_ref_logprobs(models, samples, used, tok.pad_token_id, cfg.logprob_options,
+                                    recompute_old=cfg.old_logprobs == "recompute", reference=bool(cfg.loss.kl_coef),
+                                    rank=rank, world=world)
 for i in used:
     torch.testing.assert_close(samples[i].old_logprobs, unsharded_logp[i], rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(samples[i].ref_logprobs, unsharded_logp[i], rtol=1e-5, atol=1e-5)
     samples[i].ref_logprobs = samples[i].ref_logprobs - 0.05
 model.train()
-ppo_update(models.scorer, opt, samples, plan, tok.pad_token_id, cfg, world)
+ppo_update(models.logprob_model, opt, samples, plan, tok.pad_token_id, cfg.loss, cfg.logprob_options,
+           old_logprobs=cfg.old_logprobs, tis_cap=cfg.tis_cap, grad_clip=cfg.grad_clip, world_size=world)
 save_checkpoint(out, 0, model, opt, cfg.to_dict() | {"model": "tiny-random:llama"}, write=rank == 0)
 generator = HFGenerator(models.rollout_model, tok)  # the trainer's rollout sampler, refreshed as each iteration does
 generator.update_weights(model)

@@ -10,13 +10,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from episode_builders import worked_example  # noqa: E402
+from episode_builders import score_with, worked_example  # noqa: E402
 from rlvmr_nb.cli import main  # noqa: E402
-from rlvmr_nb.config_files import read_train_settings, switch_advantage_preset, train_config  # noqa: E402
-from rlvmr_nb.loss import LossConfig  # noqa: E402
+from rlvmr_nb.train_config import read_train_settings, switch_advantage_preset, train_config  # noqa: E402
+from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.runs import read_metrics  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig, score_batch  # noqa: E402
-from rlvmr_nb.trajectory import read_episodes  # noqa: E402
+from rlvmr_nb.trainer import TrainConfig  # noqa: E402
+from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ABLATIONS = ("wo_mr_advantage", "wo_outcome_advantage", "wo_cold_start")
@@ -76,9 +76,9 @@ def test_each_ablation_selects_its_variant(name):
     assert (cfg.env, cfg.level) == ("alfworld", "L2")  # paper Table 3 reports L2
     assert cfg.model == (BASE_MODEL if name == "wo_cold_start" else "runs/coldstart/alfworld-L2-n200-seed0/sft")
     assert cfg.resolved_prompt_style == "meta_think"
-    _, advantages = score_batch(worked_example(), cfg)
+    _, advantages = score_with(worked_example(), cfg)
     assert list(advantages) == pytest.approx(ADVANTAGES_ON_WORKED_EXAMPLE[name], abs=1e-3)
-    _, full = score_batch(worked_example(), train_config(paper_run("rlvmr_alfworld")))
+    _, full = score_with(worked_example(), train_config(paper_run("rlvmr_alfworld")))
     assert list(full) == pytest.approx(FULL_RLVMR, abs=1e-3)
 
 
@@ -86,7 +86,7 @@ def test_without_the_outcome_advantage_under_the_paper_preset_too():
     """--preset paper keeps the file's ablation: alpha 0 leaves the paper's batch-wise MR channel alone."""
     cfg = train_config(ablation("wo_outcome_advantage"), {"advantage.preset": "paper"})
     assert (cfg.advantage.combine, cfg.advantage.alpha, cfg.reward.format_penalty_channel) == ("convex", 0.0, "step")
-    _, advantages = score_batch(worked_example(), cfg)
+    _, advantages = score_with(worked_example(), cfg)
     assert list(advantages) == pytest.approx([0.7071, 1.0, 0.7071, -0.7071, -0.7071, 1.0], abs=1e-4)
 
 
@@ -146,14 +146,14 @@ def test_config_file_errors_name_the_problem(tmp_path):
 
 
 def test_the_trainer_with_the_paper_preset_gives_the_papers_numbers_on_the_worked_example():
-    """`TrainConfig(advantage=preset('paper'))` through `score_batch` (the trainer's own path): the penalty moves
+    """`TrainConfig(advantage=preset('paper'))` through `score_episodes` (the trainer's own path): the penalty moves
     to the step reward with the preset, and the advantages are 0.5·A_traj + 0.5·A_MR of paper Eqs. 2-4 —
     guards against a config whose advantage preset and reward channel disagree."""
-    from rlvmr_nb.advantages import preset
+    from rlvmr_nb.scoring.advantages import preset
 
     cfg = TrainConfig(advantage=preset("paper"))
     assert cfg.reward.format_penalty_channel == "step"
-    _, advantages = score_batch(worked_example(), cfg)
+    _, advantages = score_with(worked_example(), cfg)
     a_traj = [0.7071] * 3 + [-0.7071] * 3  # R = [10, 0] over K = 2 trajectories, unbiased std
     a_mr = [0.7071, 1.0, 0.7071, -0.7071, -0.7071, 1.0]  # r_MR + r_format within each tag over the batch
     assert list(advantages) == pytest.approx([0.5 * t + 0.5 * m for t, m in zip(a_traj, a_mr)], abs=1e-4)

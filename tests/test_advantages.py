@@ -3,18 +3,18 @@ import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rlvmr_nb.advantages import (
+from rlvmr_nb.scoring.advantages import (
     AdvantageConfig, discounted_returns, gigpo_advantages, group_normalise, grpo_advantages,
     grpo_mr_advantages, meta_reasoning_advantage, outcome_advantage, preset, with_advantages,
 )
-from rlvmr_nb.rewards import RewardConfig, assign_rewards
+from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards
 
 from episode_builders import episode, step, worked_example
 
 
 def test_worked_example_spec_3_7_official_code():
-    eps = assign_rewards(worked_example())
-    assert [s.score for s in eps[0].steps + eps[1].steps] == pytest.approx([10, 10, 10, 0, -0.1, 0])
+    eps = with_rewards(worked_example())
+    assert [s.outcome_score for s in eps[0].steps + eps[1].steps] == pytest.approx([10, 10, 10, 0, -0.1, 0])
     a_ep = outcome_advantage(eps, unit="step", scope="group")
     assert a_ep == pytest.approx([0.913, 0.913, 0.913, -0.907, -0.925, -0.907], abs=1e-3)
     a_mr = meta_reasoning_advantage(eps)
@@ -30,7 +30,7 @@ def test_degenerate_all_fail_group_penalty_amplified():
     # docs/method.md, 'Normalisation': 30 steps, 3 invalid, all rollouts fail -> valid +0.33, invalid -2.95.
     steps = [step(t, "monitor", f"a{t}") for t in range(27)]
     steps += [step(27 + i, None, "x", output="garbage") for i in range(3)]
-    eps = assign_rewards([episode(steps, won=False)])
+    eps = with_rewards([episode(steps, won=False)])
     a = outcome_advantage(eps, unit="step")
     assert a[0] == pytest.approx(0.33, abs=0.01)
     assert a[-1] == pytest.approx(-2.95, abs=0.01)
@@ -50,7 +50,7 @@ def test_group_normalise_unbiased_std_and_mean_norm():
 
 
 def test_paper_preset_batch_trajectory_level():
-    eps = assign_rewards(worked_example(), RewardConfig(format_penalty_channel="step"))
+    eps = with_rewards(worked_example(), RewardConfig(format_penalty_channel="step"))
     adv = grpo_mr_advantages(eps, "paper")
     # Trajectory channel over K=2 trajectories: R = [10, 0] -> ±0.7071 (unbiased std).
     a_traj = outcome_advantage(eps, unit="trajectory", scope="batch")
@@ -73,7 +73,7 @@ def test_preset_overrides_and_errors():
 
 
 def test_missing_rewards_is_a_clear_error():
-    with pytest.raises(ValueError, match="assign_rewards"):
+    with pytest.raises(ValueError, match="with_rewards"):
         grpo_mr_advantages(worked_example())
 
 
@@ -87,7 +87,7 @@ def test_gigpo_anchor_states_share_groups():
                  step(1, "monitor", "take x from a", observation="at a", env_reward=10.0)], won=True, eid="a")
     b = episode([step(0, "monitor", "go to b", observation="start"),
                  step(1, "monitor", "go to c", observation="at b")], won=False, eid="b")
-    eps = assign_rewards([a, b])
+    eps = with_rewards([a, b])
     adv = gigpo_advantages(eps, gamma=0.95)
     a_ep = 0.7071
     # anchor 'start' has returns [9.5, 0] -> ±0.7071; 'at a' and 'at b' are singletons, which verl-agent gives
@@ -121,12 +121,12 @@ def batches(draw):
 @given(batches(), st.sampled_from(["official_code", "paper"]))
 def test_advantages_finite_and_zero_mean_within_groups(eps, name):
     channel = "outcome" if name == "official_code" else "step"
-    eps = assign_rewards(eps, RewardConfig(format_penalty_channel=channel))
+    eps = with_rewards(eps, RewardConfig(format_penalty_channel=channel))
     adv = grpo_mr_advantages(eps, name)
     assert np.all(np.isfinite(adv))
     cfg = preset(name)
     a_out = outcome_advantage(eps, cfg.outcome_unit, cfg.outcome_scope)
-    scores = np.array([s.score for ep in eps for s in ep.steps])
+    scores = np.array([s.outcome_score for ep in eps for s in ep.steps])
     keys = [ep.group_id if cfg.outcome_scope == "group" else "b" for ep in eps for _ in ep.steps]
     for k in set(keys):
         idx = [i for i, kk in enumerate(keys) if kk == k]
@@ -145,7 +145,7 @@ def test_advantages_finite_and_zero_mean_within_groups(eps, name):
 @settings(max_examples=40, deadline=None)
 @given(batches())
 def test_outcome_only_reduces_to_grpo_exactly(eps):
-    eps = assign_rewards(eps)
+    eps = with_rewards(eps)
     code = grpo_mr_advantages(eps, preset("official_code", mr_weight=0.0)).copy()
     assert np.array_equal(code, grpo_advantages(eps, unit="step", scope="group"))
     paper = grpo_mr_advantages(eps, preset("paper", alpha=1.0)).copy()

@@ -87,16 +87,17 @@ def test_eval_names_the_older_checkpoint_instead_of_evaluating_it(tmp_path, caps
 
 
 def test_ctrl_c_during_training_says_where_it_stopped_and_how_to_resume(tmp_path, capsys, monkeypatch):
-    from rlvmr_nb import cli, rollout
+    from rlvmr_nb import cli
+    from rlvmr_nb.rollout import loop
 
-    real = rollout.run_rollouts
+    real = loop.run_rollouts
 
     def interrupted_at_iteration_1(*args, iteration, **kwargs):
         if iteration == 1:
             raise KeyboardInterrupt
         return real(*args, iteration=iteration, **kwargs)
 
-    monkeypatch.setattr(rollout, "run_rollouts", interrupted_at_iteration_1)
+    monkeypatch.setattr(loop, "run_rollouts", interrupted_at_iteration_1)
     run = tmp_path / "run"
     arguments = [*TRAIN, "--model", "tiny-random:llama", "--out", str(run), "--iterations", "3", "--save-every", "1",
                  "--no-bf16-autocast"]
@@ -105,7 +106,7 @@ def test_ctrl_c_during_training_says_where_it_stopped_and_how_to_resume(tmp_path
     assert "Traceback" not in err
     assert ("interrupted at iteration 1; rerun the same command to resume (from ckpt-00000, iteration 1)"
             in err.splitlines()[-1])
-    monkeypatch.setattr(rollout, "run_rollouts", real)
+    monkeypatch.setattr(loop, "run_rollouts", real)
     assert cli.main(arguments) == 0  # the folder lock was released on the way out
     assert "resuming from ckpt-00000 (iteration 1)" in capsys.readouterr().out
     assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").open()] == [0, 1, 2]

@@ -28,9 +28,9 @@ from rlvmr_nb.coldstart import (
 from rlvmr_nb.coldstart.experts import candidate_order, expert_episode, replay, training_tasks
 from rlvmr_nb.coldstart.teachers import task_of
 from rlvmr_nb.envs.base import TaskSpec
-from rlvmr_nb.prompts import AgentMemory, PromptConfig
-from rlvmr_nb.tags import META_TAGS, parse_output
-from rlvmr_nb.trajectory import Episode, Step, read_episodes
+from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig
+from rlvmr_nb.rollout.tags import META_TAGS, parse_output
+from rlvmr_nb.rollout.trajectory import Episode, Step, read_episodes
 
 L2_HELDOUT = {"pick_cool_then_place_in_recep", "pick_two_obj_and_place"}
 
@@ -316,7 +316,7 @@ def test_tiny_sft_experiment_raises_format_validity(l2_dataset, tmp_path):
     held-out evaluation runs before and after through evaluate.py."""
     pytest.importorskip("torch")
     from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig, coldstart_sft_experiment
-    from rlvmr_nb.sft import SFTConfig
+    from rlvmr_nb.coldstart.sft import SFTConfig
 
     config = ColdStartExperimentConfig(
         # a 2-layer hidden-64 model needs ~80 steps to fit one response; more samples would not fit 60 s
@@ -356,7 +356,7 @@ def test_command_line_builds_a_dataset(alf_env, l2_dataset, tmp_path, capsys):
 def test_sft_sample_choice_keeps_tag_shares_under_a_token_cap():
     """A token cap alone keeps the short first-step <planning> samples; stratified choice keeps the tag mix."""
     from rlvmr_nb.coldstart.experiment import select_samples
-    from rlvmr_nb.sft import SFTSample
+    from rlvmr_nb.coldstart.sft import SFTSample
 
     class WordTokenizer:  # one token per word, plus the end-of-turn token
         eos_token_id = 0

@@ -88,7 +88,7 @@ def test_unknown_specs_say_what_is_accepted(spec):
 def test_every_config_checks_its_device_when_it_is_made():
     from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig
     from rlvmr_nb.evaluate import EvalConfig
-    from rlvmr_nb.sft_config import SFTConfig, check_config
+    from rlvmr_nb.coldstart.sft_config import SFTConfig, check_config
     from rlvmr_nb.trainer import TrainConfig
 
     for spec in ("auto", "cpu", "cuda", "cuda:1"):  # written on any machine; resolved where it runs
@@ -111,7 +111,7 @@ def test_every_config_checks_its_device_when_it_is_made():
 @pytest.mark.skipif(HAS_CUDA, reason="checks the error raised where there is no GPU")
 def test_train_eval_and_sft_refuse_cuda_without_a_gpu(tmp_path, tiny_llama_copy):
     from rlvmr_nb.evaluate import EvalConfig, evaluate_policy
-    from rlvmr_nb.sft import SFTConfig, SFTSample, train_sft
+    from rlvmr_nb.coldstart.sft import SFTConfig, SFTSample, train_sft
     from rlvmr_nb.trainer import train
 
     model, tok = tiny_llama_copy
@@ -165,14 +165,14 @@ def test_place_moves_only_what_is_elsewhere(tiny_llama_copy):
 def test_trainer_placement_puts_policy_and_reference_where_asked(tiny_llama_copy, reference_device):
     """`place_models` with a device other than the CPU (the meta device stands in for a GPU here): the policy,
     its rollout model and (reference_device='same') the reference end up there, buffers included."""
-    from rlvmr_nb.reference_policy import frozen_copy
-    from rlvmr_nb.sharding import place_models
+    from rlvmr_nb.update.reference_policy import frozen_copy
+    from rlvmr_nb.update.sharding import place_models
 
     model, _ = tiny_llama_copy
     target = torch.device("meta")
     models = place_models(model, frozen_copy(model), target, 1, "ddp", reference_device, True)
     assert devices.tensors_off(models.policy, target) == [] and models.rollout_model is models.policy
-    assert devices.tensors_off(models.scorer, target) == []
+    assert devices.tensors_off(models.logprob_model, target) == []
     home = target if reference_device == "same" else torch.device("cpu")
     assert devices.tensors_off(models.reference, home) == []
     assert models.reference_moves == (reference_device == "cpu") and not models.lockstep
@@ -190,9 +190,9 @@ def _train_and_record(tmp_path, monkeypatch, **config):
         seen["models"] = place_models(*args, **kwargs)
         return seen["models"]
 
-    def recording_update(scorer, optimizer, *args, **kwargs):
+    def recording_update(logprob_model, optimizer, *args, **kwargs):
         seen["optimizer"] = optimizer
-        return ppo_update(scorer, optimizer, *args, **kwargs)
+        return ppo_update(logprob_model, optimizer, *args, **kwargs)
 
     monkeypatch.setattr(trainer, "place_models", recording_place)
     monkeypatch.setattr(trainer, "ppo_update", recording_update)

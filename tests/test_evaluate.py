@@ -39,14 +39,14 @@ def test_evaluate_writes_traceable_results(tmp_path):
 
 
 def _played(task_ids, wins, seed):
-    from rlvmr_nb.trajectory import Episode
+    from rlvmr_nb.rollout.trajectory import Episode
 
     return [Episode(task_id=t, env="door", task_type="door", won=w, seed=seed) for t, w in zip(task_ids, wins)]
 
 
 def test_seeds_aggregate_over_all_episodes_with_task_clustered_intervals():
     from rlvmr_nb.evaluate import aggregate_seeds
-    from rlvmr_nb.metrics import summarize
+    from rlvmr_nb.scoring.metrics import summarize
 
     tasks = ["a", "b", "c", "d"]
     runs = {s: (eps, summarize(eps)) for s, eps in
@@ -63,7 +63,7 @@ def test_seeds_aggregate_over_all_episodes_with_task_clustered_intervals():
 @pytest.mark.slow
 def test_cli_eval_with_several_seeds_writes_each_seed_and_the_aggregate(tmp_path, capsys):
     from rlvmr_nb import cli
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     out = tmp_path / "toy.json"
     assert cli.main(["eval", "--model", "tiny-random:llama", "--env", "toy", "--max-tasks", "3", "--max-steps", "2",

@@ -25,14 +25,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvmr_nb import tags
+from rlvmr_nb.rollout import tags
 from rlvmr_nb.coldstart.chat_transport import EndpointError, redact
 from rlvmr_nb.coldstart.teachers import AnnotationRejected, LLMTeacher, TeacherUnavailable, parse_annotation
 from rlvmr_nb.envs.alfworld import game_path, walkthrough_actions
 from rlvmr_nb.envs.alfworld_data import JSON_DIRNAME, MARKER_NAME, resolve_alfworld_data
 from rlvmr_nb.envs.base import TaskSpec
 from rlvmr_nb.evaluate import write_results
-from rlvmr_nb.trajectory import Episode, Step, append_episodes, iter_episodes, read_episodes, write_episodes
+from rlvmr_nb.rollout.trajectory import Episode, Step, append_episodes, iter_episodes, read_episodes, write_episodes
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
@@ -363,7 +363,7 @@ ADVERSARIAL = {  # name: (piece, repeats, tail) -> a ~10 MB model output
 
 def test_tag_parser_is_linear_on_adversarial_inputs():
     code = (
-        "import json, time\nfrom rlvmr_nb.tags import parse_output\nworst = {}\n"
+        "import json, time\nfrom rlvmr_nb.rollout.tags import parse_output\nworst = {}\n"
         f"for name, (piece, repeats, tail) in {ADVERSARIAL!r}.items():\n"
         "    text = piece * repeats + tail\n"
         "    assert len(text) > 9_000_000\n"

@@ -10,13 +10,13 @@ import pytest
 
 pytest.importorskip("torch")
 
-from episode_builders import episode, step  # noqa: E402
+from episode_builders import episode, score_with, step  # noqa: E402
 from rlvmr_nb import cli  # noqa: E402
-from rlvmr_nb.advantages import AdvantageConfig, compute_advantages  # noqa: E402
+from rlvmr_nb.scoring.advantages import AdvantageConfig, compute_advantages  # noqa: E402
 from rlvmr_nb.evaluate import EvalConfig  # noqa: E402
-from rlvmr_nb.loss import LossConfig  # noqa: E402
-from rlvmr_nb.rewards import RewardConfig, assign_rewards  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig, score_batch  # noqa: E402
+from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
+from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards  # noqa: E402
+from rlvmr_nb.trainer import TrainConfig  # noqa: E402
 
 
 def _group(n_aborted: int):
@@ -34,12 +34,12 @@ def _group(n_aborted: int):
 @pytest.mark.parametrize("algo", ["rlvmr", "grpo", "gigpo"])
 def test_aborted_episodes_leave_the_batch_before_advantages(algo):
     config = TrainConfig(algo=algo)
-    clean_eps, clean = score_batch(_group(0), config)
-    kept, with_faults = score_batch(_group(2), config)
+    clean_eps, clean = score_with(_group(0), config)
+    kept, with_faults = score_with(_group(2), config)
     assert [e.episode_id for e in kept] == [e.episode_id for e in clean_eps]
     np.testing.assert_array_equal(with_faults, clean)
     # What the old code did: normalise with the aborted episodes as failures, which shifts every advantage.
-    biased = assign_rewards(_group(2))
+    biased = with_rewards(_group(2))
     old = compute_advantages(algo, biased, config.advantage)[: len(clean)]
     assert not np.allclose(old, clean), "the test would not notice aborted episodes counting as failures"
 
@@ -84,8 +84,8 @@ def test_a_wrong_resume_path_is_a_message_not_a_traceback(tmp_path, capsys):
 
 
 def test_nan_rewards_stop_the_update_instead_of_being_averaged_away():
-    eps = assign_rewards(_group(0))
-    eps[0].steps[0].score = math.nan
+    eps = with_rewards(_group(0))
+    eps[0].steps[0].outcome_score = math.nan
     with pytest.raises(FloatingPointError, match="not finite"):
         compute_advantages("rlvmr", eps, AdvantageConfig())
 

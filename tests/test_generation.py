@@ -16,7 +16,7 @@ from model_fixtures import (  # noqa: E402,F401  (fixtures)
     tiny_llama,
     tiny_qwen2,
 )
-from rlvmr_nb.generation import (  # noqa: E402
+from rlvmr_nb.rollout.generation import (  # noqa: E402
     EVAL_SAMPLING,
     TRAIN_SAMPLING,
     Generation,
@@ -24,7 +24,7 @@ from rlvmr_nb.generation import (  # noqa: E402
     make_generator,
     sampling_preset,
 )
-from rlvmr_nb.prompts import to_chat  # noqa: E402
+from rlvmr_nb.rollout.prompts import to_chat  # noqa: E402
 
 BF16_MEAN_TOL, BF16_MAX_TOL = 0.15, 1.0
 """|sampler logprob - fp32 rescored logprob| when sampling in bf16 (8 mantissa bits). Measured at
@@ -144,7 +144,7 @@ def test_seeded_sampling_is_reproducible_and_n_is_prompt_major(tiny_llama, smoll
 
 
 def test_sampler_draws_the_softmax_distribution():
-    from rlvmr_nb.generation.hf import _ExponentialRaceSampler
+    from rlvmr_nb.rollout.generation.hf import _ExponentialRaceSampler
 
     probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0])  # zero-probability tokens inside and at the end
     n = 40_000
@@ -225,7 +225,7 @@ VLLM_FP32_TOL = 1e-3
 def vllm_tiny(smollm2_tokenizer):
     """(engine, model): a vLLM engine in fp32 serving a private tiny Llama with head_dim 32
     (vLLM's CPU attention needs head_dim >= 32)."""
-    from rlvmr_nb.generation.vllm_backend import vllm_available
+    from rlvmr_nb.rollout.generation.vllm_backend import vllm_available
     from rlvmr_nb.models import tiny_random_model
 
     if not vllm_available():
@@ -304,7 +304,7 @@ def _group_prompts(tok):
 
 
 def test_common_prefix_length():
-    from rlvmr_nb.generation.hf import common_prefix_length
+    from rlvmr_nb.rollout.generation.hf import common_prefix_length
 
     assert common_prefix_length([[1, 2, 3], [1, 2, 4], [1, 2]]) == 2
     assert common_prefix_length([[5, 6], [5, 6]]) == 2
@@ -343,7 +343,7 @@ def test_shared_prefix_prefill_matches_unshared(fixture, cpu_attention, smollm2_
 @pytest.mark.parametrize("kv_heads", [1, 3])
 def test_cascade_attention_equals_sdpa_over_the_concatenated_cache(kv_heads):
     """Prefix kept once + rows' part, merged by log-sum-exp == one SDPA over ``prefix | pad | suffix``."""
-    from rlvmr_nb.generation.shared_prefix import _PrefixThenRowsLayer, cascade_attention
+    from rlvmr_nb.rollout.generation.shared_prefix import _PrefixThenRowsLayer, cascade_attention
 
     gen = torch.Generator().manual_seed(0)
     batch, heads, dim, prefix_len, suffix_len = 3, 6, 16, 11, 9
@@ -376,7 +376,7 @@ def test_cascade_attention_equals_sdpa_over_the_concatenated_cache(kv_heads):
 
 
 def test_shared_prefix_layer_grows_in_place_and_past_its_headroom():
-    from rlvmr_nb.generation.shared_prefix import _PrefixThenRowsLayer
+    from rlvmr_nb.rollout.generation.shared_prefix import _PrefixThenRowsLayer
 
     prefix = torch.randn(1, 2, 5, 4)
     layer = _PrefixThenRowsLayer(prefix, prefix, headroom=2)
@@ -392,7 +392,7 @@ def test_shared_prefix_layer_grows_in_place_and_past_its_headroom():
 
 
 def test_packed_gqa_decode_matches_sdpa_with_and_without_mask(fresh_tiny_llama):
-    from rlvmr_nb.generation.cpu_attention import register
+    from rlvmr_nb.rollout.generation.cpu_attention import register
 
     model = fresh_tiny_llama
     assert model.config.num_key_value_heads < model.config.num_attention_heads  # GQA: the packed path applies
@@ -414,7 +414,7 @@ def test_packed_gqa_decode_matches_sdpa_with_and_without_mask(fresh_tiny_llama):
 
 
 def test_generator_leaves_a_shared_model_attention_alone(fresh_tiny_llama, smollm2_tokenizer):
-    from rlvmr_nb.generation.cpu_attention import ATTENTION_NAME
+    from rlvmr_nb.rollout.generation.cpu_attention import ATTENTION_NAME
 
     model = fresh_tiny_llama
     make_generator("hf", model, smollm2_tokenizer, dtype=None)

@@ -61,18 +61,45 @@ def test_dry_run_reports_every_step_and_skips_cuda_only_ones_with_a_reason(dry_r
 
 @pytest.mark.slow
 def test_dry_run_exercises_the_measurement_code(dry_run):
-    out, _ = dry_run
+    out, stdout = dry_run
+    assert stdout.startswith("gpu-check plan")  # the plan comes first
     iteration = _read(out, "iteration")
     run = iteration["runs"][0]
     assert run["backend"] == "hf" and run["samples"] > 0
     assert all(run[k] > 0 for k in ("rollout_s", "logprobs_s", "update_s", "update_model_tflop"))
-    assert iteration["mfu"]["status"] == "skipped" and "CPU" in iteration["mfu"]["reason"]
+    assert run["mfu_update"]["status"] == "skipped" and "CPU" in run["mfu_update"]["reason"]
+    assert run["projection"]["paper_iteration_s"] > 0 and run["projection"]["paper_run_h"] > 0
     rollout = _read(out, "rollout")
-    assert set(rollout["tokens_per_s"]) == {"shared_prefix", "no_sharing"}
+    assert set(rollout["tokens_per_s"]) == {"generate", "static_graph", "static_eager"}
     assert all(v > 0 for v in rollout["tokens_per_s"].values())
+    assert rollout["greedy_rows_identical"]["static_graph_vs_static_eager"] == 1.0
+    update = _read(out, "update")
+    assert {"padded", "packed", "padded_checkpointed", "packed_checkpointed"} <= set(update["variants"])
+    assert update["packed_vs_padded_first_micro_batch"]["grad_norm_relative_difference"] < 1e-5  # fp32 on the CPU
     fused = _read(out, "fused_loss")
-    assert {(c["method"], c["status"]) for c in fused["cases"]} == {("reference", "ok"), ("fused", "ok")}
+    assert {(c["method"], c["status"]) for c in fused["cases"]} == {
+        ("reference", "ok"), ("fused", "ok"), ("fused_cpu_chunk", "ok"), ("matmul_floor", "ok")}
     assert _read(out, "alfworld")["last_iteration"]["samples"] > 0
+
+
+def test_the_plan_fits_an_eight_minute_gpu_run():
+    module = _module()
+    assert [name for name, _ in module.plan(list(module.STEPS), dry_run=False)] == list(module.STEPS)
+    assert sum(budget for _, budget in module.plan(list(module.STEPS), dry_run=False)) <= 8 * 60
+
+
+def test_carried_wheels_reach_every_step_subprocess(tmp_path, monkeypatch):
+    """A package carried with ``pip install --target DIR`` + ``PYTHONPATH=DIR`` must be importable in each step's
+    process: the driver used to replace PYTHONPATH with src/, hiding Liger's wheel from the fused-loss step."""
+    carried = tmp_path / "site"
+    (carried / "carried_pkg").mkdir(parents=True)
+    (carried / "carried_pkg" / "__init__.py").write_text("WHERE = 'carried'\n")
+    monkeypatch.setenv("PYTHONPATH", str(carried))
+    env = _module().child_env()
+    proc = subprocess.run([sys.executable, "-c", "import carried_pkg, rlvmr_nb; print(carried_pkg.WHERE)"],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "carried"
 
 
 def test_dry_run_never_writes_into_the_results_folder(monkeypatch):
@@ -87,7 +114,7 @@ def test_dry_run_never_writes_into_the_results_folder(monkeypatch):
 
 def test_bf16_peaks_by_device_name_and_update_flops():
     from rlvmr_nb.models import tiny_random_model, resolve_tokenizer
-    from rlvmr_nb.trajectory import Episode, Step
+    from rlvmr_nb.rollout.trajectory import Episode, Step
 
     module = _module()
     assert module.datasheet_tflops("NVIDIA H100 80GB HBM3") == 989.4

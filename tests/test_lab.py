@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("torch")
 
-from rlvmr_nb.envs.lab import level_tasks  # noqa: E402
+from rlvmr_nb.envs.lab_world import level_tasks  # noqa: E402
 from rlvmr_nb.lab import stats  # noqa: E402
 from rlvmr_nb.lab.policy import build_vocabulary, make_policy, make_tokenizer, world_corpus  # noqa: E402
 
@@ -29,8 +29,8 @@ def lab_tokenizer(tmp_path_factory):
 
 
 def test_word_tokenizer_round_trips_what_the_parser_reads(lab_tokenizer):
-    from rlvmr_nb.prompts import AgentMemory, PromptConfig, to_chat
-    from rlvmr_nb.tags import parse_output
+    from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig, to_chat
+    from rlvmr_nb.rollout.tags import parse_output
 
     tok = lab_tokenizer
     output = "<explore>The key may be in the Box, so i open it.</explore>\n<action>open box</action>\n"
@@ -49,8 +49,8 @@ def test_word_tokenizer_round_trips_what_the_parser_reads(lab_tokenizer):
 
 
 def test_policy_saves_as_a_model_folder_the_library_loads_and_samples(lab_tokenizer, tmp_path):
-    from rlvmr_nb.generation.base import SamplingConfig
-    from rlvmr_nb.generation.hf import HFGenerator
+    from rlvmr_nb.rollout.generation.base import SamplingConfig
+    from rlvmr_nb.rollout.generation.hf import HFGenerator
     from rlvmr_nb.lab.policy import LabPolicyConfig
     from rlvmr_nb.models import load_model
 
@@ -65,8 +65,8 @@ def test_policy_saves_as_a_model_folder_the_library_loads_and_samples(lab_tokeni
 
 
 def test_pooled_metrics_match_metrics_summarize():
-    from rlvmr_nb.metrics import summarize
-    from rlvmr_nb.trajectory import Episode, Step
+    from rlvmr_nb.scoring.metrics import summarize
+    from rlvmr_nb.rollout.trajectory import Episode, Step
 
     eps = [Episode(task_id=f"t{i}", env="lab", won=i % 2 == 0, steps=[
         Step(t=t, observation="o", action=a, feedback=f, valid=t != 1, admissible=f != "Nothing happens.")

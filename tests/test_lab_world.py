@@ -7,9 +7,9 @@ import time
 
 import pytest
 
-from rlvmr_nb.envs import lab
+from rlvmr_nb.envs import lab_world as lab
 from rlvmr_nb.envs.registry import get_env
-from rlvmr_nb.prompts import AgentMemory, PromptConfig
+from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig
 
 
 def _all_tasks():
@@ -73,8 +73,8 @@ def test_inadmissible_commands_do_nothing_and_the_world_is_fast():
 
 def test_walking_back_and_forth_counts_as_repetitive():
     """Looping is a real failure mode here: revisiting a room repeats an observation already seen."""
-    from rlvmr_nb.metrics import repetitive_steps
-    from rlvmr_nb.trajectory import Episode, Step
+    from rlvmr_nb.scoring.metrics import repetitive_steps
+    from rlvmr_nb.rollout.trajectory import Episode, Step
 
     env = lab.LabEnv()
     reset = env.reset(get_env("lab").tasks("train")[0])
@@ -89,7 +89,7 @@ def test_walking_back_and_forth_counts_as_repetitive():
 
 def test_cold_start_set_has_every_tag_and_no_heldout_kind(tmp_path):
     from rlvmr_nb.coldstart import build_coldstart_dataset, read_manifest, read_trajectories
-    from rlvmr_nb.tags import parse_output
+    from rlvmr_nb.rollout.tags import parse_output
 
     out = build_coldstart_dataset("lab", "L2", 30, seed=0, out_dir=tmp_path / "cs", progress=False)
     manifest = read_manifest(out)

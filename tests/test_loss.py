@@ -6,7 +6,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.loss import (  # noqa: E402
+from rlvmr_nb.update.reference_loss import (  # noqa: E402
     LossConfig,
     aggregate,
     entropy_from_logits,
@@ -190,3 +190,22 @@ def test_reference_logprobs_match_manual_softmax_with_temperature():
 
 def test_entropy_of_uniform_logits_is_log_vocab():
     assert entropy_from_logits(torch.zeros(2, 7)).allclose(torch.full((2,), math.log(7)))
+
+
+def test_the_importance_weight_is_a_factor_of_the_policy_term_only():
+    """The sampler correction's weight w multiplies the PPO-clip term (as the advantage's factor, A·w: the same
+    bits as folding it into a per-token advantage) and leaves the KL and entropy terms unweighted."""
+    gen = torch.Generator().manual_seed(0)
+    logp = (-torch.rand(3, 4, generator=gen)).requires_grad_()
+    old, ref, entropy = -torch.rand(3, 4, generator=gen), -torch.rand(3, 4, generator=gen), torch.rand(3, 4, generator=gen)
+    adv, weight = torch.randn(3, generator=gen), torch.rand(3, 4, generator=gen) * 2
+    mask = torch.ones(3, 4, dtype=torch.bool)
+    config = LossConfig(kl_coef=0.1, entropy_coef=0.01)
+    named, m_named = grpo_loss(logp, old, ref, adv, mask, entropy, config, importance_weight=weight)
+    folded, m_folded = grpo_loss(logp, old, ref, adv[:, None] * weight, mask, entropy, config)
+    assert torch.equal(named, folded) and torch.equal(m_named["kl"], m_folded["kl"])
+    unweighted, m_plain = grpo_loss(logp, old, ref, adv, mask, entropy, config)
+    assert torch.equal(m_named["kl"], m_plain["kl"]) and torch.equal(m_named["entropy"], m_plain["entropy"])
+    assert not torch.equal(m_named["pg_loss"], m_plain["pg_loss"])
+    with pytest.raises(ValueError, match="importance_weight"):
+        grpo_loss(logp, old, ref, adv, mask, entropy, config, importance_weight=weight[:, :2])

@@ -12,8 +12,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.loss import LossConfig
-from rlvmr_nb.loss_terms import (
+from rlvmr_nb.update.loss_terms import LossConfig
+from rlvmr_nb.update.loss_terms import (
     KL_LOG_RATIO_BOUND,
     entropy_bonus_term,
     k3_kl_term,

@@ -2,11 +2,13 @@ import math
 
 import pytest
 
-from rlvmr_nb.metrics import (
+from rlvmr_nb.scoring.metrics import (
     invalid_action_rates, mean_episode_length, mean_mr_reward_by_tag, repetitive_action_rate, repetitive_steps,
     success_by_task_type, success_rate, summarize, tag_distribution,
 )
-from rlvmr_nb.rewards import assign_rewards
+from rlvmr_nb.scoring.advantages import AdvantageConfig
+from rlvmr_nb.scoring.rewards import RewardConfig
+from rlvmr_nb.scoring.scored import score_episodes
 
 from episode_builders import episode, step, worked_example
 
@@ -68,11 +70,14 @@ def test_success_length_task_types_and_aborted_excluded():
 
 
 def test_tag_mix_and_mr_by_tag_on_worked_example():
-    eps = assign_rewards(worked_example())
+    eps = worked_example()
+    scored = score_episodes(eps, "rlvmr", RewardConfig(), AdvantageConfig())
     mix = tag_distribution(eps)
     assert mix == pytest.approx({"planning": 2 / 6, "explore": 1 / 6, "reflection": 1 / 6, "monitor": 1 / 6,
                                  "none": 1 / 6})
-    assert mean_mr_reward_by_tag(eps) == pytest.approx({"explore": 1.0, "none": 0.0, "planning": 0.5,
-                                                        "reflection": 1.0})
+    by_tag = {"explore": 1.0, "none": 0.0, "planning": 0.5, "reflection": 1.0}
+    assert mean_mr_reward_by_tag(scored.steps) == pytest.approx(by_tag)
+    assert summarize(eps, scored.steps)["mr_reward_by_tag"] == pytest.approx(by_tag)
+    assert summarize(eps)["mr_reward_by_tag"] == {}, "episodes alone carry no rewards: nothing is written into them"
     s = summarize(eps)
     assert s["success"] == 0.5 and s["episodes"] == 2 and s["invalid_malformed"] == pytest.approx(1 / 6)

@@ -118,8 +118,8 @@ def test_tokenizer_cache_is_built_once_under_a_lock(tmp_path, monkeypatch, smoll
 @pytest.mark.slow
 def test_embedded_smollm2_loads_offline_and_answers_sensibly():
     """First run converts the GGUF (~30-40 s); later runs load the cached safetensors (~3-5 s)."""
-    from rlvmr_nb.generation import SamplingConfig, make_generator
-    from rlvmr_nb.prompts import to_chat
+    from rlvmr_nb.rollout.generation import SamplingConfig, make_generator
+    from rlvmr_nb.rollout.prompts import to_chat
 
     model, tok = load_model("embedded:smollm2-135m-instruct")
     info = describe_model(model)

@@ -122,16 +122,16 @@ def test_training_curve_records_map_trainer_rows_to_fig6_metrics():
 def test_preset_comparison_and_coldstart_figures():
     import copy
 
-    from rlvmr_nb.advantages import grpo_mr_advantages, with_advantages
+    from rlvmr_nb.scoring.advantages import grpo_mr_advantages, with_advantages
     from rlvmr_nb.demo import example_group_path, reparse
-    from rlvmr_nb.rewards import RewardConfig, assign_rewards
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     group = reparse(read_episodes(example_group_path()))
-    assign_rewards(group)
+    group = with_rewards(group)
     a = with_advantages(group, grpo_mr_advantages(group, "official_code"))
     b = copy.deepcopy(group)
-    assign_rewards(b, RewardConfig.for_preset("paper"))
+    b = with_rewards(b, RewardConfig.for_preset("paper"))
     b = with_advantages(b, grpo_mr_advantages(b, "paper"))
     fig = plot_preset_comparison({"official_code": a, "paper": b})
     assert len(fig.axes) == 4 and fig.axes[0].get_title(loc="left").startswith("r0-direct: won")
@@ -287,7 +287,7 @@ def test_html_tables_state_their_alignment_for_jupyterlab():
 
     from rlvmr_nb import casestudy
     from rlvmr_nb.demo import example_group_path, reparse
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     group = reparse(read_episodes(example_group_path()))
     markup = casestudy.episode_html(group[1]) + casestudy.matches_html(casestudy.find_loops(group))

@@ -26,7 +26,7 @@ def test_parameter_file_matches_the_parameters_cell():
 def test_notebook_executes_with_our_results(tmp_path):
     """Execute with the shipped parameter file, redirected to tmp_path and given a small results file."""
     results = tmp_path / "ours.json"
-    # The shape rlvmr_nb.metrics.summarize writes: fractions, per-task success.
+    # The shape rlvmr_nb.scoring.metrics.summarize writes: fractions, per-task success.
     results.write_text(json.dumps({"metrics": {
         "RLVMR": {lvl: {"success": 0.2, "invalid": 0.1, "repetitive": 0.05, "episode_length": 18.0,
                         "success_by_task_type": {"pick_and_place_simple": 0.4}} for lvl in ("L0", "L1", "L2")},

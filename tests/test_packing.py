@@ -1,4 +1,4 @@
-"""Packed micro-batches (`step_samples.pack_flat` + `kernels.packed_attention`) against right-padded ones: the same
+"""Packed micro-batches (`update.samples.pack_flat` + `kernels.packed_attention`) against right-padded ones: the same
 loss, the same gradients, the same no-grad log-probs, with and without gradient checkpointing. Guards against a
 sample attending to the one packed before it (its loss would still look plausible), position ids that do not
 restart per sample (rotary angles off for every later sample), a response index off by one at a sample boundary,
@@ -14,16 +14,10 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from model_fixtures import smollm2_tokenizer, tiny_llama, tiny_qwen2  # noqa: E402,F401
-from rlvmr_nb.loss import LossConfig  # noqa: E402
-from rlvmr_nb.step_samples import (  # noqa: E402
-    ResponseScorer,
-    ScoringOptions,
-    StepSample,
-    micro_batch_loss,
-    pack,
-    pack_flat,
-    response_logprobs,
-)
+from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
+from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel, response_logprobs  # noqa: E402
+from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
+from rlvmr_nb.update.samples import StepSample, pack, pack_flat  # noqa: E402
 
 
 def _samples(vocab: int, n: int = 5, seed: int = 0) -> list[StepSample]:
@@ -64,11 +58,11 @@ def test_packed_update_has_the_padded_loss_and_gradients(fixture, checkpointing,
         model = copy.deepcopy(base).train()
         if checkpointing:
             model.gradient_checkpointing_enable()
-        scorer = ResponseScorer(model, autocast=False)
-        options = ScoringOptions(autocast=False, packed=packed)
-        loss, metrics = micro_batch_loss(scorer, samples, tok.pad_token_id, LossConfig(), options)
+        logprob_model = ResponseLogprobModel(model, autocast=False)
+        options = LogprobOptions(autocast=False, packed=packed)
+        loss, metrics = micro_batch_loss(logprob_model, samples, tok.pad_token_id, LossConfig(), options)
         loss.backward()
-        assert scorer.packs(options) is packed
+        assert logprob_model.packs(options) is packed
         results[packed] = (loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     (loss_pad, grads_pad), (loss_packed, grads_packed) = results[False], results[True]
     assert torch.allclose(loss_packed, loss_pad, atol=1e-6, rtol=1e-5)
@@ -81,9 +75,9 @@ def test_packed_logprobs_equal_padded_and_generation_is_untouched(tiny_llama, sm
     tok = smollm2_tokenizer
     samples = _samples(len(tok), n=7, seed=1)
     model = copy.deepcopy(tiny_llama)
-    padded = response_logprobs(model, samples, tok.pad_token_id, ScoringOptions(autocast=False, packed=False,
+    padded = response_logprobs(model, samples, tok.pad_token_id, LogprobOptions(autocast=False, packed=False,
                                                                                 micro_batch_size=3))
-    packed = response_logprobs(model, samples, tok.pad_token_id, ScoringOptions(autocast=False, micro_batch_size=3))
+    packed = response_logprobs(model, samples, tok.pad_token_id, LogprobOptions(autocast=False, micro_batch_size=3))
     for a, b in zip(padded, packed):
         assert torch.allclose(a, b, atol=1e-5)
     # the model now attends with the packing-aware sdpa: a plain padded forward is unchanged by it

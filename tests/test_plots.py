@@ -8,7 +8,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from rlvmr_nb import paper, plots
-from rlvmr_nb.trajectory import Episode, Step
+from rlvmr_nb.rollout.trajectory import Episode, Step
 
 matplotlib.use("Agg")
 
@@ -184,7 +184,7 @@ def _group() -> list[Episode]:
         for t, tag in enumerate(tags[: 4 + g]):
             tag_type = tag if tag in ("planning", "explore", "reflection") else "none"
             steps.append(Step(t=t, observation="o", tag=tag, tag_type=tag_type, valid=tag is not None,
-                              mr_reward=1.0 if tag_type != "none" else 0.0, score=10.0 * won,
+                              mr_reward=1.0 if tag_type != "none" else 0.0, outcome_score=10.0 * won,
                               advantage=0.7 if won else -0.7, env_reward=10.0 if won and t == 3 else 0.0))
         episodes.append(Episode(task_id="task", env="alfworld", group_id="g", episode_id=f"r{g}", steps=steps, won=won))
     return episodes
@@ -249,7 +249,7 @@ def _iteration_episodes(iteration: int, wins: list[bool], invalid_at: int | None
 
 
 def test_training_curves_from_episodes_have_intervals_and_say_how_little_they_show():
-    from rlvmr_nb.metrics import summarize
+    from rlvmr_nb.scoring.metrics import summarize
 
     pytest.importorskip("seaborn")
     episodes = _iteration_episodes(0, [False, False, True, False], invalid_at=1) + _iteration_episodes(1, [True] * 4)

@@ -7,7 +7,7 @@ import warnings
 
 import pytest
 
-from rlvmr_nb.prompts import (
+from rlvmr_nb.rollout.prompts import (
     NO_PLAN,
     AgentMemory,
     PromptConfig,
@@ -237,7 +237,7 @@ def test_a_new_environment_is_one_registry_entry(monkeypatch):
     intro renders exactly ALFWorld's prompts with that intro (no code path looks at the env name)."""
     from dataclasses import replace
 
-    from rlvmr_nb.prompts import PROMPT_FAMILIES
+    from rlvmr_nb.rollout.prompts import PROMPT_FAMILIES
 
     monkeypatch.setitem(PROMPT_FAMILIES, "toyworld", replace(PROMPT_FAMILIES["alfworld"], intro="You are in ToyWorld."))
     for style in ("meta_think", "think", "react"):
@@ -324,7 +324,7 @@ def test_truncation_drops_oldest_whole_entries_with_warning(smollm2_tokenizer):
     for i in shown:
         assert f"OBS-{i} " + "you see a shelf and a drawer and a lamp. " * 6 in text
     # the most that fits: one more entry would not
-    from rlvmr_nb.prompts import _render_with_window
+    from rlvmr_nb.rollout.prompts import _render_with_window
 
     longer = _render_with_window(memory, "now", ["look"], None, len(shown) + 1)
     assert count_chat_tokens(tok, longer) > budget

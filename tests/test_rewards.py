@@ -1,6 +1,6 @@
 import pytest
 
-from rlvmr_nb.rewards import RewardConfig, assign_rewards, meta_reasoning_rewards, outcome_reward
+from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards, meta_reasoning_rewards, outcome_reward
 
 from episode_builders import episode, step, worked_example
 
@@ -52,9 +52,9 @@ def test_invalid_step_gets_no_mr_reward_and_penalty_channels():
     bad = step(0, None, "x", output="<explore>a</explore><monitor>b</monitor><action>x</action>")
     ep = episode([bad], won=True)
     r = meta_reasoning_rewards(ep)[0]
-    assert (r.tag_type, r.mr_reward, r.score, r.step_reward) == ("none", 0.0, pytest.approx(9.9), 0.0)
+    assert (r.tag_type, r.mr_reward, r.outcome_score, r.step_reward) == ("none", 0.0, pytest.approx(9.9), 0.0)
     r = meta_reasoning_rewards(ep, RewardConfig(format_penalty_channel="step"))[0]
-    assert (r.score, r.step_reward) == (10.0, pytest.approx(-0.1))
+    assert (r.outcome_score, r.step_reward) == (10.0, pytest.approx(-0.1))
 
 
 def test_multiline_actions_official_bug_changes_explore():
@@ -77,21 +77,21 @@ def test_magnitudes_configurable_and_validation():
     cfg = RewardConfig(planning_reward=2.0, exploration_reward=0.5, reflection_reward=3.0, format_penalty=1.0)
     r = meta_reasoning_rewards(worked_example()[0], cfg)
     assert [x.mr_reward for x in r] == [2.0, 0.5, 0.0]
-    assert meta_reasoning_rewards(worked_example()[1], cfg)[1].score == -1.0
+    assert meta_reasoning_rewards(worked_example()[1], cfg)[1].outcome_score == -1.0
     with pytest.raises(ValueError, match="format_penalty_channel"):
         RewardConfig(format_penalty_channel="token")
     with pytest.raises(ValueError):
         RewardConfig(format_penalty=-0.1)
 
 
-def test_assign_rewards_fills_steps():
-    eps = assign_rewards(worked_example())
+def test_with_rewards_fills_steps():
+    eps = with_rewards(worked_example())
     assert [s.tag_type for s in eps[0].steps] == ["planning", "explore", "none"]
-    assert [s.score for s in eps[1].steps] == pytest.approx([0.0, -0.1, 0.0])
+    assert [s.outcome_score for s in eps[1].steps] == pytest.approx([0.0, -0.1, 0.0])
 
 
 def test_reward_config_for_each_advantage_preset():
-    from rlvmr_nb.rewards import RewardConfig
+    from rlvmr_nb.scoring.rewards import RewardConfig
 
     assert RewardConfig.for_preset("official_code").format_penalty_channel == "outcome"
     assert RewardConfig.for_preset("paper").format_penalty_channel == "step"

@@ -10,8 +10,8 @@ torch = pytest.importorskip("torch")
 from model_fixtures import smollm2_tokenizer, tiny_llama  # noqa: E402,F401  (fixtures)
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec  # noqa: E402
 from rlvmr_nb.envs.pool import Aborted  # noqa: E402
-from rlvmr_nb.generation import Generation, SamplingConfig, make_generator  # noqa: E402
-from rlvmr_nb.prompts import PromptConfig  # noqa: E402
+from rlvmr_nb.rollout.generation import Generation, SamplingConfig, make_generator  # noqa: E402
+from rlvmr_nb.rollout.prompts import PromptConfig  # noqa: E402
 from rlvmr_nb.rollout import LocalEnvs, RolloutConfig, run_rollouts  # noqa: E402
 
 OUTPUT = "<monitor>I keep waiting for the bell.</monitor>\n<action>wait</action>"

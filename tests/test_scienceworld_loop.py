@@ -19,9 +19,9 @@ from rlvmr_nb.envs.lazy import LazyActionList  # noqa: E402
 from rlvmr_nb.envs.pool import EnvPool  # noqa: E402
 from rlvmr_nb.envs.slots import make_env_slots  # noqa: E402
 from rlvmr_nb.envs.toy import ToyEnv, toy_expert_actions  # noqa: E402
-from rlvmr_nb.generation import Generation, SamplingConfig  # noqa: E402
-from rlvmr_nb.prompts import PromptConfig  # noqa: E402
-from rlvmr_nb import rollout  # noqa: E402
+from rlvmr_nb.rollout.generation import Generation, SamplingConfig  # noqa: E402
+from rlvmr_nb.rollout.prompts import PromptConfig  # noqa: E402
+from rlvmr_nb.rollout import loop as rollout  # noqa: E402
 from rlvmr_nb.rollout import LocalEnvs, RolloutConfig, run_rollouts  # noqa: E402
 
 needs_java = pytest.mark.skipif(shutil.which("java") is None, reason="ScienceWorld needs Java")

@@ -17,10 +17,10 @@ import types
 import pytest
 import torch
 
-from rlvmr_nb import sft_unsloth
+from rlvmr_nb.coldstart import sft_unsloth
 from rlvmr_nb.models import ModelLoadError, load_model
-from rlvmr_nb.sft import SFTConfig, SFTSample, load_sft_model, train_sft
-from rlvmr_nb.sft_unsloth import LORA_TARGET_MODULES, UnslothUnavailable, unsloth_model_name
+from rlvmr_nb.coldstart.sft import SFTConfig, SFTSample, load_sft_model, train_sft
+from rlvmr_nb.coldstart.sft_unsloth import LORA_TARGET_MODULES, UnslothUnavailable, unsloth_model_name
 
 SAMPLES = [
     SFTSample("<|im_start|>user\nGo through the door.<|im_end|>\n<|im_start|>assistant\n",

@@ -13,8 +13,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from model_fixtures import ScriptedLogits, rescore_logprobs, smollm2_tokenizer, tiny_llama, tiny_qwen2  # noqa: E402,F401
-from rlvmr_nb.generation import SamplingConfig, make_generator  # noqa: E402
-from rlvmr_nb.prompts import to_chat  # noqa: E402
+from rlvmr_nb.rollout.generation import SamplingConfig, make_generator  # noqa: E402
+from rlvmr_nb.rollout.prompts import to_chat  # noqa: E402
 
 FP32_LOGPROB_TOL = 1e-4
 

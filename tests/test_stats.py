@@ -6,9 +6,9 @@ import math
 import numpy as np
 import pytest
 
-from rlvmr_nb.metrics import metric_intervals, summarize
-from rlvmr_nb.stats import ratio_interval, resample_indices, spread, wilson_interval, z_value
-from rlvmr_nb.trajectory import Episode
+from rlvmr_nb.scoring.metrics import metric_intervals, summarize
+from rlvmr_nb.scoring.stats import ratio_interval, resample_indices, spread, wilson_interval, z_value
+from rlvmr_nb.rollout.trajectory import Episode
 
 from episode_builders import episode, step
 

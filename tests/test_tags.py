@@ -1,7 +1,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rlvmr_nb.tags import extract_action_list, format_step, parse_output, reward_tag_type
+from rlvmr_nb.rollout.tags import extract_action_list, format_step, parse_output, reward_tag_type
 
 
 def test_well_formed_step():

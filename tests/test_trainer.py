@@ -34,9 +34,10 @@ def test_config_validation():
 
 
 def test_fused_and_reference_losses_give_the_same_gradient():
-    from rlvmr_nb.loss import LossConfig
+    from rlvmr_nb.update.loss_terms import LossConfig
     from rlvmr_nb.models import load_model
-    from rlvmr_nb.step_samples import ResponseScorer, micro_batch_loss, response_logprobs
+    from rlvmr_nb.update.logprobs import ResponseLogprobModel, response_logprobs
+    from rlvmr_nb.update.ppo import micro_batch_loss
 
     from trainer_helpers import random_samples
 
@@ -46,12 +47,12 @@ def test_fused_and_reference_losses_give_the_same_gradient():
     for fused in (True, False):
         cfg = TrainConfig(fused_loss=fused, bf16_autocast=False, logprob_chunk_size=7, temperature=0.8,
                           loss=LossConfig(entropy_coef=0.001, kl_coef=0.01))
-        for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, cfg.scoring)):
+        for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, cfg.logprob_options)):
             s.ref_logprobs = logp + 0.1
             s.old_logprobs = logp - 0.05  # ratios away from 1 so the clip branch is exercised
         model.zero_grad()
-        loss, metrics = micro_batch_loss(ResponseScorer(model, autocast=False), samples, tok.pad_token_id, cfg.loss,
-                                         cfg.scoring)
+        loss, metrics = micro_batch_loss(ResponseLogprobModel(model, autocast=False), samples, tok.pad_token_id, cfg.loss,
+                                         cfg.logprob_options)
         loss.backward()
         results.append((float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
     (l_fused, g_fused), (l_ref, g_ref) = results
@@ -64,10 +65,10 @@ def test_fused_and_reference_losses_give_the_same_gradient():
 
 def right_door_rate(model, tok, n: int = 64) -> float:
     """Share of n sampled answers (T = 1, fixed seed) that open the right door."""
-    from rlvmr_nb.generation.base import SamplingConfig
-    from rlvmr_nb.generation.hf import HFGenerator
-    from rlvmr_nb.prompts import AgentMemory, PromptConfig, to_chat
-    from rlvmr_nb.tags import parse_output
+    from rlvmr_nb.rollout.generation.base import SamplingConfig
+    from rlvmr_nb.rollout.generation.hf import HFGenerator
+    from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig, to_chat
+    from rlvmr_nb.rollout.tags import parse_output
 
     from door_env import ACTIONS, OBS, RIGHT
 
@@ -129,7 +130,7 @@ def test_kill_and_resume_reproduces_uninterrupted_run(tmp_path):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed parameters differ from the uninterrupted run"
     assert [r["iteration"] for r in read_metrics(run_dir)] == [0, 1, 2]
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     ids = [e.episode_id for e in read_episodes(run_dir / "episodes.jsonl")]
     assert ids == [e.episode_id for e in read_episodes(ref_dir / "episodes.jsonl")] and len(ids) == len(set(ids))
@@ -163,7 +164,7 @@ def test_two_process_gloo_update_equals_single_process(tmp_path, n_samples, micr
 def test_update_schedule_pads_every_rank_to_the_same_calls():
     import random
 
-    from rlvmr_nb.distributed import schedule_update
+    from rlvmr_nb.update.distributed import schedule_update
 
     for n in range(1, 40):
         plans = [schedule_update(n, 8, 2, 2, random.Random(0), rank, 3) for rank in range(3)]
@@ -194,7 +195,7 @@ def test_torchrun_cli_train_resumes_with_awkward_sizes(tmp_path):
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1, 2] and all(r["samples"] == 18 for r in rows)
     assert latest_checkpoint(out).name == "ckpt-00002"
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     ids = [e.episode_id for e in read_episodes(out / "episodes.jsonl")]
     assert len(ids) == len(set(ids)) == 27

@@ -17,12 +17,14 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from model_fixtures import rescore_logprobs, smollm2_tokenizer, tiny_llama  # noqa: E402,F401  (fixtures)
-from rlvmr_nb.generation import BACKENDS, EngineSettings, make_rollout_generator  # noqa: E402
-from rlvmr_nb.loss import LossConfig, aggregate, low_var_kl, ppo_clip_surrogate, reference_logprobs_from_hidden  # noqa: E402
-from rlvmr_nb.sampler_correction import sampler_mismatch, truncated_is_weights  # noqa: E402
-from rlvmr_nb.step_samples import ResponseScorer, StepSample, micro_batch_loss, pack, response_logprobs  # noqa: E402
+from rlvmr_nb.rollout.generation import BACKENDS, EngineSettings, make_rollout_generator  # noqa: E402
+from rlvmr_nb.update.reference_loss import LossConfig, aggregate, low_var_kl, ppo_clip_surrogate, reference_logprobs_from_hidden  # noqa: E402
+from rlvmr_nb.update.sampler_correction import sampler_mismatch, truncated_is_weights  # noqa: E402
+from rlvmr_nb.update.logprobs import ResponseLogprobModel, response_logprobs  # noqa: E402
+from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
+from rlvmr_nb.update.samples import StepSample, pack  # noqa: E402
 from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
-from rlvmr_nb.trajectory import read_episodes  # noqa: E402
+from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
 
 from door_env import door_tasks  # noqa: E402
 from trainer_helpers import door_slots, random_samples, small_config  # noqa: E402
@@ -132,23 +134,23 @@ def test_tis_weights_exactly_the_policy_term_of_each_token(fused):
     config = TrainConfig(fused_loss=fused, bf16_autocast=False, logprob_chunk_size=5, temperature=0.9, loss=loss_config)
     samples = random_samples(6, seed=2)
     gen = torch.Generator().manual_seed(0)
-    for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, config.scoring)):
+    for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, config.logprob_options)):
         s.old_logprobs = logp - 0.05  # ratios off 1, so some tokens take the clipped branch
         s.ref_logprobs = logp + 0.1
         s.sampler_logprobs = (s.old_logprobs + torch.empty(len(logp)).uniform_(-1.0, 1.0, generator=gen)).tolist()
     cap = 1.5
-    scorer = ResponseScorer(model, autocast=False)
+    logprob_model = ResponseLogprobModel(model, autocast=False)
 
     def trainer_grads(tis_cap):
         model.zero_grad()
-        loss, _ = micro_batch_loss(scorer, samples, tok.pad_token_id, loss_config, config.scoring, tis_cap=tis_cap)
+        loss, _ = micro_batch_loss(logprob_model, samples, tok.pad_token_id, loss_config, config.logprob_options, tis_cap=tis_cap)
         loss.backward()
         return _grads(model)
 
     # the independent reference: the per-token policy term times its weight, KL and entropy unweighted
     model.zero_grad()
     batch = pack(samples, tok.pad_token_id)
-    h, weight = scorer(batch.ids, batch.attn, batch.index)
+    h, weight = logprob_model(batch.ids, batch.attn, batch.index)
     logp, entropy = reference_logprobs_from_hidden(h, weight, batch.targets, 0.9, return_entropy=True)
     width = batch.mask.shape[1]
 
@@ -218,7 +220,7 @@ class _RecordingLLM:
 
 
 def test_server_sleep_wakes_weights_before_loading_and_kv_cache_before_generating(tmp_path):
-    sys.path.insert(0, str(ROOT / "src" / "rlvmr_nb" / "generation"))
+    sys.path.insert(0, str(ROOT / "src" / "rlvmr_nb" / "rollout" / "generation"))
     try:
         import vllm_server
     finally:
@@ -245,7 +247,7 @@ def test_server_sleep_wakes_weights_before_loading_and_kv_cache_before_generatin
 
 
 def _need_vllm():
-    from rlvmr_nb.generation.vllm_backend import vllm_available
+    from rlvmr_nb.rollout.generation.vllm_backend import vllm_available
 
     if not vllm_available():
         pytest.skip("no vLLM environment (set RLVMR_VLLM_PYTHON or create $RLVMR_CACHE/venv-vllm: make vllm-venv)")

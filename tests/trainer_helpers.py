@@ -6,10 +6,10 @@ import copy
 
 import torch
 
-from rlvmr_nb.loss import LossConfig
-from rlvmr_nb.prompts import AgentMemory, PromptConfig, to_chat
+from rlvmr_nb.update.loss_terms import LossConfig
+from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig, to_chat
 from rlvmr_nb.rollout import LocalEnvs
-from rlvmr_nb.sft import SFTConfig, SFTSample, train_sft
+from rlvmr_nb.coldstart.sft import SFTConfig, SFTSample, train_sft
 from rlvmr_nb.trainer import TrainConfig
 
 from door_env import ACTIONS, OBS, DoorEnv
@@ -49,7 +49,7 @@ def door_slots():
 
 def random_samples(n: int = 16, seed: int = 0):
     """Step samples with random prompt/response token ids and advantages (sampler log-probs 0)."""
-    from rlvmr_nb.step_samples import StepSample
+    from rlvmr_nb.update.samples import StepSample
 
     gen = torch.Generator().manual_seed(seed)
     samples = []

@@ -6,13 +6,62 @@ import argparse
 import json
 import os
 import sys
+from typing import Callable
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
-from .cli_errors import run_command  # noqa: E402  (imports nothing heavy)
-
 REPORT_TO_HELP = ("also send the metrics to these services: wandb, trackio (off by default; credentials come from "
                   "the service's own login or environment, never from rlvmr-nb)")
+
+
+# --------------------------------------------------------------------------------------------------
+# One error handler for every command: a wrong input or a run stopped by the user or the machine ends in
+# one line naming what to change, not a traceback (RLVMR_DEBUG=1 shows the traceback). Only errors that
+# describe the input or the machine are shortened; anything else is a bug and keeps its traceback.
+# --------------------------------------------------------------------------------------------------
+
+INTERRUPTED_RC = 130
+"""The shell's code for a process ended by Ctrl-C (128 + SIGINT)."""
+
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    # imported here: `rlvmr-nb --help` must not load torch
+    from .coldstart.chat_transport import EndpointError
+    from .coldstart.dataset import TooFewTrajectories
+    from .coldstart.teachers import TeacherUnavailable
+    from .models import ModelLoadError
+    from .rollout.generation.vllm_backend import VLLMUnavailableError
+    from .runs.checkpoints import CheckpointError
+    from .runs.lock import RunFolderBusy
+
+    return (ValueError, FileNotFoundError, OSError, ModelLoadError, CheckpointError, RunFolderBusy,
+            TeacherUnavailable, EndpointError, TooFewTrajectories, VLLMUnavailableError)
+
+
+def _one_line(error: BaseException) -> str:
+    text = str(error).strip() or type(error).__name__
+    if isinstance(error, OSError) and error.filename and error.filename not in text:
+        text = f"{text}: {error.filename}"
+    return text
+
+
+def run_command(name: str, command: Callable[[], int]) -> int:
+    """Run one sub-command; its expected failures become ``rlvmr-nb <name>: error: ...`` and rc 2, Ctrl-C
+    a line and rc 130 (`runs.session.TrainingInterrupted` says where training stopped)."""
+    debug = bool(os.environ.get("RLVMR_DEBUG"))
+    try:
+        return command()
+    except KeyboardInterrupt as e:
+        if debug:
+            raise
+        print(f"rlvmr-nb {name}: {str(e) or 'interrupted'}", file=sys.stderr)
+        return INTERRUPTED_RC
+    except Exception as e:  # noqa: BLE001 - narrowed just below: only the expected kinds are shortened
+        if debug or not isinstance(e, _expected_errors()):
+            raise
+        print(f"rlvmr-nb {name}: error: {_one_line(e)}\n(set RLVMR_DEBUG=1 to see the traceback)",
+              file=sys.stderr)
+        return 2
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -103,12 +152,12 @@ TRAIN_FLAG_FIELDS = {
     "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization", "vllm_sleep_level": "vllm_sleep_level",
     "tis_cap": "tis_cap", "bf16_autocast": "bf16_autocast",
 }
-"""`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`config_files.train_config`).
+"""`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`train_config.train_config`).
 Every option defaults to None = not given, so only the options typed on the command line override --config."""
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
-    from .config_files import train_config
+    from .train_config import train_config
     from .trainer import train
 
     given = {field: getattr(args, dest) for dest, field in TRAIN_FLAG_FIELDS.items() if getattr(args, dest) is not None}
@@ -180,7 +229,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 def _add_rollout_engine_args(p: argparse.ArgumentParser, defaults: bool = True) -> None:
     """--rollout-backend, --rollout-dtype and --vllm-gpu-memory-utilization; `defaults=False` leaves them None
     (train: not given, so a --config file's values stand)."""
-    from .generation import BACKENDS, ENGINE_DTYPES
+    from .rollout.generation import BACKENDS, ENGINE_DTYPES
     from .validation import positive_float
 
     p.add_argument("--rollout-backend", default="hf" if defaults else None, choices=list(BACKENDS),
@@ -197,8 +246,8 @@ def _add_rollout_engine_args(p: argparse.ArgumentParser, defaults: bool = True) 
 def main(argv: list[str] | None = None) -> int:
     from .envs.registry import env_names, get_env
     from .envs.split_overlap import OVERLAP_MEASURES
-    from .generation import SLEEP_LEVELS
-    from .generation.base import STOP_POLICIES
+    from .rollout.generation import SLEEP_LEVELS
+    from .rollout.generation.base import STOP_POLICIES
     from .validation import non_negative_float, non_negative_int, positive_float, positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)

@@ -12,11 +12,12 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .advantages import grpo_mr_advantages, with_advantages
-from .metrics import summarize
-from .rewards import RewardConfig, assign_rewards
-from .tags import parse_output
-from .trajectory import Episode, read_episodes
+from .rollout.tags import parse_output
+from .rollout.trajectory import Episode, read_episodes
+from .scoring.advantages import preset as advantage_preset
+from .scoring.metrics import summarize
+from .scoring.rewards import RewardConfig
+from .scoring.scored import score_episodes
 
 EXAMPLE_GROUP = "example_alfworld_group.jsonl"
 
@@ -45,7 +46,7 @@ class DemoResult:
 
 
 def step_table(episodes: list[Episode]) -> str:
-    """A plain-text table of every step: tag, validity, action, r_MR, score, advantage.
+    """A plain-text table of every step: tag, validity, action, r_MR, outcome score, advantage.
 
     Steps are numbered from 1 (``step`` = `Step.t` + 1), as in the prompt and the figures."""
     lines = [f"{'rollout':<13}{'step':>4}  {'tag':<11}{'valid':<6}{'r_MR':>6}{'score':>7}{'A':>8}  action"]
@@ -53,7 +54,7 @@ def step_table(episodes: list[Episode]) -> str:
         for s in ep.steps:
             lines.append(
                 f"{ep.episode_id:<13}{s.t + 1:>4}  {str(s.tag):<11}{str(s.valid):<6}{s.mr_reward:>6.1f}"
-                f"{s.score:>7.1f}{s.advantage:>8.3f}  {s.action}"
+                f"{s.outcome_score:>7.1f}{s.advantage:>8.3f}  {s.action}"
             )
     return "\n".join(lines)
 
@@ -66,8 +67,8 @@ changes only when asked (``rlvmr-nb demo --update-figures``)."""
 def run_demo(out_dir: str | Path = DEMO_OUT, path: str | Path | None = None, preset: str = "official_code") -> DemoResult:
     """Parse the example group, assign RLVMR rewards and GRPO-MR advantages, draw and save the figure."""
     episodes = reparse(read_episodes(path or example_group_path()))
-    assign_rewards(episodes, RewardConfig.for_preset(preset))
-    episodes = with_advantages(episodes, grpo_mr_advantages(episodes, preset))
+    scored = score_episodes(episodes, "rlvmr", RewardConfig.for_preset(preset), advantage_preset(preset))
+    episodes = scored.episodes
     figure = None
     try:
         from .plots import plot_episode_group
@@ -77,7 +78,7 @@ def run_demo(out_dir: str | Path = DEMO_OUT, path: str | Path | None = None, pre
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         figure = Path(plot_episode_group(episodes, out_path=out / "demo_example_group.png"))
-    return DemoResult(episodes=episodes, summary=summarize(episodes), figure=figure)
+    return DemoResult(episodes=episodes, summary=summarize(episodes, scored.steps), figure=figure)
 
 
 def format_summary(summary: dict) -> str:

@@ -24,10 +24,10 @@ from .envs.alfworld import seeded_subset  # light import; the same nested-subset
 from .envs.base import TaskSpec
 from .devices import check_device_spec, place
 from .envs.registry import check_level, get_env
-from .generation import BACKENDS, EngineSettings, Generator, make_rollout_generator
-from .metrics import metric_intervals, summarize
-from .stats import spread
-from .trajectory import Episode, write_episodes
+from .rollout.generation import BACKENDS, EngineSettings, Generator, make_rollout_generator
+from .scoring.metrics import metric_intervals, summarize
+from .scoring.stats import spread
+from .rollout.trajectory import Episode, write_episodes
 
 @dataclass
 class EvalConfig:
@@ -76,8 +76,8 @@ class EvalConfig:
     """Further constructor options of the backend (e.g. {'gpu_memory_utilization': 0.9} for vLLM alone on a GPU)."""
 
     def __post_init__(self) -> None:
-        from .generation.base import STOP_POLICIES
-        from .prompts import STYLES
+        from .rollout.generation.base import STOP_POLICIES
+        from .rollout.prompts import STYLES
         from .validation import require_choice, require_non_negative, require_positive
 
         check_level(self.level)
@@ -135,9 +135,9 @@ def evaluate_policy(
     """Run one episode per task and return (episodes, metrics summary). `model` is moved to `config.device`.
 
     `generator`: an engine from `eval_generator` to reuse (left open); None builds `config`'s and closes it."""
-    from .generation.base import SamplingConfig, stop_strings
-    from .prompts import PromptConfig
-    from .rollout import RolloutConfig, run_rollouts
+    from .rollout.generation.base import SamplingConfig, stop_strings
+    from .rollout.prompts import PromptConfig
+    from .rollout.loop import RolloutConfig, run_rollouts
 
     tasks = list(tasks if tasks is not None else eval_tasks(config))
     if not tasks:

@@ -26,7 +26,6 @@ import importlib.util
 import os
 import shutil
 import time
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
@@ -385,12 +384,3 @@ def describe_model(model: Any) -> dict[str, Any]:
         "vocab_size": getattr(cfg, "vocab_size", None),
         "max_position_embeddings": getattr(cfg, "max_position_embeddings", None),
     }
-
-
-def max_context_tokens(model: Any, default: int = 8192) -> int:
-    """The model's positional limit, for prompt budgets (prompt + response must fit)."""
-    value = getattr(model.config, "max_position_embeddings", None)
-    if not isinstance(value, int) or value <= 0:
-        warnings.warn(f"model config has no max_position_embeddings; assuming {default}", stacklevel=2)
-        return default
-    return value

@@ -2,27 +2,46 @@
 
 Defaults are the official scripts' where paper and code disagree; each option names the paper section or
 the docs/method.md section it comes from, and `docs/method.md`, 'Paper vs official code', lists every
-such choice. `trainer.train` runs a `TrainConfig`; `config_files.train_config` builds one from a JSON file
-and command-line options.
+such choice. `trainer.train` runs a `TrainConfig`; `train_config` builds one from a JSON file and
+command-line options.
+
+Training runs described by JSON files (`rlvmr-nb train --config FILE.json`):
+A file holds one JSON object whose keys are `TrainConfig` fields; the nested settings
+(`advantage`, `reward`, `loss`) are objects holding only the keys they change. Keys that start with
+``_`` are comments. A run folder's ``config.json`` is such a file too.
+
+Precedence, lowest first: the `TrainConfig` defaults (the official code's, docs/method.md,
+'Hyper-parameters'), the file, then the settings given on the command line. Command-line settings are
+field names, or ``"<nested>.<field>"`` for one field of a nested setting (``"loss.kl_coef"``), which
+keeps the file's other fields of that setting. ``"advantage.preset"`` switches the named preset and
+keeps what the file changed relative to its own preset (for example ``outcome_weight`` 0 of the
+"w/o A^T" ablation), so a full ``config.json`` never leaves a hybrid of two presets behind; a reward
+setting whose format-penalty channel was the old preset's moves to the new preset's channel.
+
+The shipped files: ``configs/paper/<algo>_<env>.json`` (the official code's settings of each run of
+paper Table 1) and ``configs/ablations/*.json`` (paper Table 3; docs/method.md, 'Ablations').
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
+from pathlib import Path
+from typing import Any, Mapping
 
-from .advantages import AdvantageConfig, preset
 from .devices import check_device_spec
 from .envs.registry import check_level
-from .generation import BACKENDS, ENGINE_DTYPES, EngineSettings, get_backend
-from .generation.base import STOP_POLICIES
-from .loss import LossConfig
-from .prompts import STYLES
-from .reference_policy import REFERENCE_DEVICES
-from .rewards import RewardConfig
+from .rollout.generation import BACKENDS, ENGINE_DTYPES, EngineSettings, get_backend
+from .rollout.generation.base import STOP_POLICIES
+from .rollout.prompts import STYLES
 from .runs.reporters import check_report_to
-from .sharding import SHARDINGS
-from .step_samples import ScoringOptions
-from .validation import require_choice, require_non_negative, require_positive
+from .scoring.advantages import PENALTY_CHANNEL_OF_PRESET, AdvantageConfig, preset
+from .scoring.rewards import RewardConfig
+from .update.logprobs import LogprobOptions
+from .update.loss_terms import LossConfig
+from .update.reference_policy import REFERENCE_DEVICES
+from .update.sharding import SHARDINGS
+from .validation import (check_setting_types, read_settings_file, require_choice, require_non_negative,
+                         require_positive)
 
 ALGOS = ("rlvmr", "grpo", "gigpo")
 
@@ -78,7 +97,7 @@ class TrainConfig:
     """Env worker processes (0 = step environments in-process)."""
     generation_batch_size: int | None = None
     """Rows per generate call (HF backend, `EngineSettings.max_batch_size`); None: 8 on a CPU, every active row on a
-    GPU (where one decode step then serves them all: issue 25's 128-row rollouts)."""
+    GPU (where one decode step then serves them all, e.g. 128-row rollouts)."""
     rollout_backend: str = "hf"
     """Who samples the rollouts (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM
     engine in its own process, weights synced from the policy before every iteration's rollouts)."""
@@ -123,7 +142,7 @@ class TrainConfig:
     fused_loss: bool = True
     """Fused chunked lm_head + loss kernel (never holds [tokens × vocab] logits); False = plain reference."""
     packed_micro_batches: bool = True
-    """Pack each micro-batch's samples end to end without pad tokens (`step_samples.pack_flat`, attention kept
+    """Pack each micro-batch's samples end to end without pad tokens (`update.samples.pack_flat`, attention kept
     within each sample); False right-pads them. Same loss and gradients either way (tests/test_packing.py)."""
     logprob_chunk_size: int | None = None
     """Tokens per vocabulary chunk of the fused kernel (None: ~256 MiB of fp32 logits per chunk)."""
@@ -233,8 +252,9 @@ class TrainConfig:
                               max_batch_size=self.generation_batch_size, options=dict(self.rollout_options))
 
     @property
-    def scoring(self) -> ScoringOptions:
-        return ScoringOptions(self.temperature, self.logprob_chunk_size, self.bf16_autocast, self.fused_loss,
+    def logprob_options(self) -> LogprobOptions:
+        """How the update computes response log-probs and the loss over them."""
+        return LogprobOptions(self.temperature, self.logprob_chunk_size, self.bf16_autocast, self.fused_loss,
                               self.micro_batch_size, self.packed_micro_batches)
 
     def to_dict(self) -> dict:
@@ -249,3 +269,66 @@ class TrainConfig:
                                     gamma=d.pop("gigpo_gamma", 0.95))
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in d.items() if k in names})
+
+
+# --------------------------------------------------------------------------------------------------
+# Runs described by JSON files
+# --------------------------------------------------------------------------------------------------
+
+COMMENT_PREFIX = "_"
+"""Keys starting with this are notes for the reader and are not settings."""
+
+
+def read_train_settings(path: str | Path) -> dict[str, Any]:
+    """The settings of a TrainConfig JSON file, comments dropped; unknown keys, values of the wrong type and JSON
+    syntax errors are errors naming the file (and the field)."""
+    path = Path(path)
+    settings = read_settings_file(path, "TrainConfig")
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: a TrainConfig file holds one JSON object {{field: value}}")
+    settings = {k: v for k, v in settings.items() if not k.startswith(COMMENT_PREFIX)}
+    known = {f.name for f in fields(TrainConfig)}
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ValueError(f"{path}: unknown TrainConfig field(s) {unknown}; known: {', '.join(sorted(known))}")
+    check_setting_types(settings, TrainConfig, str(path))
+    return settings
+
+
+def switch_advantage_preset(settings: Mapping[str, Any], name: str) -> dict[str, Any]:
+    """`settings` on advantage preset `name`: the advantage keeps what it changed relative to its own preset,
+    and a reward whose penalty channel went with the old preset gets the new preset's channel."""
+    advantage = settings.get("advantage")
+    current = advantage if isinstance(advantage, AdvantageConfig) else AdvantageConfig.from_dict(advantage or {})
+    base = preset(current.preset)
+    changed = {f.name: getattr(current, f.name) for f in fields(AdvantageConfig)
+               if f.name != "preset" and getattr(current, f.name) != getattr(base, f.name)}
+    out = {**settings, "advantage": {"preset": name, **changed}}
+    if settings.get("reward") is not None:
+        reward = _as_dict(settings["reward"])
+        if RewardConfig(**reward).format_penalty_channel == PENALTY_CHANNEL_OF_PRESET[current.preset]:
+            out["reward"] = {**reward, "format_penalty_channel": PENALTY_CHANNEL_OF_PRESET[name]}
+    return out
+
+
+def _as_dict(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    return asdict(value) if is_dataclass(value) else dict(value)
+
+
+def train_config(path: str | Path | None = None, overrides: Mapping[str, Any] | None = None) -> TrainConfig:
+    """A `TrainConfig` from the file at `path` (None: the defaults) with `overrides` on top (see the module doc)."""
+    settings = read_train_settings(path) if path is not None else {}
+    for key, value in (overrides or {}).items():
+        if key == "advantage.preset":
+            settings = switch_advantage_preset(settings, value)
+        elif "." in key:
+            outer, inner = key.split(".", 1)
+            settings[outer] = {**_as_dict(settings.get(outer)), inner: value}
+        else:
+            settings[key] = value
+    try:
+        return TrainConfig(**settings)
+    except TypeError as e:  # an unknown key inside a nested setting
+        raise ValueError(f"{path or 'settings'}: {e}") from None

@@ -30,15 +30,15 @@ from typing import Any, Callable, Iterator, Sequence
 import numpy as np
 import torch
 
-from . import distributed as dist
+from .update import distributed as dist
 from .envs.alfworld import seeded_subset
 from .envs.base import TaskSpec
 from .envs.registry import get_env
 from .evaluate import EvalConfig, evaluate_policy
-from .metrics import summarize
+from .scoring.metrics import summarize
 from .runs import MetricsLog, read_validation
-from .stats import wilson_interval
-from .trajectory import Episode
+from .scoring.stats import wilson_interval
+from .rollout.trajectory import Episode
 
 SCALAR_METRICS = ("episodes", "aborted", "success", "episode_length", "invalid", "invalid_malformed",
                   "invalid_non_admissible", "repetitive", "repetitive_consecutive")

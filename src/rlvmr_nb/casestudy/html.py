@@ -19,9 +19,9 @@ import os
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-from ..metrics import repetitive_steps
+from ..scoring.metrics import repetitive_steps
 from ..plots import DARK_TAGS, TAG_COLORS, tag_color
-from ..trajectory import Episode, Step
+from ..rollout.trajectory import Episode, Step
 from .patterns import Loop, Recovery
 
 _PAID_TAGS = ("planning", "explore", "reflection")  # tags with a verifiable reward (monitor has none, paper §3.4.1)

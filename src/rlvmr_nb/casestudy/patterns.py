@@ -15,8 +15,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Iterable, Sequence
 
-from ..metrics import NO_EFFECT_FEEDBACK
-from ..trajectory import Episode, Step, iter_episodes
+from ..scoring.metrics import NO_EFFECT_FEEDBACK
+from ..rollout.trajectory import Episode, Step, iter_episodes
 
 DEFAULT_EPISODE_GLOB = "**/*episodes.jsonl"
 """Files `search_runs` reads: the trainer's ``episodes.jsonl`` and evaluation's ``*.episodes.jsonl``."""

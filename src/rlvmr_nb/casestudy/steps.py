@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Iterable
 
-from ..metrics import repetitive_steps
-from ..prompts import PROMPT_FAMILIES, AgentMemory, PromptConfig
-from ..trajectory import Episode
+from ..scoring.metrics import repetitive_steps
+from ..rollout.prompts import PROMPT_FAMILIES, AgentMemory, PromptConfig
+from ..rollout.trajectory import Episode
 
 
 def prompt_at(episode: Episode, t: int, style: str = "meta_think", max_prompt_tokens: int | None = None) -> str:
@@ -38,7 +38,7 @@ def step_records(episodes: Iterable[Episode]) -> list[dict[str, Any]]:
             rows.append({
                 "episode": ep.episode_id or ep.task_id, "t": s.t, "tag": s.tag or "none",
                 "reward_class": s.tag_type, "valid": s.valid, "admissible": s.admissible, "action": s.action,
-                "feedback": s.feedback, "repetitive": rep, "r_MR": s.mr_reward, "score": s.score,
+                "feedback": s.feedback, "repetitive": rep, "r_MR": s.mr_reward, "outcome_score": s.outcome_score,
                 "advantage": s.advantage, "won": ep.won,
             })
     return rows

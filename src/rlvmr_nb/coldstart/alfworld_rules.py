@@ -24,7 +24,7 @@ import random
 import re
 from typing import Sequence
 
-from ..trajectory import Episode, Step
+from ..rollout.trajectory import Episode, Step
 from .alfworld_plan import (
     NOTHING_HAPPENS,
     Command,

@@ -32,10 +32,10 @@ from typing import Any, Iterable, Sequence
 from ..atomic_io import atomic_open
 from ..envs.base import TaskSpec
 from ..envs.registry import get_env
-from ..prompts import AgentMemory, PromptConfig
+from ..rollout.prompts import AgentMemory, PromptConfig
+from ..rollout.tags import META_TAGS
+from ..rollout.trajectory import Episode, read_episodes, write_episodes
 from ..runs.lock import RunFolderLock
-from ..tags import META_TAGS
-from ..trajectory import Episode, read_episodes, write_episodes
 from ..validation import positive_float
 from .experts import (
     MAX_TRAJECTORY_STEPS,
@@ -331,8 +331,8 @@ def load_coldstart_samples(path: str | os.PathLike, tokenizer: Any) -> list:
 
     CPU-sized subsets are chosen afterwards by `experiment.select_samples` (token cap, tag-stratified).
     """
-    from ..prompts import to_chat
-    from ..sft import SFTSample
+    from ..rollout.prompts import to_chat
+    from .sft import SFTSample
 
     return [SFTSample(prompt=to_chat(tokenizer, r["prompt"]), response=r["response"],
                       meta={k: v for k, v in r.items() if k not in ("prompt", "response")})

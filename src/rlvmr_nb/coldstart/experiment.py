@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..sft import SFTConfig, SFTSample, tokenize_sample
+from .sft import SFTConfig, SFTSample, tokenize_sample
 
 
 @dataclass
@@ -124,9 +124,9 @@ def _stratified(samples: Sequence[SFTSample], pool: Sequence[int], n: int, rng: 
 def format_valid_rate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 96,
                       mode: str = "strict", batch_size: int = 8) -> float:
     """Share of greedy responses to chat-formatted `prompts` that are format-valid (docs/method.md, 'Validity rules')."""
-    from ..generation.base import SamplingConfig
-    from ..generation.hf import HFGenerator
-    from ..tags import parse_output
+    from ..rollout.generation.base import SamplingConfig
+    from ..rollout.generation.hf import HFGenerator
+    from ..rollout.tags import parse_output
 
     generator = HFGenerator(model, tokenizer)
     try:
@@ -156,8 +156,8 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     config = config or ColdStartExperimentConfig()
     from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
     from ..models import describe_model
-    from ..sft import load_sft_model, train_sft
-    from ..trajectory import write_episodes
+    from .sft import load_sft_model, train_sft
+    from ..rollout.trajectory import write_episodes
     from .dataset import build_coldstart_dataset, load_coldstart_samples, read_manifest
 
     t_start, cpu_start = time.time(), time.process_time()

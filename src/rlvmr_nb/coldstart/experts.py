@@ -21,12 +21,9 @@ from typing import Any, Iterator, Sequence
 
 from ..envs.base import TaskSpec
 from ..envs.registry import check_level, get_env
-from ..trajectory import Episode
+from ..rollout.trajectory import Episode
 from .replay import replay_actions
 from .kits import MAX_TRAJECTORY_STEPS, SCIENCEWORLD_LONG_GOLD_TASKS, ColdStartKit  # noqa: F401  (re-exported)
-
-ALFWORLD_EXPERTS = ("walkthrough", "handcoded", "mixed")
-
 
 class TrajectoryTooLong(ValueError):
     """The expert needed 30 or more steps; the cold start keeps shorter trajectories (paper §3.3)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..envs.base import TaskSpec
-from ..trajectory import Episode, Step
+from ..rollout.trajectory import Episode, Step
 
 
 MAX_TRAJECTORY_STEPS = 29
@@ -177,13 +177,13 @@ SCIENCEWORLD = ColdStartKit(
 
 
 def _lab_expert_env(expert: str) -> Any:
-    from ..envs.lab import LabEnv
+    from ..envs.lab_world import LabEnv
 
     return LabEnv()
 
 
 def _lab_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
-    from ..envs.lab import lab_expert_actions
+    from ..envs.lab_world import lab_expert_actions
     from .replay import replay_actions
 
     template = Episode(task_id=task.task_id, env=task.env, split=task.split, task_type=task.task_type,
@@ -192,10 +192,10 @@ def _lab_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handco
 
 
 def _lab_rules() -> RuleKit:
-    from . import lab_rules
+    from . import lab_world_rules
 
-    return RuleKit(plan=lab_rules.plan_from_expert, propose_mistakes=lab_rules.propose_mistakes,
-                   took_effect=lab_rules.mistake_took_effect, label_steps=lab_rules.label_steps)
+    return RuleKit(plan=lab_world_rules.plan_from_expert, propose_mistakes=lab_world_rules.propose_mistakes,
+                   took_effect=lab_world_rules.mistake_took_effect, label_steps=lab_world_rules.label_steps)
 
 
 LAB = ColdStartKit(

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..envs.base import TaskSpec
-from ..trajectory import Episode, Step
+from ..rollout.trajectory import Episode, Step
 
 
 def replay_actions(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], template: Episode,
@@ -22,7 +22,7 @@ def replay_actions(env: Any, env_name: str, task: TaskSpec, actions: Sequence[st
     answered "No known action matches that input.", paper App. C). `admissible_from_env` says which of the
     two a world does (`kits.ColdStartKit.admissible_from_env`).
     """
-    from ..prompts import INVALID_ACTION_FEEDBACK
+    from ..rollout.prompts import INVALID_ACTION_FEEDBACK
 
     reset = env.reset(task)
     observation = reset.observation

@@ -22,8 +22,8 @@ import re
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..prompts import INVALID_ACTION_FEEDBACK
-from ..trajectory import Episode, Step
+from ..rollout.prompts import INVALID_ACTION_FEEDBACK
+from ..rollout.trajectory import Episode, Step
 from .mistakes import Mistake, order_mistakes
 from .phrasing import join_words, numbered_plan, say
 

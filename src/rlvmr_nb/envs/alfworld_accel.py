@@ -49,7 +49,6 @@ from typing import Any, Callable, Iterator
 _lock = threading.Lock()
 _originals: dict[str, Any] = {}
 """Stock callables saved by `enable`, restored by `disable`; non-empty exactly while enabled."""
-_stats = {"grammar_hits": 0, "grammar_misses": 0, "query_hits": 0, "query_misses": 0, "sas_hits": 0, "sas_misses": 0}
 
 
 class _LRU:
@@ -59,12 +58,10 @@ class _LRU:
         self.maxsize = maxsize
         self.data: OrderedDict = OrderedDict()
 
-    def get(self, key: Any, compute: Callable[[], Any], stat: str) -> Any:
+    def get(self, key: Any, compute: Callable[[], Any]) -> Any:
         if key in self.data:
             self.data.move_to_end(key)
-            _stats[stat + "_hits"] += 1
             return self.data[key]
-        _stats[stat + "_misses"] += 1
         value = compute()
         self.data[key] = value
         if len(self.data) > self.maxsize:
@@ -75,11 +72,6 @@ class _LRU:
 def is_enabled() -> bool:
     """Whether the accelerator patches are active in this process."""
     return bool(_originals)
-
-
-def cache_stats() -> dict[str, int]:
-    """Hit/miss counters of the three caches since the process started (for benchmarks and debugging)."""
-    return dict(_stats)
 
 
 def enable(sas_cache_games: int = 8, parse_cache_size: int = 8192) -> None:
@@ -109,11 +101,11 @@ def enable(sas_cache_games: int = 8, parse_cache_size: int = 8192) -> None:
 
         def parse_and_convert(text: str, **kwargs: Any) -> Any:
             key = (text, tuple(sorted(kwargs.items())))
-            pristine = grammar_cache.get(key, lambda: stock_parse(text, **kwargs), "grammar")
+            pristine = grammar_cache.get(key, lambda: stock_parse(text, **kwargs))
             return copy.deepcopy(pristine)
 
         def parse_conjunctive_query(cls: type, expr: str) -> Any:
-            return query_cache.get((cls, expr), lambda: stock_query_func(cls, expr), "query")
+            return query_cache.get((cls, expr), lambda: stock_query_func(cls, expr))
 
         def pddl2sas(domain: str, problem: str, verbose: bool = False, optimize: bool = False) -> Any:
             if verbose:  # debugging output was asked for: let the translator print it
@@ -126,7 +118,7 @@ def enable(sas_cache_games: int = 8, parse_cache_size: int = 8192) -> None:
                 finally:
                     sys.argv = saved_argv
 
-            return sas_cache.get((domain, problem, bool(optimize)), translate, "sas")
+            return sas_cache.get((domain, problem, bool(optimize)), translate)
 
         def copy_context(context: dict) -> dict:
             return {

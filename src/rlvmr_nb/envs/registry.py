@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping
 
 from .base import TaskSpec, TextEnv
 
@@ -145,14 +145,6 @@ def check_level(level: str) -> str:
     return key
 
 
-def filter_tasks(tasks: Sequence[TaskSpec], task_types: Sequence[str] | None) -> list[TaskSpec]:
-    """Keep the tasks whose type is in `task_types` (None: all)."""
-    if task_types is None:
-        return list(tasks)
-    wanted = set(task_types)
-    return [t for t in tasks if t.task_type in wanted]
-
-
 # --------------------------------------------------------------------------------------------------
 # The worlds this package ships
 # --------------------------------------------------------------------------------------------------
@@ -188,10 +180,10 @@ register_env(EnvSpec(
 ))
 register_env(EnvSpec(
     name="lab",
-    env_class="rlvmr_nb.envs.lab:LabEnv",
-    task_lists="rlvmr_nb.envs.lab:level_tasks",
+    env_class="rlvmr_nb.envs.lab_world:LabEnv",
+    task_lists="rlvmr_nb.envs.lab_world:level_tasks",
     prompt_family="lab",
-    heldout_types="rlvmr_nb.envs.lab:heldout_task_types",
+    heldout_types="rlvmr_nb.envs.lab_world:heldout_task_types",
     coldstart_kit="rlvmr_nb.coldstart.kits:LAB",
     description="the metacognition lab: a small house with closed containers and dead ends, L0/L1/L2 splits "
                 "(new layouts / unseen object-destination pairs / a held-out task kind)",

@@ -1,18 +1,34 @@
-"""Rooms, containers and objects: the mechanics the toy game (`envs.toy`) and the lab world (`envs.lab`) share.
+"""Rooms, containers and objects: the mechanics the toy game (`envs.toy`) and the lab world (`envs.lab_world`) share.
 
-A world here is any object with ``containers_in(room)`` and ``exits_of(room)``; a state has ``room``,
-``where`` (object -> location pairs; carried objects are at `AGENT`), ``opened`` and ``moved(obj, loc)``.
+A world here is any object with ``containers_in(room)`` and ``exits_of(room)``; a state is a `RoomState`
+(``room``, ``where``: object -> location pairs, carried objects at `AGENT`, ``opened``).
 Each world keeps its own wording where the two differ (what an empty room shows, what ``look`` adds) and
 its own extra commands; the commands below, and what they answer, are the same in both.
 """
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 AGENT = "agent"
 """The location of carried objects."""
+
+
+@dataclass(frozen=True)
+class RoomState:
+    """The dynamic state of a rooms world: where the agent is, where each object is, which containers are open."""
+
+    room: str
+    where: tuple[tuple[str, str], ...]
+    """(object, location) pairs, sorted; a location is a room, a container or `AGENT`."""
+    opened: frozenset[str]
+
+    def location(self, obj: str) -> str:
+        return dict(self.where)[obj]
+
+    def moved(self, obj: str, to: str) -> "RoomState":
+        return replace(self, where=tuple(sorted((o, to if o == obj else loc) for o, loc in self.where)))
 
 
 def article(noun: str) -> str:

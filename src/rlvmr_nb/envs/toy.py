@@ -29,12 +29,12 @@ import random
 import signal
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
 from rlvmr_nb.envs.lazy import state_bound_actions
-from rlvmr_nb.envs.rooms import apply_room_command, article, carried, room_commands, room_view
+from rlvmr_nb.envs.rooms import RoomState, apply_room_command, article, carried, room_commands, room_view
 
 ENV_NAME = "toy"
 TASK_KINDS = ("put", "bring")
@@ -71,22 +71,6 @@ class ToyWorld:
         return f"bring the {self.target} to the {self.destination}."
 
 
-@dataclass(frozen=True)
-class ToyState:
-    """The dynamic state: where the agent is, where each object is, which containers are open."""
-
-    room: str
-    where: tuple[tuple[str, str], ...]
-    """(object, location) pairs, sorted; location is a room, a container or 'agent'."""
-    opened: frozenset[str]
-
-    def location(self, obj: str) -> str:
-        return dict(self.where)[obj]
-
-    def moved(self, obj: str, to: str) -> "ToyState":
-        return replace(self, where=tuple(sorted((o, to if o == obj else loc) for o, loc in self.where)))
-
-
 def parse_toy_task_id(tid: str) -> tuple[str, int]:
     """'put:3' -> ('put', 3); ValueError with the expected form otherwise."""
     kind, sep, var = tid.partition(":")
@@ -95,7 +79,7 @@ def parse_toy_task_id(tid: str) -> tuple[str, int]:
     return kind, int(var)
 
 
-def build_world(tid: str) -> tuple[ToyWorld, ToyState]:
+def build_world(tid: str) -> tuple[ToyWorld, RoomState]:
     """The layout and initial state of a toy task; deterministic in the task id."""
     kind, variation = parse_toy_task_id(tid)
     rng = random.Random(f"toy:{kind}:{variation}")  # str seeds hash with sha512: stable across runs
@@ -125,20 +109,20 @@ def build_world(tid: str) -> tuple[ToyWorld, ToyState]:
         target=target,
         destination=destination,
     )
-    return world, ToyState(room="hallway", where=tuple(sorted(where.items())), opened=opened)
+    return world, RoomState(room="hallway", where=tuple(sorted(where.items())), opened=opened)
 
 
-def admissible(world: ToyWorld, state: ToyState) -> list[str]:
+def admissible(world: ToyWorld, state: RoomState) -> list[str]:
     """Every command that does something in `state`, sorted (plus look and inventory)."""
     return room_commands(world, state) + ["inventory", "look"]
 
 
-def describe(world: ToyWorld, state: ToyState) -> str:
+def describe(world: ToyWorld, state: RoomState) -> str:
     """The 'look' text of the current room."""
     return " ".join(room_view(world, state, empty="nothing special"))
 
 
-def transition(world: ToyWorld, state: ToyState, action: str) -> tuple[ToyState, str]:
+def transition(world: ToyWorld, state: RoomState, action: str) -> tuple[RoomState, str]:
     """Apply one command; inadmissible commands leave the state unchanged with 'Nothing happens.'"""
     cmd = " ".join(action.strip().lower().split())
     if cmd == "look":
@@ -151,7 +135,7 @@ def transition(world: ToyWorld, state: ToyState, action: str) -> tuple[ToyState,
     return apply_room_command(state, cmd, lambda new: describe(world, new))
 
 
-def is_won(world: ToyWorld, state: ToyState) -> bool:
+def is_won(world: ToyWorld, state: RoomState) -> bool:
     """Goal test: target inside the destination container / on the destination room's floor."""
     return state.location(world.target) == world.destination
 
@@ -159,7 +143,7 @@ def is_won(world: ToyWorld, state: ToyState) -> bool:
 def toy_expert_actions(task: TaskSpec | str) -> list[str]:
     """A shortest command sequence that wins the task (breadth-first search over the tiny state space)."""
     world, start = build_world(task if isinstance(task, str) else task.task_id)
-    parents: dict[ToyState, tuple[ToyState, str] | None] = {start: None}
+    parents: dict[RoomState, tuple[RoomState, str] | None] = {start: None}
     queue = deque([start])
     while queue:
         state = queue.popleft()
@@ -221,7 +205,7 @@ class ToyEnv:
         self.crash_on, self.hang_on, self.raise_on = crash_on, hang_on, raise_on
         self.hang_seconds = hang_seconds
         self._world: ToyWorld | None = None
-        self._state: ToyState | None = None
+        self._state: RoomState | None = None
         self._t = 0
         self._done = False
         self._version = 0  # bumped on every reset/step; a lazy list is valid for one version only

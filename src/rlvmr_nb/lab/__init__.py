@@ -1,7 +1,7 @@
 """The metacognition lab: the paper's central claim (Fig. 1, Table 1) as an experiment that runs in minutes.
 
 Outcome-only GRPO and RLVMR are trained from ONE cold-start checkpoint with equal budgets over several
-seeds in a small house world where looping is a real way to fail (`envs.lab`), by a ~0.5 M-parameter
+seeds in a small house world where looping is a real way to fail (`envs.lab_world`), by a ~0.5 M-parameter
 transformer with a word-level vocabulary built from the world's text (`policy`), then evaluated on new
 layouts (L0), unseen object/destination combinations (L1) and a held-out task kind (L2). The numbers come
 with two-stage bootstrap intervals over seeds and episodes (`stats`); figures (`figures`), case studies

@@ -12,8 +12,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..config_json import check_setting_types, read_settings_file
-from ..validation import require_choice, require_positive
+from ..validation import check_setting_types, read_settings_file, require_choice, require_positive
 
 
 @dataclass
@@ -41,7 +40,7 @@ class LabConfig:
     seeds: tuple[int, ...] = (0, 1)
     train_pool: int = 24
     """Training layouts the RL arms draw their tasks from: the first `train_pool` of the 400-layout training
-    pool (`envs.lab.level_tasks`). A 0.5 M-parameter policy trained from scratch learns from layouts it
+    pool (`envs.lab_world.level_tasks`). A 0.5 M-parameter policy trained from scratch learns from layouts it
     meets again, not from 400 it meets about once each (README, 'Metacognition lab': the diagnosis)."""
     iterations: int = 20
     tasks_per_iteration: int = 4
@@ -78,7 +77,7 @@ class LabConfig:
                                 "sft_batch_size", "format_check_tasks", "train_pool", "iterations", "tasks_per_iteration",
                                 "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
                                 "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
-        from ..advantages import PRESETS
+        from ..scoring.advantages import PRESETS
 
         require_choice(self, "advantage_preset", PRESETS)
         if not self.algos or not self.seeds or not self.levels:

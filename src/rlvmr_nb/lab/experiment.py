@@ -1,7 +1,7 @@
 """The lab experiment, stage by stage: one cold start, RL arms over seeds, evaluation on L0/L1/L2.
 
 Every stage calls the library's public API (`coldstart.build_coldstart_dataset`, `sft.train_sft`,
-`trainer.train`, `evaluate.evaluate_policy`) with the lab world (`envs.lab`) and the lab policy
+`trainer.train`, `evaluate.evaluate_policy`) with the lab world (`envs.lab_world`) and the lab policy
 (`lab.policy`); nothing about the method is special-cased. Each stage writes its files under the run
 folder and is skipped when they exist, so an interrupted run resumes (the trainer itself resumes from
 its last checkpoint).
@@ -62,7 +62,7 @@ def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = Fa
     checkpoint folder; skipped when it exists."""
     from ..coldstart import build_coldstart_dataset, load_coldstart_samples
     from ..models import load_model
-    from ..sft import SFTConfig, train_sft
+    from ..coldstart.sft import SFTConfig, train_sft
     from .policy import LabPolicyConfig, build_lab_policy
 
     root = Path(out) / "coldstart"
@@ -85,8 +85,8 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
     """The `trainer.TrainConfig` of one arm. Every arm uses the meta-think prompt and parser, so GRPO is
     the outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ
     in their advantage estimator only."""
-    from ..advantages import preset
-    from ..loss import LossConfig
+    from ..scoring.advantages import preset
+    from ..update.reference_loss import LossConfig
     from ..trainer import TrainConfig
 
     return TrainConfig(
@@ -102,7 +102,7 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
 
 def training_pool(config: LabConfig) -> list:
     """The layouts every RL arm draws its tasks from (`LabConfig.train_pool`), the same for all arms."""
-    from ..envs.lab import level_tasks
+    from ..envs.lab_world import level_tasks
 
     pool = level_tasks("train", "L0")
     if config.train_pool > len(pool):

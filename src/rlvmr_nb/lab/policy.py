@@ -112,9 +112,9 @@ def world_corpus(levels: Sequence[str] = ("L0", "L1", "L2"), seed: int = 0) -> l
     """Every kind of text the lab world and its prompts produce: for each training and test task, the
     task sentence and what the expert and a few random commands see and may send; both prompt styles'
     fixed text. Words only matter here, not their frequencies in play."""
-    from ..envs.lab import LabEnv, lab_expert_actions, level_tasks
-    from ..prompts import AgentMemory, PromptConfig
-    from ..tags import META_TAGS
+    from ..envs.lab_world import LabEnv, lab_expert_actions, level_tasks
+    from ..rollout.prompts import AgentMemory, PromptConfig
+    from ..rollout.tags import META_TAGS
 
     rng = random.Random(seed)
     env = LabEnv(max_steps=60)

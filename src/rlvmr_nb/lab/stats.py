@@ -22,8 +22,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ..metrics import repetitive_steps
-from ..trajectory import Episode, read_episodes
+from ..scoring.metrics import repetitive_steps
+from ..rollout.trajectory import Episode, read_episodes
 from .config import LabConfig
 from .layout import COLDSTART_ARM, arm_label, eval_path
 

@@ -137,7 +137,7 @@ def ours_records(
       * ``{"records": [...]}``;
       * ``{method: {level: {metric: value}}}`` (the nested form of metrics results);
       * ``{env: {method: {level: {metric: value}}}}`` with env in `ENVS`.
-    ``scale`` multiplies rate metrics (`is_rate_metric`); `rlvmr_nb.metrics` writes fractions,
+    ``scale`` multiplies rate metrics (`is_rate_metric`); `rlvmr_nb.scoring.metrics` writes fractions,
     so pass ``scale=100`` for its summaries to compare with the paper's percentages.
     """
     if isinstance(results, Mapping) and "records" in results:
@@ -183,7 +183,7 @@ def is_rate_metric(metric: str) -> bool:
 def _flatten_level(metrics: Mapping[str, Any]) -> Iterator[tuple[str | None, str, Any]]:
     """(task_type, metric, value) triples of one method/level cell.
 
-    Takes `rlvmr_nb.metrics.summarize` output as is: ``success_by_task_type`` gives per-task
+    Takes `rlvmr_nb.scoring.metrics.summarize` output as is: ``success_by_task_type`` gives per-task
     success, ``task_types`` per-task metrics, other dict values (``tag_distribution``...) become
     ``"name.key"`` metrics; None values are skipped.
     """

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..metrics import repetitive_steps
+from ..scoring.metrics import repetitive_steps
 
 CI_FIELDS = ("ci_low", "ci_high")
 """Optional fields of a record holding its interval (same unit as ``value``)."""

@@ -44,7 +44,7 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
     between iterations are noise (`captions.small_run_note`).
     """
     from ..runs import read_metrics, read_validation
-    from ..trajectory import read_episodes
+    from ..rollout.trajectory import read_episodes
 
     if not run_dirs:
         raise ValueError("no run folders given")
@@ -75,7 +75,7 @@ def training_fig6_figure(run_dirs: Mapping[str, str | os.PathLike], *, env: str)
 
 def coldstart_figure(run_dir: str | os.PathLike, title: str | None = None) -> Figure:
     """The cold-start figure of a notebook-01 run folder (``results.json``, ``sft/``, held-out episodes)."""
-    from ..trajectory import read_episodes
+    from ..rollout.trajectory import read_episodes
 
     run_dir = Path(run_dir)
     results = _read_json(run_dir / "results.json")

@@ -27,9 +27,10 @@ from .checkpoints import (
 )
 from .logs import METRIC_COLUMNS, VALIDATION_COLUMNS, MetricsLog, read_metrics, read_validation, truncate_logs
 from .policy import load_policy, model_label, save_pretrained_policy, wrap_lora, write_config, write_jsonl
+from .session import owns_run_folder
 
 __all__ = [
     "CheckpointError", "METRIC_COLUMNS", "MetricsLog", "latest_checkpoint", "list_checkpoints", "load_checkpoint",
-    "load_policy", "model_label", "read_metrics", "read_validation", "restore_run", "resume_checkpoint", "save_checkpoint", "save_pretrained_policy",
+    "load_policy", "model_label", "owns_run_folder", "read_metrics", "read_validation", "restore_run", "resume_checkpoint", "save_checkpoint", "save_pretrained_policy",
     "truncate_logs", "VALIDATION_COLUMNS", "wrap_lora", "write_config", "write_jsonl",
 ]

@@ -37,6 +37,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import torch
 
+from .lock import is_writing_rank
 from .run_id import (UNRECORDED, belongs, current_run_id, earlier_run_files, move_aside, new_run_record, read_run_record,
                      write_run_record)
 
@@ -112,7 +113,7 @@ def save_checkpoint(
     `run_record` (`run_id.new_run_record`; default: the folder's ``run.json``) is copied into the checkpoint;
     rotation deletes only checkpoints of that run. Raises `DiskFull` (and leaves no temporary folder) when
     the checkpoint does not fit."""
-    from ..sharding import full_state_dicts, is_sharded
+    from ..update.sharding import full_state_dicts, is_sharded
 
     out_dir = Path(out_dir)
     final = checkpoint_path(out_dir, iteration)
@@ -200,7 +201,7 @@ def load_checkpoint(path: str | os.PathLike, model: Any, optimizer: torch.optim.
     """Restore model (and optimizer and RNG) from `path`; returns the iteration it was taken after.
 
     Tensors go to the device of the model's parameters (a sharded model: each rank keeps its shard)."""
-    from ..sharding import is_sharded, load_full_state_dicts
+    from ..update.sharding import is_sharded, load_full_state_dicts
 
     parts = read_checkpoint(path)
     state = parts["state.pt"]
@@ -235,7 +236,7 @@ def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> 
 
 def restore_run(out_dir: str | os.PathLike, resume: str | None, config_from_dict: Any, config: Any, model: Any,
                 optimizer: torch.optim.Optimizer, may_change: frozenset[str],
-                announce: Callable[[str], None] = print, write: bool = True) -> int:
+                announce: Callable[[str], None] | None = None, write: bool | None = None) -> int:
     """Restore the checkpoint `resume` names ('auto': the newest intact one of `out_dir`'s run; 'never'; a
     path) and return the first iteration still to run (0 without a checkpoint).
 
@@ -243,12 +244,14 @@ def restore_run(out_dir: str | os.PathLike, resume: str | None, config_from_dict
     fields in `may_change`; any other difference is refused with the list of differences. A changed ``lr``
     is applied to the restored optimizer (with a warning), not silently ignored.
 
-    What happens to the folder (only where `write`: the process that writes it) is announced through
-    `announce`: a resume names its checkpoint ("resuming from ckpt-00004 (iteration 5)": the first
+    What happens to the folder (only where `write`: by default the process that writes it,
+    `lock.is_writing_rank`) is announced through `announce` (default: printed by that process): a resume names its checkpoint ("resuming from ckpt-00004 (iteration 5)": the first
     iteration it runs) and moves the run's damaged newer checkpoints aside; a start from zero (``never``,
     or no intact checkpoint of the run) moves the earlier run's checkpoints and logs aside (`run_id`) and
     records a new run id."""
     out_dir = Path(out_dir)
+    write = is_writing_rank() if write is None else write
+    announce = announce or (print if write else (lambda _: None))
     if resume in ("never", "", None):
         return _start_from_zero(out_dir, config, "resume='never' starts over", announce, write)
     if resume == "auto":
@@ -289,7 +292,7 @@ def restore_run(out_dir: str | os.PathLike, resume: str | None, config_from_dict
 def _start_from_zero(out_dir: Path, config: Any, why: str, announce: Callable[[str], None], write: bool) -> int:
     """Iteration 0 of a new run: an earlier run's files are moved aside (never deleted), a run id recorded."""
     if write:
-        earlier = earlier_run_files(out_dir)
+        earlier = earlier_run_files(out_dir, sorted(p for p in out_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir()))
         if earlier:
             move_aside(out_dir, earlier, f"starting {out_dir} from iteration 0 ({why})", announce)
         out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,7 +1,7 @@
 """One owner per run folder: an exclusive lock held for the lifetime of a run.
 
 Two processes writing one run folder interleave their metric rows and episodes and race on checkpoint
-folders (issue 23: two `train --out same` both exited 0 with 50 rows for 30 iterations). Every command
+folders (two `train --out same` started 3 s apart both exited 0, with 50 rows for 30 iterations). Every command
 that writes a run folder (`train`, `lab`, `coldstart`, `eval`) therefore holds `RunFolderLock` while it
 writes; a second starter gets `RunFolderBusy`, one line naming the holder's pid and command.
 
@@ -24,6 +24,12 @@ from types import TracebackType
 
 LOCK_NAME = ".rlvmr-owner.lock"
 """The exclusive lock file of a run folder."""
+
+
+def is_writing_rank() -> bool:
+    """Whether this process writes its run folder: under torchrun every rank trains into the same folder and
+    rank 0 writes it (and so owns it); a single process always does."""
+    return int(os.environ.get("RANK", "0")) == 0
 
 
 class RunFolderBusy(RuntimeError):

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..atomic_io import atomic_open
-from ..tags import META_TAGS
+from ..rollout.tags import META_TAGS
 
 METRIC_COLUMNS: tuple[str, ...] = (
     "iteration", "success", "episode_length", "invalid", "invalid_malformed", "repetitive", "aborted", "samples",
@@ -40,9 +40,6 @@ VALIDATION_COLUMNS: tuple[str, ...] = (
 """The columns of ``validation.csv``: the metrics of one validation (`metrics.summarize` of its episodes,
 success with its Wilson interval) and its wall time. ``iteration`` counts the training iterations done before
 it (0: the initial policy), so a validation row lines up with the training row of the same policy."""
-
-LOG_FILES = ("metrics.jsonl", "metrics.csv", "episodes.jsonl", "validation.jsonl", "validation.csv")
-
 
 def flatten(d: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """``{"tag": {"explore": 0.2}}`` → ``{"tag/explore": 0.2}``."""
@@ -157,7 +154,7 @@ def _iteration_of_episode(d: Mapping[str, Any]) -> int:
     info = d.get("info") or {}
     if "iteration" in info:
         return int(info["iteration"])
-    from ..trajectory import parse_episode_id
+    from ..rollout.trajectory import parse_episode_id
 
     return parse_episode_id(str(d.get("episode_id", "")))[0]
 

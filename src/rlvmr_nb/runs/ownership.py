@@ -2,7 +2,7 @@
 
 A pool worker keeps running when its parent is killed by SIGKILL or SIGTERM (no cleanup code runs in the
 parent), and a lab seed worker then trains into the run folder to the end while a rerun writes the same
-files (issue 23: duplicated metric rows and episodes). `start_owned_worker`, a pool's initializer, asks
+files (duplicated metric rows and episodes). `start_owned_worker`, a pool's initializer, asks
 Linux to send the worker SIGKILL when its parent dies (``prctl(PR_SET_PDEATHSIG)``), then checks that the
 parent is still the one it was started by (it may have died before the request was made). It also takes
 the run folder's shared worker lock (`lock.SharedFolderLock`), so a rerun refuses to start while any

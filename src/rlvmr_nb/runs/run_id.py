@@ -4,7 +4,7 @@ folder.
 
 Without it, a folder that once held another run still offers that run's checkpoints: `eval` read an older
 run's ckpt-00002 after `train --resume never`, and the keep-N rotation counted damaged checkpoints of an
-earlier run and deleted the fresh one (issue 23). So:
+earlier run and deleted the fresh one. So:
 
 * ``run.json`` in the run folder names the current run (``run_id``, ``config_hash``, ``started``);
   each checkpoint holds a copy (`checkpoints.save_checkpoint`);
@@ -81,15 +81,11 @@ def belongs(checkpoint: str | os.PathLike, run_id: str | None) -> bool:
     return run_id is None or checkpoint_run_id(checkpoint) == run_id
 
 
-def earlier_run_files(out_dir: str | os.PathLike) -> list[Path]:
-    """The checkpoints (intact or not) and log files of whatever run the folder holds now."""
-    from .checkpoints import CHECKPOINT_PREFIX
-
+def earlier_run_files(out_dir: str | os.PathLike, checkpoints: list[Path]) -> list[Path]:
+    """`checkpoints` (the folder's ``ckpt-*``, intact or not) and the log files of whatever run the folder
+    holds now."""
     out_dir = Path(out_dir)
-    if not out_dir.is_dir():
-        return []
-    checkpoints = sorted(p for p in out_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir())
-    return checkpoints + [out_dir / name for name in RUN_ARTIFACTS if (out_dir / name).exists()]
+    return list(checkpoints) + [out_dir / name for name in RUN_ARTIFACTS if (out_dir / name).exists()]
 
 
 def move_aside(out_dir: str | os.PathLike, paths: list[Path], why: str,

@@ -4,11 +4,12 @@ one line that says where the run stopped and how to go on instead of a traceback
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
-from .lock import RunFolderLock
+from .lock import RunFolderLock, is_writing_rank
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -28,16 +29,11 @@ def interrupted_message(out_dir: str | os.PathLike) -> str:
     return f"interrupted at iteration {at}; rerun the same command to resume ({since})"
 
 
-def _is_writer() -> bool:
-    # under torchrun every rank trains into the same folder; rank 0 writes it and so owns it
-    return int(os.environ.get("RANK", "0")) == 0
-
-
 @contextlib.contextmanager
 def training_session(out_dir: str | os.PathLike) -> Iterator[None]:
     """Hold `out_dir` for the block (the writing rank only); turn Ctrl-C into `TrainingInterrupted`."""
     out_dir = Path(out_dir)
-    lock = RunFolderLock(out_dir, "train") if _is_writer() else contextlib.nullcontext()
+    lock = RunFolderLock(out_dir, "train") if is_writing_rank() else contextlib.nullcontext()
     with lock:
         try:
             yield
@@ -45,3 +41,19 @@ def training_session(out_dir: str | os.PathLike) -> Iterator[None]:
             raise
         except KeyboardInterrupt:
             raise TrainingInterrupted(interrupted_message(out_dir)) from None
+
+
+Result = TypeVar("Result")
+
+
+def owns_run_folder(train: Callable[..., Result]) -> Callable[..., Result]:
+    """Decorator of `trainer.train(config, ...)`: the run holds ``config.out_dir`` for its whole life (a second
+    trainer on the folder is refused with the holder's pid and command), and Ctrl-C raises
+    `TrainingInterrupted`, naming the iteration and the checkpoint a rerun resumes from."""
+
+    @functools.wraps(train)
+    def owning(config: Any, *args: Any, **kwargs: Any) -> Result:
+        with training_session(config.out_dir):
+            return train(config, *args, **kwargs)
+
+    return owning

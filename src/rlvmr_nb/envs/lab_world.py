@@ -1,0 +1,339 @@
+"""`LabEnv`: the metacognition lab's world, a small house where looping is a real way to fail.
+
+Why a new world. The paper's central claim (paper Fig. 1, Table 1) is that outcome-only GRPO learns to
+succeed through repetitive, inefficient behaviour and generalises worse, while RLVMR's meta-reasoning
+rewards cut repetition. Testing that needs thousands of episodes; ALFWorld gives tens per minute on this
+machine. This world steps tens of thousands of times a second (pure Python, frozen dataclasses), and is
+rich enough that an agent can loop: several rooms joined as a tree with dead ends, objects hidden in
+closed containers, distractor objects and empty containers, and exits that lead back where one came from.
+
+The game. The agent starts in the hallway. Each step it sends one command and gets the engine's answer:
+
+* ``go to R`` (R an exit of the current room), ``open C`` / ``close C`` (a container here),
+  ``take O`` (on the floor here or in an open container here), ``drop O``, ``put O in C`` (an open
+  container here, O carried), ``look``.
+* Anything else answers "Nothing happens." and uses a step (as ALFWorld does). The admissible commands
+  are listed every step (paper App. C shows ALFWorld's list the same way).
+
+Task kinds (`TASK_KINDS`): ``put`` ("put the key in the box."), ``bring`` ("bring the key to the
+garden."), and ``put_two`` ("put the key and the apple in the box."), which no training split contains.
+
+Splits (paper §2.1 and App. A.1, in spirit; `level_tasks`). One training pool of ``put``/``bring`` tasks
+whose (target object, destination) pair is a *seen* combination. L0 tests new layouts of seen
+combinations; L1 tests new layouts whose (object, destination) pair never occurs in training (every word
+does, only the combination is new); L2 tests the held-out task kind ``put_two``. A task id
+``kind:combos:variation`` (``'put:s:12'``, ``'bring:u:20004'``) builds the same world every time.
+
+Expert (`lab_expert_actions`): an agent that knows the map but not what closed containers hold. It
+searches the nearest unsearched place until it sees what it needs, then executes, like ALFWorld's
+hand-coded expert; the cold start tags its trajectories (`coldstart.lab_world_rules`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+from collections import deque
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
+# visible_objects: used by coldstart.lab_world_rules through this module
+from rlvmr_nb.envs.rooms import (AGENT, RoomState, apply_room_command, article, carried,  # noqa: F401
+                                 room_commands, room_view, visible_objects)
+
+ENV_NAME = "lab"
+TRAIN_KINDS: tuple[str, ...] = ("put", "bring")
+HELDOUT_KINDS: tuple[str, ...] = ("put_two",)
+"""Task kinds held out of every training split: L2 evaluates on them (paper §2.1, unseen task categories)."""
+TASK_KINDS: tuple[str, ...] = TRAIN_KINDS + HELDOUT_KINDS
+NOTHING_HAPPENS = "Nothing happens."
+HUB = "hallway"
+ROOM_POOL: tuple[str, ...] = ("kitchen", "bedroom", "garden", "study", "bathroom", "cellar", "attic", "garage")
+OBJECT_POOL: tuple[str, ...] = ("apple", "key", "book", "mug", "ball", "coin", "pen", "cup", "sock", "lamp")
+CONTAINER_POOL: tuple[str, ...] = ("box", "drawer", "basket", "cabinet", "chest", "crate")
+SEEN, UNSEEN = "s", "u"
+"""Combination classes in task ids: seen in training, or held out of it (L1)."""
+SPLIT_SIZES = {"train": 400, "test": 60}
+"""Training tasks per pool, and test tasks per level (new variation ranges, so layouts are new)."""
+_TEST_OFFSET = {"L0": 10_000, "L1": 20_000, "L2": 30_000}
+
+
+def combination_is_heldout(obj: str, destination: str) -> bool:
+    """Whether (object, destination) is one of the combinations no training task uses (L1): a stable
+    hash puts about one pair in four aside; every object and destination still occurs in training."""
+    digest = hashlib.sha256(f"{obj}|{destination}".encode()).digest()
+    return digest[0] % 4 == 0
+
+
+@dataclass(frozen=True)
+class LabWorld:
+    """The static layout of one task instance."""
+
+    rooms: tuple[str, ...]
+    exits: tuple[tuple[str, tuple[str, ...]], ...]
+    containers: tuple[tuple[str, str], ...]
+    """(container, room) pairs."""
+    kind: str
+    targets: tuple[str, ...]
+    """Objects to move (two for ``put_two``)."""
+    destination: str
+    """A container (put, put_two) or a room (bring)."""
+
+    def exits_of(self, room: str) -> tuple[str, ...]:
+        return dict(self.exits)[room]
+
+    def containers_in(self, room: str) -> list[str]:
+        return [c for c, r in self.containers if r == room]
+
+    def room_of(self, container: str) -> str:
+        return dict(self.containers)[container]
+
+    @property
+    def goal_text(self) -> str:
+        if self.kind == "bring":
+            return f"bring the {self.targets[0]} to the {self.destination}."
+        return f"put the {' and the '.join(self.targets)} in the {self.destination}."
+
+
+def parse_lab_task_id(tid: str) -> tuple[str, str, int]:
+    """'put:s:3' -> ('put', 's', 3); a ValueError that shows the expected form otherwise."""
+    parts = tid.split(":")
+    if len(parts) != 3 or parts[0] not in TASK_KINDS or parts[1] not in (SEEN, UNSEEN) or not parts[2].isdigit():
+        raise ValueError(f"lab task id {tid!r} must look like 'put:s:3' (kinds {TASK_KINDS}, combos 's' or 'u')")
+    return parts[0], parts[1], int(parts[2])
+
+
+def _tree_exits(rng: random.Random, rooms: Sequence[str]) -> dict[str, list[str]]:
+    """A random tree over the rooms, rooted at the hallway: two or three rooms off the hallway, the rest
+    hang off earlier rooms (dead ends), plus one extra edge between two side rooms (a cycle to loop on)."""
+    exits: dict[str, list[str]] = {r: [] for r in rooms}
+    side = list(rooms[1:])
+    first = rng.choice((2, 3))
+    attached = [HUB]
+    for i, room in enumerate(side):
+        parent = HUB if i < first else rng.choice(attached[1:] or [HUB])
+        exits[parent].append(room)
+        exits[room].append(parent)
+        attached.append(room)
+    a, b = rng.sample(side, 2)
+    if b not in exits[a]:
+        exits[a].append(b)
+        exits[b].append(a)
+    return exits
+
+
+def build_world(tid: str) -> tuple[LabWorld, RoomState]:
+    """The layout and initial state of a lab task; deterministic in the task id."""
+    kind, combos, variation = parse_lab_task_id(tid)
+    rng = random.Random(f"lab:{kind}:{combos}:{variation}")  # str seeds hash with sha512: stable across runs
+    for _ in range(1000):  # redraw until the (object, destination) combination has the wanted class
+        rooms = (HUB, *rng.sample(ROOM_POOL, rng.choice((4, 5))))
+        exits = _tree_exits(rng, rooms)
+        containers = tuple((c, rng.choice(rooms[1:])) for c in rng.sample(CONTAINER_POOL, rng.choice((3, 4))))
+        objects = rng.sample(OBJECT_POOL, 4 if kind == "put_two" else 3)
+        targets = tuple(objects[:2] if kind == "put_two" else objects[:1])
+        if kind == "bring":
+            destination = rng.choice(rooms[1:])
+        else:
+            destination = rng.choice([c for c, _ in containers])
+        if kind != "put_two" and combination_is_heldout(targets[0], destination) != (combos == UNSEEN):
+            continue
+        where: dict[str, str] = {}
+        for obj in objects:
+            hidden = [c for c, _ in containers if c != destination]
+            # targets are hidden in containers most of the time: finding them needs exploration
+            if obj in targets and rng.random() < 0.75 and hidden:
+                where[obj] = rng.choice(hidden)
+            else:
+                where[obj] = rng.choice([*rooms[1:], *(c for c, _ in containers)])
+        if kind == "bring" and any(where[t] == destination or dict(containers).get(where[t]) == destination
+                                   for t in targets):
+            continue
+        if kind != "bring" and any(where[t] == destination for t in targets):
+            continue
+        opened = frozenset(c for c, _ in containers if rng.random() < 0.2)
+        world = LabWorld(rooms=rooms, exits=tuple((r, tuple(sorted(exits[r]))) for r in rooms),
+                         containers=containers, kind=kind, targets=targets, destination=destination)
+        return world, RoomState(room=HUB, where=tuple(sorted(where.items())), opened=opened)
+    raise RuntimeError(f"no layout for lab task {tid!r} (bug in build_world)")
+
+
+def admissible(world: LabWorld, state: RoomState) -> list[str]:
+    """Every command that does something in `state`, sorted, then ``look``."""
+    return room_commands(world, state) + ["look"]
+
+
+def describe(world: LabWorld, state: RoomState) -> str:
+    """What the agent sees in its room (the answer to ``look`` and to entering a room)."""
+    parts = room_view(world, state, empty="nothing")
+    held = carried(state)
+    if held:
+        parts.append("You carry " + " and ".join(article(o) for o in held) + ".")
+    return " ".join(parts)
+
+
+def transition(world: LabWorld, state: RoomState, action: str) -> tuple[RoomState, str]:
+    """Apply one command; an inadmissible one leaves the state unchanged and answers "Nothing happens."."""
+    cmd = " ".join(action.strip().lower().split())
+    if cmd not in admissible(world, state):
+        return state, NOTHING_HAPPENS
+    if cmd == "look":
+        return state, describe(world, state)
+    return apply_room_command(state, cmd, lambda new: describe(world, new))
+
+
+def is_won(world: LabWorld, state: RoomState) -> bool:
+    """Every target is in the destination container (put, put_two) or on the destination room's floor (bring)."""
+    return all(state.location(t) == world.destination for t in world.targets)
+
+
+# ----- the searching expert -------------------------------------------------------------------------
+
+
+def _path(world: LabWorld, start: str, goal: str) -> list[str]:
+    """Rooms to walk through from `start` to `goal` (excluding `start`), by breadth-first search."""
+    parents: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        room = queue.popleft()
+        if room == goal:
+            break
+        for nxt in world.exits_of(room):
+            if nxt not in parents:
+                parents[nxt] = room
+                queue.append(nxt)
+    path, room = [], goal
+    while parents[room] is not None:
+        path.append(room)
+        room = parents[room]  # type: ignore[assignment]
+    return path[::-1]
+
+
+def _next_expert_action(world: LabWorld, state: RoomState, searched: set[str], rng: random.Random) -> str:
+    """One step of the map-knowing, content-blind expert (module docstring)."""
+    held = set(carried(state))
+    missing = [t for t in world.targets if state.location(t) not in (AGENT, world.destination)]
+    visible = visible_objects(world, state)
+    for t in missing:
+        if t in visible:
+            return f"take {t}"
+    if not missing:  # deliver
+        if world.kind == "bring":
+            if state.room != world.destination:
+                return f"go to {_path(world, state.room, world.destination)[0]}"
+            return f"drop {sorted(held & set(world.targets))[0]}"
+        room = world.room_of(world.destination)
+        if state.room != room:
+            return f"go to {_path(world, state.room, room)[0]}"
+        if world.destination not in state.opened:
+            return f"open {world.destination}"
+        return f"put {sorted(held & set(world.targets))[0]} in {world.destination}"
+    # search: an unopened container here, else the nearest room with something unsearched
+    for c in world.containers_in(state.room):
+        if c not in state.opened and c not in searched:
+            return f"open {c}"
+    searched.add(state.room)
+    todo = [r for r in world.rooms if r not in searched
+            or any(c not in state.opened and c not in searched for c in world.containers_in(r))]
+    rng.shuffle(todo)
+    todo.sort(key=lambda r: len(_path(world, state.room, r)))
+    if not todo:
+        raise RuntimeError(f"lab expert: nothing left to search in {world} (bug)")
+    return f"go to {_path(world, state.room, todo[0])[0]}"
+
+
+def lab_expert_actions(task: TaskSpec | str, seed: int = 0, max_steps: int = 60) -> list[str]:
+    """The searching expert's winning command sequence for a task (deterministic in task and seed)."""
+    tid = task if isinstance(task, str) else task.task_id
+    world, state = build_world(tid)
+    rng = random.Random(f"lab-expert:{seed}:{tid}")
+    searched: set[str] = set()
+    actions: list[str] = []
+    while not is_won(world, state):
+        if len(actions) >= max_steps:
+            raise RuntimeError(f"lab expert did not win {tid} in {max_steps} steps (bug)")
+        action = _next_expert_action(world, state, searched, rng)
+        if action.startswith("open "):
+            searched.add(action[5:])
+        state, _ = transition(world, state, action)
+        actions.append(action)
+    return actions
+
+
+# ----- splits ---------------------------------------------------------------------------------------
+
+
+def lab_tasks(kinds: Sequence[str], combos: str, start: int, n: int, split: str) -> list[TaskSpec]:
+    """`n` tasks cycling through `kinds` from variation `start` on."""
+    return [TaskSpec(task_id=f"{kinds[i % len(kinds)]}:{combos}:{start + i}", env=ENV_NAME, split=split,
+                     task_type=kinds[i % len(kinds)]) for i in range(n)]
+
+
+def level_tasks(role: str, level: str) -> list[TaskSpec]:
+    """The registry's task lists: one training pool for every level (seen combinations of the training
+    kinds), and per level a test split of new layouts: L0 seen combinations, L1 unseen combinations,
+    L2 the held-out kind (module docstring)."""
+    if role == "train":
+        return lab_tasks(TRAIN_KINDS, SEEN, 0, SPLIT_SIZES["train"], "train")
+    kinds, combos = {"L0": (TRAIN_KINDS, SEEN), "L1": (TRAIN_KINDS, UNSEEN), "L2": (HELDOUT_KINDS, SEEN)}[level]
+    return lab_tasks(kinds, combos, _TEST_OFFSET[level], SPLIT_SIZES["test"], f"{level}/test")
+
+
+def heldout_task_types(level: str) -> frozenset[str]:
+    """Task kinds a level's policy never trains on: ``put_two`` for L2."""
+    return frozenset(HELDOUT_KINDS) if level == "L2" else frozenset()
+
+
+# ----- the environment ------------------------------------------------------------------------------
+
+
+class LabEnv:
+    """`TextEnv` over the lab world. `max_steps` ends an episode (done, not won) after that many steps."""
+
+    name = ENV_NAME
+
+    def __init__(self, *, max_steps: int = 50) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, got {max_steps}")
+        self.max_steps = max_steps
+        self._world: LabWorld | None = None
+        self._state: RoomState | None = None
+        self._t = 0
+
+    def reset(self, task: TaskSpec) -> Reset:
+        if task.env not in (ENV_NAME, ""):
+            raise ValueError(f"task {task.task_id!r} is for env {task.env!r}, not {ENV_NAME!r}")
+        self._world, self._state = build_world(task.task_id)
+        self._t = 0
+        return Reset(observation=describe(self._world, self._state), admissible_actions=self.admissible_actions(),
+                     task_text=self._world.goal_text, task_type=self._world.kind, info={"t": 0})
+
+    def step(self, action: str) -> StepResult:
+        if self._world is None or self._state is None:
+            raise RuntimeError("call reset(task) before step()")
+        if not isinstance(action, str):
+            raise TypeError(f"action must be a str, got {type(action).__name__}")
+        self._state, feedback = transition(self._world, self._state, action)
+        self._t += 1
+        won = is_won(self._world, self._state)
+        return StepResult(observation=feedback, reward=1.0 if won else 0.0, done=won or self._t >= self.max_steps,
+                          won=won, admissible_actions=self.admissible_actions(), info={"t": self._t})
+
+    def admissible_actions(self) -> list[str]:
+        if self._world is None or self._state is None:
+            raise RuntimeError("call reset(task) before admissible_actions()")
+        return admissible(self._world, self._state)
+
+    def close(self) -> None:
+        self._world = self._state = None
+
+    def __repr__(self) -> str:
+        return f"LabEnv(max_steps={self.max_steps})"
+
+
+def describe_task(task: TaskSpec | str) -> dict[str, Any]:
+    """Layout summary of a lab task (for notebooks and debugging)."""
+    world, state = build_world(task if isinstance(task, str) else task.task_id)
+    return {"goal": world.goal_text, "rooms": world.rooms, "exits": dict(world.exits),
+            "containers": dict(world.containers), "objects": dict(state.where), "open": sorted(state.opened)}

@@ -1,0 +1,149 @@
+"""Generation backends behind one interface (`Generator.generate(prompts, sampling)`).
+
+`BACKENDS` is the one registry of rollout backends: 'hf' (transformers, in process) and 'vllm' (a vLLM
+engine in its own process and virtualenv). The trainer and the evaluator build theirs with
+`make_rollout_generator(name, model, tokenizer, EngineSettings(...))`, which turns the backend-neutral
+settings of `TrainConfig` / `EvalConfig` into the backend's constructor options; tests and benchmarks
+may call `make_generator(name, model, tokenizer, **constructor_options)` directly.
+Importing this package does not import torch/transformers; the backends are imported on demand.
+The settings are described in docs/method.md, 'Generation settings'.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+
+from rlvmr_nb.rollout.generation.base import (
+    EVAL_SAMPLING,
+    FINISH_REASONS,
+    GREEDY_SAMPLING,
+    SAMPLING_PRESETS,
+    STOP_STRING,
+    TRAIN_SAMPLING,
+    Generation,
+    Generator,
+    SamplingConfig,
+    sampling_preset,
+)
+
+ENGINE_DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
+"""Dtypes a sampling engine may run in (`EngineSettings.dtype`)."""
+
+SLEEP_LEVELS: tuple[int, ...] = (0, 1, 2)
+"""vLLM sleep levels between rollouts: 0 never sleeps, 1 offloads the weights to host memory and drops the
+KV cache, 2 drops both (the weights are rewritten by the next sync anyway)."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """Backend-neutral settings of a rollout engine, as `TrainConfig` / `EvalConfig` state them."""
+
+    dtype: str | None = "bfloat16"
+    """Dtype of the sampling copy (one of `ENGINE_DTYPES`); None: sample from the given model object itself
+    (HF only; what LoRA training needs, since the adapted model has no plain copy)."""
+    gpu_memory_utilization: float = 0.5
+    """vLLM on a GPU: the share of the card the engine may take for weights and KV cache, leaving the rest to
+    the trainer (colocated, as verl's hybrid engine and TRL's colocate mode do). Ignored by 'hf' and on CPU."""
+    sleep_level: int = 2
+    """vLLM: what the engine frees while the trainer updates (`SLEEP_LEVELS`). Ignored by 'hf'; a logged no-op
+    where vLLM has no sleep mode (CPU)."""
+    seed: int = 0
+    """Engine seed (vLLM); every generate call also carries its own per-row seeds."""
+    max_batch_size: int | None = None
+    """HF: rows per ``generate`` call (`HFGenerator.max_batch_size`; None: 8 on a CPU, every row of the call on a
+    GPU). vLLM schedules its own batches."""
+    options: Mapping[str, Any] = field(default_factory=dict)
+    """Further keyword arguments for the backend's constructor, e.g. ``{"kv_cache_gb": 4}`` or
+    ``{"python": "/opt/vllm/bin/python"}`` for vLLM."""
+
+    def __post_init__(self) -> None:
+        if self.dtype is not None and self.dtype not in ENGINE_DTYPES:
+            raise ValueError(f"engine dtype {self.dtype!r}; choose one of {ENGINE_DTYPES} (or None)")
+        if not 0.0 < self.gpu_memory_utilization <= 1.0:
+            raise ValueError(f"gpu_memory_utilization must be in (0, 1], got {self.gpu_memory_utilization}")
+        if self.sleep_level not in SLEEP_LEVELS:
+            raise ValueError(f"sleep_level must be one of {SLEEP_LEVELS}, got {self.sleep_level}")
+        if self.max_batch_size is not None and self.max_batch_size < 1:
+            raise ValueError(f"max_batch_size must be >= 1, got {self.max_batch_size}")
+
+
+def _hf_options(settings: EngineSettings) -> dict[str, Any]:
+    import torch
+
+    return {"dtype": None if settings.dtype is None else getattr(torch, settings.dtype),
+            "max_batch_size": settings.max_batch_size}
+
+
+def _vllm_options(settings: EngineSettings) -> dict[str, Any]:
+    if settings.dtype is None:
+        raise ValueError("the 'vllm' backend samples from its own copy of the weights: give it a dtype "
+                         f"({ENGINE_DTYPES}); sampling from a LoRA-wrapped model object needs the 'hf' backend")
+    return {"dtype": settings.dtype, "gpu_memory_utilization": settings.gpu_memory_utilization,
+            "sleep_level": settings.sleep_level, "seed": settings.seed}
+
+
+@dataclass(frozen=True)
+class Backend:
+    """One registered rollout backend."""
+
+    module: str
+    """Module that defines the `Generator` class (imported on first use)."""
+    class_name: str
+    options: Callable[[EngineSettings], dict[str, Any]]
+    """`EngineSettings` → constructor keyword arguments."""
+    samples_live_model: bool
+    """Whether it can sample from the model object itself (``EngineSettings.dtype=None``), as LoRA needs."""
+
+    def load(self) -> type:
+        return getattr(importlib.import_module(self.module), self.class_name)
+
+
+BACKENDS: dict[str, Backend] = {
+    "hf": Backend("rlvmr_nb.rollout.generation.hf", "HFGenerator", _hf_options, samples_live_model=True),
+    "vllm": Backend("rlvmr_nb.rollout.generation.vllm_backend", "VLLMGenerator", _vllm_options, samples_live_model=False),
+}
+"""'hf': `HFGenerator` (transformers, in process). 'vllm': `VLLMGenerator` (engine in its own process and
+virtualenv; `model` may also be a checkpoint directory)."""
+
+
+def get_backend(name: str) -> Backend:
+    """The registered backend `name`, or a ValueError that lists them."""
+    try:
+        return BACKENDS[name]
+    except KeyError:
+        raise ValueError(f"unknown generation backend {name!r}; choose one of {tuple(BACKENDS)}") from None
+
+
+def make_generator(backend: str, model: Any, tokenizer: Any, **options: Any) -> Generator:
+    """Build a generation backend by name; `options` go to its constructor."""
+    return get_backend(backend).load()(model, tokenizer, **options)
+
+
+def make_rollout_generator(backend: str, model: Any, tokenizer: Any, settings: EngineSettings = EngineSettings()) -> Generator:
+    """The rollout engine of the trainer and the evaluator: backend `backend` built from `settings`."""
+    spec = get_backend(backend)
+    return spec.load()(model, tokenizer, **(spec.options(settings) | dict(settings.options)))
+
+
+__all__ = [
+    "BACKENDS",
+    "ENGINE_DTYPES",
+    "EVAL_SAMPLING",
+    "FINISH_REASONS",
+    "GREEDY_SAMPLING",
+    "SAMPLING_PRESETS",
+    "SLEEP_LEVELS",
+    "STOP_STRING",
+    "TRAIN_SAMPLING",
+    "Backend",
+    "EngineSettings",
+    "Generation",
+    "Generator",
+    "SamplingConfig",
+    "get_backend",
+    "make_generator",
+    "make_rollout_generator",
+    "sampling_preset",
+]

@@ -1,0 +1,218 @@
+"""Multi-turn group rollouts: B tasks × G rollouts × up to T steps → `Episode`s (paper App. A.2;
+docs/method.md, 'Training iteration').
+
+At every step the prompts of *all* still-active episodes are generated in one batched call, then
+the environments step in parallel (an `EnvPool`, or `LocalEnvs` in-process). Episodes that finish
+early are masked out; an environment fault marks only that episode `aborted`. Rewards are *not*
+computed here (architecture rule): the scoring stage (`scoring.score_episodes`) reads the result.
+
+Every returned `Step` carries what the trainer needs: prompt and response token ids, the sampler's
+log-probs, tag, validity, admissibility, feedback and the env reward (r_s · won at the winning step).
+
+Admissible lists are read before the environments step. A list belongs to the state it came with, and
+an env whose list is expensive (ScienceWorld: 4.6× a raw step) hands a lazy one (`envs.lazy`) that
+raises `StaleActionsError` once the env has moved on. Each step reads only what it records: whether its
+action is in the list (the reflection reward and the invalid-action rate need that; an empty action is
+never a command, so it costs no read). A plain list is kept in `Step.admissible_actions`, as the
+prompt shows it; a lazy one is not (a ScienceWorld state has 100 to 1,500 valid actions, up to 64 KB),
+only its length in ``Step.extra["admissible_count"]``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Mapping, Protocol, Sequence
+
+from ..envs.base import Reset, StepResult, TaskSpec
+from ..envs.lazy import LazyActionList, StaleActionsError
+from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
+from .generation.base import Generator, SamplingConfig
+from .prompts import AgentMemory, PromptConfig, to_chat
+from .tags import parse_output
+from .trajectory import Episode, Step, episode_id, group_id
+
+
+class EnvSlots(Protocol):
+    """What the rollout needs from an environment pool: one env per slot, reset and stepped in bulk.
+
+    Results that are not `Reset`/`StepResult` mean the slot's environment failed (the pool's
+    ``Aborted`` record, whose ``reason`` is kept in the episode info)."""
+
+    def reset(self, tasks: Sequence[TaskSpec]) -> list[Any]: ...
+
+    def step(self, actions: Mapping[int, str]) -> Mapping[int, Any]: ...
+
+
+@dataclass
+class RolloutConfig:
+    """Shape of one rollout batch (paper App. A.2; docs/method.md, 'Training iteration')."""
+
+    group_size: int = 8
+    """G: rollouts per task, sharing one group id (paper: 8)."""
+    max_steps: int = 30
+    """T: environment steps per episode (paper: 30)."""
+    success_reward: float = 10.0
+    """Env reward recorded at the winning step (official code: 10·won)."""
+    seed: int = 0
+    """Base sampling seed; step seeds are derived from (seed, iteration, step)."""
+    progress: bool = True
+    """Show a tqdm bar over steps."""
+
+
+def _derived_seed(*parts: object) -> int:
+    digest = hashlib.sha256(":".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little")
+
+
+def run_rollouts(
+    tasks: Sequence[TaskSpec],
+    envs: EnvSlots,
+    generator: Generator,
+    tokenizer: Any,
+    prompt_config: PromptConfig,
+    sampling: SamplingConfig,
+    config: RolloutConfig = RolloutConfig(),
+    iteration: int = 0,
+    group_indices: Sequence[int] | None = None,
+) -> list[Episode]:
+    """Roll out every task `config.group_size` times; returns episodes task-major (group by group).
+
+    Args:
+        tasks: the B task instances of this batch.
+        envs: B·G environment slots (slot i·G + r is rollout r of task i).
+        generator: the policy's generation backend (its weights must be the current policy's).
+        tokenizer: the policy tokenizer (chat template, prompt budgeting).
+        prompt_config: prompt style and budget; its `parser_mode` sets the validity rules.
+        sampling: temperature etc. (1.0 for training, 0.4 for evaluation; docs/method.md, 'Generation settings').
+        config: group size, max steps, seed.
+        iteration: training iteration, used in group ids and seeds.
+        group_indices: index of each task in the whole batch (default 0..B-1); with several ranks
+            each rolls out a share of the batch and group ids must stay unique.
+    """
+    G = config.group_size
+    if group_indices is None:
+        group_indices = range(len(tasks))
+    if len(group_indices) != len(tasks):
+        raise ValueError(f"{len(group_indices)} group indices for {len(tasks)} tasks")
+    slot_groups = [g for g in group_indices for _ in range(G)]
+    slot_tasks = [task for task in tasks for _ in range(G)]
+    episodes = [
+        Episode(
+            task_id=task.task_id,
+            env=task.env,
+            split=task.split,
+            task_type=task.task_type,
+            group_id=group_id(iteration, slot_groups[i]),
+            episode_id=episode_id(iteration, slot_groups[i], i % G),
+            seed=config.seed,
+            info={"iteration": iteration},
+        )
+        for i, task in enumerate(slot_tasks)
+    ]
+    memories = [AgentMemory(config=prompt_config) for _ in slot_tasks]
+    state: dict[int, Reset | StepResult] = {}
+    for slot, result in enumerate(envs.reset(slot_tasks)):
+        if isinstance(result, Reset):
+            episodes[slot].task_text = result.task_text
+            episodes[slot].task_type = result.task_type or episodes[slot].task_type
+            memories[slot].task = result.task_text
+            state[slot] = result
+        else:
+            _abort(episodes[slot], result, "reset")
+    try:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=config.max_steps, desc=f"rollout it{iteration}", disable=not config.progress, leave=False)
+    except ImportError:  # pragma: no cover
+        bar = None
+    for t in range(config.max_steps):
+        active = sorted(state)
+        if not active:
+            break
+        texts = []
+        for slot in active:
+            cur = state[slot]
+            text = memories[slot].render(
+                cur.observation,
+                cur.admissible_actions,
+                available_actions=cur.info.get("available_actions"),
+                tokenizer=tokenizer,
+            )
+            texts.append(to_chat(tokenizer, text))
+        generations = generator.generate(texts, sampling.replace(n=1, seed=_derived_seed(config.seed, iteration, t)))
+        actions, parsed_by_slot, listed, faults = {}, {}, {}, {}
+        for slot, gen in zip(active, generations):
+            parsed = parse_output(gen.text, mode=prompt_config.parser_mode)
+            parsed_by_slot[slot] = (parsed, gen)
+            try:  # before envs.step: afterwards the state's (lazy) list is gone
+                listed[slot] = read_admissibility(state[slot].admissible_actions, parsed.action)
+            except StaleActionsError:
+                raise
+            except RuntimeError as e:  # the env (or its pool worker) died while listing: abort this slot only
+                listed[slot], faults[slot] = (False, [], {}), e
+                continue
+            actions[slot] = parsed.action
+        results = {**envs.step(actions), **faults}
+        for slot in active:
+            parsed, gen = parsed_by_slot[slot]
+            admissible, recorded, extra = listed[slot]
+            cur = state[slot]
+            result = results.get(slot)
+            memories[slot].record(cur.observation, gen.text, parsed.action)
+            step = Step(
+                t=t,
+                observation=cur.observation,
+                admissible_actions=recorded,
+                output=gen.text,
+                tag=parsed.tag,
+                reasoning=parsed.reasoning,
+                action=parsed.action,
+                plan=parsed.plan,
+                valid=parsed.valid,
+                invalid_reasons=list(parsed.invalid_reasons),
+                admissible=admissible,
+                prompt_token_ids=list(gen.prompt_token_ids),
+                response_token_ids=list(gen.token_ids),
+                response_logprobs=list(gen.logprobs),
+                extra={"finish_reason": gen.finish_reason, **extra},
+            )
+            episodes[slot].steps.append(step)
+            if not isinstance(result, StepResult):
+                _abort(episodes[slot], result, f"step {t}")
+                del state[slot]
+                continue
+            step.feedback, step.done, step.won = result.observation, result.done, result.won
+            step.env_reward = config.success_reward if result.won else 0.0
+            if result.done or t == config.max_steps - 1:
+                episodes[slot].won = result.won
+                del state[slot]
+            else:
+                state[slot] = result
+        if bar:
+            bar.update(1)
+            bar.set_postfix(active=len(state))
+    if bar:
+        bar.close()
+    return episodes
+
+
+def read_admissibility(actions: Sequence[str], action: str) -> tuple[bool, list[str], dict[str, Any]]:
+    """What a step records about its state's admissible list; call it before the env steps.
+
+    Returns whether `action` is admissible (exact match, as the official code checks), the list to keep
+    in `Step.admissible_actions` (a plain list as given; nothing for a lazy list) and step extras (a lazy
+    list's length). An empty action is never admissible and reads nothing.
+    """
+    lazy = isinstance(actions, LazyActionList)
+    if not action and lazy and not actions.loaded:
+        return False, [], {}
+    admissible = action in actions
+    if lazy:
+        return admissible, [], {"admissible_count": len(actions)}
+    return admissible, list(actions), {}
+
+
+def _abort(episode: Episode, result: Any, where: str) -> None:
+    episode.aborted = True
+    episode.info["abort"] = {"where": where, "reason": str(getattr(result, "reason", result))}

@@ -1,0 +1,54 @@
+"""The scoring stage in one call: the episodes of a batch in, one `ScoredStep` per step out.
+
+`score_episodes` drops the aborted episodes (an infrastructure fault says nothing about the policy, so it never
+counts as a failure for its group-mates), rewards the rest (`rewards.with_rewards`), runs the algorithm's advantage
+estimator (`advantages.compute_advantages`) and returns new records; nothing is written into its inputs. The update
+stage turns each scored step into a training sample (`update.samples.episodes_to_samples`), the metrics read the
+records (`metrics.mean_mr_reward_by_tag`), and the episodes log keeps the scored copies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+from ..rollout.trajectory import Episode
+from .advantages import AdvantageConfig, compute_advantages, with_advantages
+from .rewards import RewardConfig, with_rewards
+
+
+@dataclass(frozen=True)
+class ScoredStep:
+    """What the scoring stage says about one step: which step it is, what it earned, its advantage."""
+
+    episode_id: str
+    """`Episode.episode_id` of the step's episode."""
+    t: int
+    """`Step.t`, the step's index in its episode."""
+    tag_type: str
+    """Reward-side tag class: 'planning' | 'explore' | 'reflection' | 'monitor' | 'none' (the MR advantage group)."""
+    mr_reward: float
+    """r_t^MR (with the 'step' penalty channel: the penalised step reward r_t)."""
+    outcome_score: float
+    """The outcome channel's value of this step: R(τ) (− λ if invalid and the channel is 'outcome')."""
+    advantage: float
+    """The step's advantage, broadcast to every token of its response (paper Eq. 4)."""
+
+
+@dataclass(frozen=True)
+class ScoredEpisodes:
+    """A scored batch: the episodes that count, as copies whose steps carry their rewards and advantages, and
+    the same steps as flat records, episodes in order and steps in order."""
+
+    episodes: list[Episode]
+    steps: list[ScoredStep]
+
+
+def score_episodes(episodes: Sequence[Episode], algo: str, reward_config: RewardConfig,
+                   advantage_config: AdvantageConfig) -> ScoredEpisodes:
+    """Rewards and advantages of every step of the episodes that were not aborted, under `algo`'s estimator."""
+    kept = with_rewards([ep for ep in episodes if not ep.aborted], reward_config)
+    scored = with_advantages(kept, compute_advantages(algo, kept, advantage_config))
+    steps = [ScoredStep(ep.episode_id, s.t, s.tag_type, s.mr_reward, s.outcome_score, s.advantage)
+             for ep in scored for s in ep.steps]
+    return ScoredEpisodes(scored, steps)

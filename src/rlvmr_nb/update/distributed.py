@@ -1,0 +1,108 @@
+"""Several processes (torchrun): who does which part of an iteration, so that the update equals one process's.
+
+Rollouts: each rank rolls out every `world`-th task of the batch; `all_gather_episodes` gives every rank
+the whole batch in the single-process order, so rewards and advantages are computed on the whole batch.
+
+Update: `schedule_update` deals each mini-batch's micro-batches round-robin to the ranks and pads every
+rank to the same number of micro-batches with zero-weight ones (a real sample whose loss is multiplied
+by 0). Each rank therefore makes the same number of forward/backward calls for any sample count — DDP
+needs that, or ranks wait on each other's missing all-reduces — and gradients are all-reduced once per
+mini-batch (`no_sync` for the others). Padding keeps every sample, where the official code trims the
+batch to a multiple of the mini-batch size: padding costs at most world − 1 extra micro-batches per
+mini-batch and drops no data, so a run's update does not depend on how many GPUs it had.
+
+With the loss of a micro-batch divided by the mini-batch's (global) micro-batch count and multiplied
+by `world` (DDP averages), the summed gradient equals the single-process gradient accumulation.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import torch
+
+from ..rollout.trajectory import Episode, parse_episode_id
+
+
+def rank_world(backend: str | None = None) -> tuple[int, int]:
+    """``(rank, world_size)``; initialises the process group under torchrun with `backend` (default: nccl when
+    CUDA is visible, else gloo; the trainer passes `devices.process_group_backend` of its device)."""
+    if torchrun_world_size() > 1:
+        import torch.distributed as dist
+
+        if not dist.is_initialized():
+            dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"))
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def torchrun_world_size() -> int:
+    """Processes in the job (torchrun's WORLD_SIZE; 1 outside torchrun)."""
+    return int(os.environ.get("WORLD_SIZE", "1"))
+
+
+def local_rank() -> int:
+    """This process's index on its machine (torchrun's LOCAL_RANK; 0 outside torchrun)."""
+    return int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def all_gather_episodes(episodes: list[Episode], world_size: int) -> list[Episode]:
+    """Every rank gets the whole batch, in the single-process order (by group index, then rollout)."""
+    import torch.distributed as dist
+
+    gathered: list[Any] = [None] * world_size
+    dist.all_gather_object(gathered, [e.to_dict() for e in episodes])
+    merged = [Episode.from_dict(d) for part in gathered for d in part]
+    return sorted(merged, key=lambda ep: parse_episode_id(ep.episode_id)[1:])
+
+
+def barrier(world_size: int) -> None:
+    if world_size > 1:
+        torch.distributed.barrier()
+
+
+@dataclass(frozen=True)
+class MicroBatch:
+    """Sample indices of one forward/backward call on this rank, and its weight (0: padding)."""
+
+    indices: tuple[int, ...]
+    weight: float = 1.0
+
+
+@dataclass(frozen=True)
+class MiniBatch:
+    """One optimiser step: this rank's micro-batches and the mini-batch's micro-batch count over all ranks."""
+
+    micro_batches: tuple[MicroBatch, ...]
+    global_micro_batches: int
+
+
+def schedule_update(
+    num_samples: int, mini_batch_size: int, micro_batch_size: int, epochs: int, rng: random.Random,
+    rank: int = 0, world_size: int = 1,
+) -> list[MiniBatch]:
+    """This rank's share of a PPO update: per epoch a shuffled order of the samples, cut into mini-batches
+    and micro-batches; micro-batches dealt round-robin, each rank padded to the same count (see module doc).
+
+    Every rank must pass an `rng` in the same state: the shuffle is the same on all ranks."""
+    plan: list[MiniBatch] = []
+    for _ in range(epochs):
+        order = list(range(num_samples))
+        rng.shuffle(order)
+        for start in range(0, num_samples, mini_batch_size):
+            mini = order[start : start + mini_batch_size]
+            micros = [tuple(mini[j : j + micro_batch_size]) for j in range(0, len(mini), micro_batch_size)]
+            per_rank = -(-len(micros) // world_size)
+            mine = [MicroBatch(m) for m in micros[rank::world_size]]
+            if len(mine) < per_rank:  # zero-weight padding: one real sample of the mini-batch, its loss × 0
+                mine += [MicroBatch((mini[-1],), 0.0)] * (per_rank - len(mine))
+            plan.append(MiniBatch(tuple(mine), len(micros)))
+    return plan
+
+
+def samples_used(plan: Sequence[MiniBatch]) -> list[int]:
+    """Sorted indices of the samples this rank's plan touches (their log-probs must be computed first)."""
+    return sorted({i for mb in plan for micro in mb.micro_batches for i in micro.indices})

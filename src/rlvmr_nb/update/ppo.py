@@ -1,0 +1,128 @@
+"""The PPO step: the GRPO-MR loss of a micro-batch (paper Eq. 5) and one pass of optimiser steps over mini-batches.
+
+Each sample's advantage multiplies its tokens' probability ratio in the PPO-clip term (`loss_terms.ppo_clip_term`);
+with the sampler correction (`tis_cap`), each token's policy term is also weighted by its truncated importance
+weight (`sampler_correction.truncated_is_weights`), a factor of its own beside the advantage. Before the pass, the
+old policy's and the reference's log-probs are computed without gradient (`with_old_and_ref_logprobs`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any, Sequence
+
+import numpy as np
+import torch
+
+from ..devices import module_device
+from .distributed import MiniBatch
+from .logprobs import LogprobOptions, micro_batch_hidden_states, response_logprobs
+from .loss_terms import LossConfig
+from .reference_loss import grpo_loss, reference_logprobs_from_hidden
+from .reference_policy import reference_view
+from .samples import StepSample, with_logprobs
+from .sharding import TrainingModels, full_tensor, lockstep_logprobs
+
+
+def _stack(samples: Sequence[StepSample], attr: str, width: int, device: torch.device) -> torch.Tensor:
+    out = torch.zeros((len(samples), width))
+    for i, s in enumerate(samples):
+        v = getattr(s, attr)
+        v = torch.as_tensor(np.asarray(v, dtype=np.float32)) if not isinstance(v, torch.Tensor) else v
+        out[i, : len(v)] = v
+    return out.to(device)
+
+
+def micro_batch_loss(
+    logprob_model: torch.nn.Module, samples: Sequence[StepSample], pad_id: int, loss_config: LossConfig,
+    options: LogprobOptions, old_attr: str = "old_logprobs", tis_cap: float | None = None,
+) -> tuple[torch.Tensor, dict]:
+    """GRPO-MR loss of one micro-batch (paper Eq. 5): the fused chunked kernel, or the plain reference.
+
+    `tis_cap`: weight each token's policy term by its importance weight min(exp(old − sampler), tis_cap)
+    (`sampler_correction`); the KL and entropy terms stay unweighted."""
+    device = module_device(logprob_model)
+    h, weight, targets, mask = micro_batch_hidden_states(logprob_model, samples, pad_id, options, device)
+    width = mask.shape[1]
+    old = _stack(samples, old_attr, width, device)
+    ref = _stack(samples, "ref_logprobs", width, device) if loss_config.kl_coef else None
+    advantage = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device)
+    importance_weight = None
+    if tis_cap is not None:
+        from .sampler_correction import truncated_is_weights
+
+        importance_weight = truncated_is_weights(old, _stack(samples, "sampler_logprobs", width, device), tis_cap)
+    if options.fused:
+        from .kernels import fused_grpo_loss
+
+        # the kernel takes the policy term's per-token coefficient whole: advantage × importance weight
+        coefficient = advantage if importance_weight is None else advantage[:, None] * importance_weight
+        out = fused_grpo_loss(h, weight, targets, old, ref, coefficient, mask, config=loss_config,
+                              temperature=options.temperature, chunk_size=options.chunk_size)
+        return out.loss, out.metrics
+    logp, entropy = reference_logprobs_from_hidden(h, weight.float(), targets, options.temperature,
+                                                   return_entropy=True)
+    return grpo_loss(logp, old, ref, advantage, mask, entropy if loss_config.entropy_coef else None, loss_config,
+                     importance_weight=importance_weight)
+
+
+def ppo_update(logprob_model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[StepSample],
+               plan: Sequence[MiniBatch], pad_id: int, loss_config: LossConfig, options: LogprobOptions, *,
+               old_logprobs: str, tis_cap: float | None, grad_clip: float, world_size: int = 1) -> dict[str, float]:
+    """One PPO pass over this rank's `plan` (`distributed.schedule_update`): per mini-batch, accumulate the
+    micro-batch losses (each divided by the mini-batch's micro-batch count) and take one optimiser step.
+
+    `old_logprobs`: 'recompute' takes the ratio against the recomputed old policy, else against the sampler's.
+    Under DDP the gradients are all-reduced once per mini-batch, on its last micro-batch (`no_sync` for the
+    others); the loss is multiplied by `world_size` because DDP averages across ranks."""
+    params = [p for p in logprob_model.parameters() if p.requires_grad]
+    old_attr = "old_logprobs" if old_logprobs == "recompute" else "sampler_logprobs"
+    logs: dict[str, list[float]] = {}
+    for mini in plan:
+        for k, micro in enumerate(mini.micro_batches):
+            sync = k == len(mini.micro_batches) - 1 or not hasattr(logprob_model, "no_sync")
+            with logprob_model.no_sync() if not sync else contextlib.nullcontext():
+                loss, metrics = micro_batch_loss(logprob_model, [samples[i] for i in micro.indices], pad_id,
+                                                 loss_config, options, old_attr, tis_cap=tis_cap)
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"non-finite loss {float(loss)} in a micro-batch; metrics "
+                                             f"{ {k: float(v) for k, v in metrics.items()} }")
+                (loss * (micro.weight * world_size / mini.global_micro_batches)).backward()
+            if micro.weight:
+                for key, value in metrics.items():
+                    logs.setdefault(key, []).append(float(value))
+        grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, grad_clip))  # FSDP: a DTensor
+        if not torch.isfinite(grad_norm):
+            raise FloatingPointError(f"non-finite gradient norm {float(grad_norm)}: the update is stopped")
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        logs.setdefault("grad_norm", []).append(float(grad_norm))
+    means = {k: float(np.mean(v)) for k, v in logs.items() if k != "num_tokens" and k not in ("ratio_min", "ratio_max")}
+    extremes = {k: float(f(logs[k])) for k, f in (("ratio_min", min), ("ratio_max", max)) if logs.get(k)}
+    return means | extremes | {"updates": float(len(plan)), "trained_tokens": float(sum(logs.get("num_tokens", [])))}
+
+
+def with_old_and_ref_logprobs(models: TrainingModels, samples: list[StepSample], used: list[int], pad_id: int,
+                              options: LogprobOptions, *, recompute_old: bool, reference: bool, rank: int = 0,
+                              world: int = 1) -> list[StepSample]:
+    """The samples this rank trains on (`used`), with the pre-update policy's (`recompute_old`) and the
+    reference's (`reference`) log-probs; FSDP: every sample's, computed by all ranks together."""
+    if models.lockstep:
+        used = list(range(len(samples)))
+
+    def logprobs_under(model: Any, batch: list[StepSample]) -> list[torch.Tensor]:
+        if models.lockstep:
+            return lockstep_logprobs(model, batch, pad_id, options, rank, world)
+        return response_logprobs(model, batch, pad_id, options)
+
+    mine = [samples[i] for i in used]
+    if recompute_old:
+        mine = with_logprobs(mine, "old_logprobs", logprobs_under(models.old_policy, mine))
+    if reference:
+        with reference_view(models.policy, models.reference,
+                            models.device if models.reference_moves else None) as ref_model:
+            mine = with_logprobs(mine, "ref_logprobs", logprobs_under(ref_model, mine))
+    out = list(samples)
+    for i, s in zip(used, mine):
+        out[i] = s
+    return out
