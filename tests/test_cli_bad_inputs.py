@@ -1,4 +1,4 @@
-"""One clear line for every wrong input (issue 23, item 6): each case runs the real command line in its own
+"""One clear line for every wrong input: each case runs the real command line in its own
 process and must end with rc != 0, no traceback, and a message naming the option or file to fix. Ctrl-C
 during training says where it stopped and how to go on."""
 

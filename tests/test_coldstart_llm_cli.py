@@ -1,4 +1,4 @@
-"""`rlvmr-nb coldstart --teacher llm` against a local OpenAI-compatible server (issue 23, item 5): it works
+"""`rlvmr-nb coldstart --teacher llm` against a local OpenAI-compatible server: it works
 for every env the command offers, gives up on a model that never answers readably after a bounded number
 of requests with the first reason in full, and a hung endpoint costs about --llm-timeout, not minutes."""
 

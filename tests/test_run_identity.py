@@ -1,4 +1,4 @@
-"""Checkpoints that belong to their run (issue 23): run ids, earlier runs moved aside instead of erased or
+"""Checkpoints that belong to their run: run ids, earlier runs moved aside instead of erased or
 mistaken for this one, resume announced, and a full disk that ends in one line with no partial checkpoint."""
 
 import json

@@ -1,4 +1,4 @@
-"""One owner per run folder (issue 23): the folder lock, workers that die with their parent, and a lab rerun
+"""One owner per run folder: the folder lock, workers that die with their parent, and a lab rerun
 that refuses while an earlier run's workers still write. Real processes and real signals throughout."""
 
 import json
