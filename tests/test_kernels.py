@@ -240,6 +240,29 @@ def central_differences(fn, inputs, eps=1e-6):
 
 
 @pytest.mark.parametrize("strategy", STRATEGIES)
+def test_importance_weight_weighs_the_policy_term_as_the_reference_does(seed, strategy):
+    """The sampler correction's weight enters the fused loss as its own argument and gives the reference loss's
+    value and gradients with the same weight (KL and entropy unweighted); a weight of 1 changes nothing."""
+    case = make_case(seed, batch=3, length=9, width=16, vocab=40, dtype=torch.float64)
+    config = LossConfig(kl_coef=0.1, entropy_coef=0.01)
+    gen = torch.Generator().manual_seed(seed)
+    weight_tokens = (torch.rand(3, 9, generator=gen, dtype=torch.float64) * 2).float()
+    hidden = case["hidden"].detach().requires_grad_()
+    lm_head = case["weight"].detach().requires_grad_()
+    logp, entropy = reference_logprobs_from_hidden(hidden, lm_head, case["targets"], return_entropy=True)
+    old, ref, adv = (case[k].double() for k in ("old", "ref", "advantages"))
+    want, _ = grpo_loss(logp, old, ref, adv, case["mask"], entropy, config, importance_weight=weight_tokens.double())
+    want_grads = torch.autograd.grad(want, [hidden, lm_head])
+    got = fused(case, config, strategy=strategy, importance_weight=weight_tokens)
+    assert torch.allclose(got[0].double(), want.detach(), atol=1e-6, rtol=1e-5)
+    assert torch.allclose(got[1].double(), want_grads[0], atol=1e-6, rtol=1e-5)
+    assert torch.allclose(got[2].double(), want_grads[1], atol=1e-6, rtol=1e-5)
+    plain = fused(case, config, strategy=strategy)
+    ones = fused(case, config, strategy=strategy, importance_weight=torch.ones(3, 9))
+    assert torch.equal(plain[0], ones[0]) and not torch.allclose(plain[0], got[0])
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES)
 def test_fp64_gradients_match_finite_differences(seed, strategy):
     """fp64 gradcheck. ``forward_grad`` hands its gradients out once per graph, which
     ``torch.autograd.gradcheck`` (it backpropagates twice to test reentrancy) does not allow, so the

@@ -55,10 +55,9 @@ def micro_batch_loss(
     if options.fused:
         from .kernels import fused_grpo_loss
 
-        # the kernel takes the policy term's per-token coefficient whole: advantage × importance weight
-        coefficient = advantage if importance_weight is None else advantage[:, None] * importance_weight
-        out = fused_grpo_loss(h, weight, targets, old, ref, coefficient, mask, config=loss_config,
-                              temperature=options.temperature, chunk_size=options.chunk_size)
+        out = fused_grpo_loss(h, weight, targets, old, ref, advantage, mask, config=loss_config,
+                              temperature=options.temperature, chunk_size=options.chunk_size,
+                              importance_weight=importance_weight)
         return out.loss, out.metrics
     logp, entropy = reference_logprobs_from_hidden(h, weight.float(), targets, options.temperature,
                                                    return_entropy=True)

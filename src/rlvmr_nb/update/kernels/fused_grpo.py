@@ -367,6 +367,7 @@ def fused_grpo_loss(
     strategy: str = "forward_grad",
     backend: str = "auto",
     matmul_dtype: torch.dtype | None = None,
+    importance_weight: torch.Tensor | None = None,
 ) -> GRPOLossOutput:
     """GRPO-MR loss straight from final hidden states, never holding [tokens x vocab] logits (paper Eq. 5).
 
@@ -393,6 +394,9 @@ def fused_grpo_loss(
         backend: "auto" (Triton on CUDA if available, else PyTorch), "torch" or "triton".
         matmul_dtype: dtype of the three GEMMs; default the autocast dtype if autocast is on, else the
             common dtype of ``hidden`` and ``weight``. Everything after the GEMM runs in >= fp32.
+        importance_weight: per-token weight of the policy term alone (the sampler correction's truncated importance
+            weight), laid out as ``old_logprobs``; no gradient. The kernel's per-token policy coefficient is then
+            advantage × weight, as in `loss_terms.ppo_clip_term`.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy={strategy!r}; choose one of {STRATEGIES}")
@@ -404,6 +408,10 @@ def fused_grpo_loss(
         raise ValueError("ref_logprobs is None but kl_coef != 0: pass reference log-probs or set kl_coef=0")
     if chunk_size is not None and chunk_size < 1:
         raise ValueError(f"chunk_size={chunk_size} must be >= 1 (or None for the default)")
+    if importance_weight is not None:
+        _check_shape("importance_weight", importance_weight, tuple(old_logprobs.shape))
+        per_token = advantages.unsqueeze(-1) if advantages.dim() == 1 and hidden.dim() == 3 else advantages
+        advantages = per_token * importance_weight.detach()
     sel = _select_valid_tokens(hidden, targets, old_logprobs, ref_logprobs, advantages, mask, seq_index, num_sequences)
     mm_dtype = resolve_matmul_dtype(hidden, weight, matmul_dtype)
     acc = accumulation_dtype(mm_dtype)
