@@ -38,8 +38,8 @@ import numpy as np
 import torch
 
 from .lock import is_writing_rank
-from .run_id import (UNRECORDED, belongs, current_run_id, earlier_run_files, move_aside, new_run_record, read_run_record,
-                     write_run_record)
+from .run_id import (UNRECORDED, belongs, current_run_id, earlier_run_files, move_aside, new_run_record,
+                     read_run_record, write_run_record)
 
 CHECKPOINT_PREFIX = "ckpt-"
 _FILES = ("model.pt", "state.pt", "rng.json", "config.json")
@@ -244,11 +244,11 @@ def restore_run(out_dir: str | os.PathLike, resume: str | None, config_from_dict
     fields in `may_change`; any other difference is refused with the list of differences. A changed ``lr``
     is applied to the restored optimizer (with a warning), not silently ignored.
 
-    What happens to the folder (only where `write`: by default the process that writes it,
-    `lock.is_writing_rank`) is announced through `announce` (default: printed by that process): a resume names its checkpoint ("resuming from ckpt-00004 (iteration 5)": the first
-    iteration it runs) and moves the run's damaged newer checkpoints aside; a start from zero (``never``,
-    or no intact checkpoint of the run) moves the earlier run's checkpoints and logs aside (`run_id`) and
-    records a new run id."""
+    What happens to the folder is done only where `write` (default: in the process that writes the folder,
+    `lock.is_writing_rank`) and announced through `announce` (default: printed there): a resume names its
+    checkpoint ("resuming from ckpt-00004 (iteration 5)": k is the first iteration it runs) and moves the
+    run's damaged newer checkpoints aside; a start from zero (``never``, or no intact checkpoint of the run)
+    moves the earlier run's checkpoints and logs aside (`run_id`) and records a new run id."""
     out_dir = Path(out_dir)
     write = is_writing_rank() if write is None else write
     announce = announce or (print if write else (lambda _: None))
