@@ -148,8 +148,11 @@ def run(steps: list[str], check: Check) -> dict:
     """Print the plan, run each step in a child process under its budget, write the index; returns the index."""
     check.out.mkdir(parents=True, exist_ok=True)
     schedule = plan(steps, check.dry_run)
-    print(f"gpu-check plan ({'dry run, CPU' if check.dry_run else 'CUDA'}): " + ", ".join(
-        f"{name} {budget:.0f} s" for name, budget in schedule) + f"; at most {sum(b for _, b in schedule):.0f} s", flush=True)
+    on_gpu = plan(steps, dry_run=False)
+    print("gpu-check plan (CUDA): " + ", ".join(f"{name} {budget:.0f} s" for name, budget in on_gpu) +
+          f"; at most {sum(b for _, b in on_gpu):.0f} s", flush=True)
+    if check.dry_run:
+        print(f"this dry run: the same steps at tiny shapes on the CPU, each at most {DRY_RUN_BUDGET_S} s", flush=True)
     index = {**environment(), "dry_run": check.dry_run, "plan": dict(schedule), "steps": {}}
     for name, budget in schedule:
         t0 = time.perf_counter()
