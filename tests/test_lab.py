@@ -48,6 +48,35 @@ def test_word_tokenizer_round_trips_what_the_parser_reads(lab_tokenizer):
     assert len(chat_ids) < 120
 
 
+def test_the_vocabulary_is_built_from_training_text_only(monkeypatch):
+    """Building the corpus never builds a test layout (it would fail here), yet covers the test levels' words."""
+    from rlvmr_nb.envs import lab
+    from rlvmr_nb.envs.base import TaskSpec
+    from rlvmr_nb.lab.policy import words_of
+
+    test_ids = {t.task_id for level in ("L0", "L1", "L2") for t in level_tasks("test", level)}
+    real_build = lab.build_world
+
+    def training_only(tid):
+        if tid in test_ids:
+            raise AssertionError(f"world_corpus built the test layout {tid}")
+        return real_build(tid)
+
+    monkeypatch.setattr(lab, "build_world", training_only)
+    vocabulary = set(build_vocabulary(world_corpus()))
+    monkeypatch.setattr(lab, "build_world", real_build)
+    env = lab.LabEnv(max_steps=60)
+    unseen = set()
+    for tid in sorted(test_ids):
+        reset = env.reset(TaskSpec(task_id=tid, env="lab"))
+        texts = [reset.task_text, reset.observation, *reset.admissible_actions]
+        for action in lab.lab_expert_actions(tid):
+            result = env.step(action)
+            texts += [result.observation, *result.admissible_actions]
+        unseen |= {w for text in texts for w in words_of(text)} - vocabulary
+    assert not unseen
+
+
 def test_policy_saves_as_a_model_folder_the_library_loads_and_samples(lab_tokenizer, tmp_path):
     from rlvmr_nb.generation.base import SamplingConfig
     from rlvmr_nb.generation.hf import HFGenerator
