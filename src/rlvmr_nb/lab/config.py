@@ -55,15 +55,33 @@ class LabConfig:
     advantage_preset: str = "official_code"
     """`advantages.preset` of both arms: 'official_code' (per-task groups over step samples) or 'paper' (paper
     Eqs. 2-4: trajectories normalised over the batch); the format-penalty channel follows it."""
+    refused_penalty: float = 0.1
+    """`rewards.RewardConfig.refused_penalty`: what a well-formed but refused command costs, in the outcome score
+    both arms read (official: 0). docs/lab.md, 'Deviations', says why the lab turns it on."""
+    meta_rewards_admissible_only: bool = True
+    """`RewardConfig.meta_rewards_admissible_only`: <explore>/<reflection> pay only for accepted commands
+    (official: False). RLVMR's arm only; GRPO has no MR channel."""
+    reflection_at_start: bool = False
+    """`RewardConfig.reflection_at_start` (official: True, a first-step reflection always pays)."""
     temperature: float = 1.0
     """Sampling temperature of the training rollouts (the official code's 1.0; evaluation uses `eval_temperature`)."""
-    mini_batch_size: int = 4096
-    """Step samples per AdamW step; larger than an iteration's samples means one step per iteration."""
+    mini_batch_size: int = 64
+    """Step samples per AdamW step. An iteration gives a few hundred step samples, so each pass over them takes
+    several steps (one step per iteration gave each arm 20-30 AdamW steps in all: too few to learn; issue 24)."""
+    ppo_epochs: int = 2
+    """Passes over each iteration's samples (the official code's 1 with its 256-sample mini-batches of 16x8
+    rollouts; here the batch is small, so a second pass is the cheap way to more updates per rollout)."""
+    clip_eps: float = 0.2
+    """PPO clip range (paper Eq. 5); with several updates per batch the clip binds (its share is logged as
+    `clip_frac` in each arm's metrics.jsonl)."""
     micro_batch_size: int = 32
     # --- evaluation (paper §2.1) ------------------------------------------------------------------
     levels: tuple[str, ...] = ("L0", "L1", "L2")
     eval_tasks: int = 20
     """Tasks per level and policy (a seeded subset of the level's 60 test tasks)."""
+    heldin_tasks: int = 24
+    """Training layouts (the first of `train_pool`) every policy plays at evaluation, with the same sampling seed
+    before (cold start) and after training: the paired fairness check (`lab.paired.fairness_check`)."""
     eval_temperature: float = 0.4
     bootstrap: int = 2000
     """Bootstrap resamples for the confidence intervals (seeds, then episodes within a seed)."""
@@ -78,7 +96,10 @@ class LabConfig:
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "train_pool", "iterations", "tasks_per_iteration",
                                 "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
-                                "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
+                                "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks", "bootstrap",
+                                "workers"])
+        if self.refused_penalty < 0:
+            raise ValueError(f"refused_penalty must be >= 0, got {self.refused_penalty}")
         from ..advantages import PRESETS
 
         require_choice(self, "advantage_preset", PRESETS)
