@@ -11,11 +11,11 @@ Entry points: `run_lab`, ``rlvmr-nb lab``, notebook ``06_metacognition_lab``.
 
 from .config import LabConfig, load_lab_config
 from .experiment import (COLDSTART_ARM, arm_label, run_arm, run_coldstart, run_evaluation, run_lab, run_seed,
-                         train_config)
+                         run_seeds, train_config)
 from .policy import LabPolicyConfig, build_lab_policy, build_vocabulary, make_policy, make_tokenizer
 
 __all__ = [
     "COLDSTART_ARM", "LabConfig", "LabPolicyConfig", "arm_label", "build_lab_policy", "build_vocabulary",
     "load_lab_config", "make_policy", "make_tokenizer", "run_arm", "run_coldstart", "run_evaluation", "run_lab",
-    "run_seed", "train_config",
+    "run_seed", "run_seeds", "train_config",
 ]

@@ -253,6 +253,22 @@ def _seed_in_worker(config: dict, out: str, seed: int) -> dict:
     return run_seed(LabConfig.from_dict(config), out, seed, log=lambda _: None)
 
 
+def run_seeds(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print) -> dict:
+    """`run_seed` for every seed, `config.workers` at a time (spawned processes, one torch thread each; 1: one
+    after the other in this process). Returns every stage's wall and CPU seconds."""
+    if config.workers == 1:
+        stages = [run_seed(config, out, seed, log) for seed in config.seeds]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        context = multiprocessing.get_context("spawn")
+        with ProcessPoolExecutor(min(config.workers, len(config.seeds)), mp_context=context) as pool:
+            stages = list(pool.map(_seed_in_worker, [config.to_dict()] * len(config.seeds),
+                                   [str(out)] * len(config.seeds), config.seeds))
+    return {k: v for stage in stages for k, v in stage.items()}
+
+
 def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print,
             progress: bool = False) -> dict[str, Any]:
     """The whole experiment: cold start, then per seed the cold start's evaluation and every arm trained
@@ -268,17 +284,8 @@ def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None
         sft_dir = run_coldstart(config, out, progress)
     log(f"cold start: {sft_dir}")
     with timer.stage("seeds"):
-        if config.workers == 1:
-            stages = [run_seed(config, out, seed, log) for seed in config.seeds]
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            context = multiprocessing.get_context("spawn")
-            with ProcessPoolExecutor(config.workers, mp_context=context) as pool:
-                stages = list(pool.map(_seed_in_worker, [config.to_dict()] * len(config.seeds),
-                                       [str(out)] * len(config.seeds), config.seeds))
-    timing = {**timer.stages, **{k: v for s in stages for k, v in s.items()}}
+        seed_stages = run_seeds(config, out, log)
+    timing = {**timer.stages, **seed_stages}
     summary = lab_summary(config, out)
     summary["timing"] = timing
     (out / "lab_results.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")

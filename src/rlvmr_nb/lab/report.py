@@ -97,7 +97,7 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
             lines.append(f"* {arm} − cold start, unseen L0 success: {_pp(r['difference'])} pp "
                          f"(must not be below 0): {'passes' if r['passes'] else 'FAILS'}")
     primary = pre.get("primary")
-    if primary:
+    if primary and "t" in primary:
         t = primary["t"]
         levels = "+".join(primary["levels"])
         lines.append(f"**Primary** (per-episode repetitive-action rate, unseen {levels}, RLVMR − GRPO, paired t over "

@@ -152,15 +152,27 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
             eps[(COLDSTART_ARM, HELDIN)], eps[("grpo", HELDIN)], eps[(COLDSTART_ARM, "L0")] if "L0" in config.levels
             else [], {arm_label(a): eps[(a, "L0")] for a in config.algos} if "L0" in config.levels else {},
             bootstrap=config.bootstrap)
+    result["repetition_by_outcome"] = {
+        outcome: {arm_label(a): [paired.seed_endpoint(x, "repetitive", won) for x in merged(a, config.levels)]
+                  for a in (COLDSTART_ARM, *config.algos)}
+        for outcome, won in (("won", True), ("failed", False))}
+    budgets = [b for b in paired.STEP_BUDGETS if b <= config.max_steps]
+    result["success_within_steps"] = {
+        level: {arm_label(a): {b: float(np.nanmean([paired.seed_endpoint(x, f"success@{b}") for x in eps[(a, level)]]))
+                               for b in budgets} for a in (COLDSTART_ARM, *config.algos)}
+        for level in config.levels}
     if not {"grpo", "rlvmr"} <= set(config.algos) or len(seeds) < 2:
         return result
     unseen = [lv for lv in ("L0", "L1") if lv in config.levels]
     primary = paired.paired_endpoint(merged("rlvmr", unseen), merged("grpo", unseen), "repetitive",
                                      bootstrap=config.bootstrap)
     primary["levels"] = unseen
+    result["primary"] = primary
+    if "t" not in primary:
+        primary["verdict"] = "uninformative (fewer than 2 seeds with episodes)"
+        return result
     primary["verdict"] = paired.superiority_verdict(primary["t"], lower_is_better=True)
     primary["power"] = paired.seeds_for_power(PRIMARY_EFFECT, max(primary["t"]["sd"], 1e-6))
-    result["primary"] = primary
     secondaries: dict[str, dict[str, Any]] = {}
     if "L2" in config.levels:
         secondaries["repetitive L2"] = paired.paired_endpoint(merged("rlvmr", ["L2"]), merged("grpo", ["L2"]),
@@ -189,16 +201,6 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
     for name, adjusted in paired.holm(pvalues).items():
         secondaries[name]["p_holm"] = adjusted
     result["secondaries"] = secondaries
-    everything = [lv for lv in config.levels]
-    result["repetition_by_outcome"] = {
-        outcome: {arm_label(a): [paired.seed_endpoint(x, "repetitive", won) for x in merged(a, everything)]
-                  for a in (COLDSTART_ARM, *config.algos)}
-        for outcome, won in (("won", True), ("failed", False))}
-    budgets = [b for b in paired.STEP_BUDGETS if b <= config.max_steps]
-    result["success_within_steps"] = {
-        level: {arm_label(a): {b: float(np.nanmean([paired.seed_endpoint(x, f"success@{b}") for x in eps[(a, level)]]))
-                               for b in budgets} for a in (COLDSTART_ARM, *config.algos)}
-        for level in config.levels}
     return result
 
 
