@@ -7,7 +7,8 @@ script runs exactly that check for each variant (a few `LabConfig` overrides), t
 only: RLVMR is never trained or compared here, so the choice cannot lean towards the hypothesis. The cold start
 is the configuration's own (copied from the cache when built before, `lab.experiment.run_coldstart`).
 
-    PYTHONPATH=src python benchmarks/lab_fairness_sweep.py --variants base --out benchmarks/results/lab_fairness_sweep.json
+    PYTHONPATH=src python benchmarks/lab_fairness_sweep.py --variants base \
+        --out benchmarks/results/lab_fairness_sweep.json
 """
 
 from __future__ import annotations
@@ -60,10 +61,11 @@ def main(argv: list[str] | None = None) -> int:
         summary = run_lab(config, Path(args.work) / variant, log=lambda _: None)
         fairness = summary["preregistered"]["fairness"]
         doc["variants"][variant] = {"overrides": VARIANTS[variant], "seeds": args.seeds, "fairness": fairness,
-                                    "training_rise": summary["training_rise"], "wall_s": round(time.perf_counter() - started, 1),
-                                    "timing": summary["timing"]}
+                                    "training_rise": summary["training_rise"], "timing": summary["timing"],
+                                    "wall_s": round(time.perf_counter() - started, 1)}
         h = fairness["grpo_heldin"]
-        print(f"{variant:10s} held-in {100 * h['before']:.1f} -> {100 * h['after']:.1f} %  rise {100 * h['rise']:+.1f} pp "
+        print(f"{variant:10s} held-in {100 * h['before']:.1f} -> {100 * h['after']:.1f} %  "
+              f"rise {100 * h['rise']:+.1f} pp "
               f"[{100 * h['lo']:+.1f}, {100 * h['hi']:+.1f}]  L0 vs cold start "
               f"{100 * fairness['l0_vs_coldstart']['GRPO']['difference']:+.1f} pp  -> {fairness['verdict']}  "
               f"({time.perf_counter() - started:.0f} s)")

@@ -143,7 +143,6 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
     in their advantage estimator only."""
     from ..advantages import preset
     from ..loss import LossConfig
-    from ..rewards import RewardConfig
     from ..trainer import TrainConfig
 
     return TrainConfig(
