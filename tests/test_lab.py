@@ -222,6 +222,12 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
         played[arm] = sorted(ep["task_id"] for ep in episodes)
         assert set(played[arm]) <= pool
     assert played["grpo"] == played["rlvmr"]
+    from rlvmr_nb.trajectory import read_episodes
+
+    heldin = {arm: read_episodes(out / "eval" / f"{arm}-seed1" / "heldin.episodes.jsonl")
+              for arm in ("cold_start", "grpo", "rlvmr")}  # the fairness check's pairs: same tasks, same seed
+    assert [e.task_id for e in heldin["cold_start"]] == [e.task_id for e in heldin["grpo"]] == sorted(pool, key=[
+        t.task_id for t in level_tasks("train", "L0")].index)
     # a rerun resumes: nothing is retrained, the same numbers come out
     before = (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
