@@ -165,11 +165,11 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
     assert differing == {"algo", "out_dir"}  # equal budget: only the estimator (and the folder) differ
     assert (rlvmr.temperature, rlvmr.lr, rlvmr.iterations, rlvmr.seed) == (0.8, 1e-3, 3, 7)
     default = {algo: train_config(LabConfig(), tmp_path, algo, 0) for algo in ("grpo", "rlvmr")}
-    assert default["grpo"].advantage.outcome_unit == "step"  # official code
+    assert default["grpo"].advantage.outcome_unit == "trajectory"  # the paper's preset (docs/lab.md)
     for cfg in default.values():  # the lab's reward options and PPO shape reach both arms alike (docs/lab.md)
         assert (cfg.reward.refused_penalty, cfg.reward.meta_rewards_admissible_only, cfg.reward.reflection_at_start) == (
             0.1, True, False)
-        assert (cfg.ppo_epochs, cfg.mini_batch_size, cfg.loss.clip_eps, cfg.max_steps) == (2, 64, 0.2, 24)
+        assert (cfg.ppo_epochs, cfg.mini_batch_size, cfg.loss.clip_eps, cfg.max_steps) == (1, 32, 0.2, 24)
     with pytest.raises(ValueError, match="advantage_preset"):
         LabConfig(advantage_preset="papr")
     from rlvmr_nb.lab.experiment import training_pool

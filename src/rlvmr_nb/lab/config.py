@@ -43,7 +43,7 @@ class LabConfig:
     """Training layouts the RL arms draw their tasks from: the first `train_pool` of the 400-layout training
     pool (`envs.lab.level_tasks`). A 0.5 M-parameter policy trained from scratch learns from layouts it
     meets again, not from 400 it meets about once each (README, 'Metacognition lab': the diagnosis)."""
-    iterations: int = 20
+    iterations: int = 16
     tasks_per_iteration: int = 4
     group_size: int = 8
     max_steps: int = 24
@@ -52,9 +52,11 @@ class LabConfig:
     max_new_tokens: int = 64
     lr: float = 3e-4
     kl_coef: float = 0.01
-    advantage_preset: str = "official_code"
-    """`advantages.preset` of both arms: 'official_code' (per-task groups over step samples) or 'paper' (paper
-    Eqs. 2-4: trajectories normalised over the batch); the format-penalty channel follows it."""
+    advantage_preset: str = "paper"
+    """`advantages.preset` of both arms: 'paper' (paper Eqs. 2-4: trajectories normalised over the batch) or
+    'official_code' (per-task groups over step samples); the format-penalty channel follows it. The lab uses
+    'paper': on a real batch from its cold start, 'official_code' gave the repetitive steps of all-failed groups
+    a mean GRPO advantage of +0.72 (docs/lab.md, 'Advantage preset')."""
     refused_penalty: float = 0.1
     """`rewards.RewardConfig.refused_penalty`: what a well-formed but refused command costs, in the outcome score
     both arms read (official: 0). docs/lab.md, 'Deviations', says why the lab turns it on."""
@@ -65,15 +67,16 @@ class LabConfig:
     """`RewardConfig.reflection_at_start` (official: True, a first-step reflection always pays)."""
     temperature: float = 1.0
     """Sampling temperature of the training rollouts (the official code's 1.0; evaluation uses `eval_temperature`)."""
-    mini_batch_size: int = 64
-    """Step samples per AdamW step. An iteration gives a few hundred step samples, so each pass over them takes
-    several steps (one step per iteration gave each arm 20-30 AdamW steps in all: too few to learn; issue 24)."""
-    ppo_epochs: int = 2
-    """Passes over each iteration's samples (the official code's 1 with its 256-sample mini-batches of 16x8
-    rollouts; here the batch is small, so a second pass is the cheap way to more updates per rollout)."""
+    mini_batch_size: int = 32
+    """Step samples per AdamW step. An iteration gives ~600 step samples, so one pass over them takes ~20 steps
+    (one step per iteration gave each arm 20-30 AdamW steps in all: too few to learn; issue 24)."""
+    ppo_epochs: int = 1
+    """Passes over each iteration's samples (official: 1). Here a rollout batch costs ~5 s and a pass over it
+    ~12 s (2 cores, shared), so more updates come cheaper from smaller mini-batches over fresh rollouts than from
+    a second pass over the same ones (measured: 2 epochs of 64 doubled the update time for the same 20 steps)."""
     clip_eps: float = 0.2
-    """PPO clip range (paper Eq. 5); with several updates per batch the clip binds (its share is logged as
-    `clip_frac` in each arm's metrics.jsonl)."""
+    """PPO clip range (paper Eq. 5). With ~20 updates per batch the later mini-batches are off-policy and the clip
+    binds (`clip_frac` ~1-3 % in each arm's metrics.jsonl)."""
     micro_batch_size: int = 32
     # --- evaluation (paper §2.1) ------------------------------------------------------------------
     levels: tuple[str, ...] = ("L0", "L1", "L2")
