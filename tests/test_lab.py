@@ -179,9 +179,13 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
         training_pool(LabConfig(train_pool=401))
     classroom = load_lab_config(ROOT / "configs" / "lab" / "classroom.json")
     assert classroom == LabConfig()  # the defaults are the classroom configuration (lab/config.py says so)
-    for name in ("ci", "classroom", "recorded"):  # the shipped configurations train both arms alike
+    for name in ("ci", "classroom", "recorded", "pilot"):  # the shipped configurations train both arms alike
         shipped = load_lab_config(ROOT / "configs" / "lab" / f"{name}.json")
         assert set(shipped.algos) == {"grpo", "rlvmr"}
+    pilot, recorded = (load_lab_config(ROOT / "configs" / "lab" / f"{n}.json") for n in ("pilot", "recorded"))
+    assert not set(pilot.seeds) & (set(recorded.seeds) | set(classroom.seeds))  # the power pilot uses its own seeds
+    assert {k: v for k, v in pilot.to_dict().items() if k not in ("name", "seeds")} == {
+        k: v for k, v in classroom.to_dict().items() if k not in ("name", "seeds")}
 
 
 @pytest.mark.slow

@@ -9,7 +9,8 @@ a 95 % interval is a two-stage bootstrap: resample seeds with replacement, then 
 drawn seed, and recompute the pooled statistic (percentile interval). With two or three seeds the seed
 stage can only say so much; the interval is wide when the seeds disagree, which is the honest answer.
 Differences between arms resample the SAME seeds for both (arms of one seed share the cold start and the
-evaluation tasks). Success also gets a Wilson interval over all episodes pooled (it ignores seeds).
+evaluation tasks). Success also gets a Wilson interval over all episodes pooled (it ignores seeds). These are the
+descriptive tables; the pre-registered test is `preregistered` (paired over seeds, `lab.paired`).
 """
 
 from __future__ import annotations
