@@ -48,6 +48,35 @@ def test_word_tokenizer_round_trips_what_the_parser_reads(lab_tokenizer):
     assert len(chat_ids) < 120
 
 
+def test_the_vocabulary_is_built_from_training_text_only(monkeypatch):
+    """Building the corpus never builds a test layout (it would fail here), yet covers the test levels' words."""
+    from rlvmr_nb.envs import lab
+    from rlvmr_nb.envs.base import TaskSpec
+    from rlvmr_nb.lab.policy import words_of
+
+    test_ids = {t.task_id for level in ("L0", "L1", "L2") for t in level_tasks("test", level)}
+    real_build = lab.build_world
+
+    def training_only(tid):
+        if tid in test_ids:
+            raise AssertionError(f"world_corpus built the test layout {tid}")
+        return real_build(tid)
+
+    monkeypatch.setattr(lab, "build_world", training_only)
+    vocabulary = set(build_vocabulary(world_corpus()))
+    monkeypatch.setattr(lab, "build_world", real_build)
+    env = lab.LabEnv(max_steps=60)
+    unseen = set()
+    for tid in sorted(test_ids):
+        reset = env.reset(TaskSpec(task_id=tid, env="lab"))
+        texts = [reset.task_text, reset.observation, *reset.admissible_actions]
+        for action in lab.lab_expert_actions(tid):
+            result = env.step(action)
+            texts += [result.observation, *result.admissible_actions]
+        unseen |= {w for text in texts for w in words_of(text)} - vocabulary
+    assert not unseen
+
+
 def test_policy_saves_as_a_model_folder_the_library_loads_and_samples(lab_tokenizer, tmp_path):
     from rlvmr_nb.rollout.generation.base import SamplingConfig
     from rlvmr_nb.rollout.generation.hf import HFGenerator
@@ -135,7 +164,12 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
     differing = {k for k in vars(grpo) if getattr(grpo, k) != getattr(rlvmr, k)}
     assert differing == {"algo", "out_dir"}  # equal budget: only the estimator (and the folder) differ
     assert (rlvmr.temperature, rlvmr.lr, rlvmr.iterations, rlvmr.seed) == (0.8, 1e-3, 3, 7)
-    assert train_config(LabConfig(), tmp_path, "grpo", 0).advantage.outcome_unit == "step"  # official code
+    default = {algo: train_config(LabConfig(), tmp_path, algo, 0) for algo in ("grpo", "rlvmr")}
+    assert default["grpo"].advantage.outcome_unit == "trajectory"  # the paper's preset (docs/lab.md)
+    for cfg in default.values():  # the lab's reward options and PPO shape reach both arms alike (docs/lab.md)
+        assert (cfg.reward.refused_penalty, cfg.reward.meta_rewards_admissible_only, cfg.reward.reflection_at_start) == (
+            0.1, True, False)
+        assert (cfg.ppo_epochs, cfg.mini_batch_size, cfg.loss.clip_eps, cfg.max_steps) == (1, 32, 0.2, 24)
     with pytest.raises(ValueError, match="advantage_preset"):
         LabConfig(advantage_preset="papr")
     from rlvmr_nb.lab.experiment import training_pool
@@ -145,9 +179,13 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
         training_pool(LabConfig(train_pool=401))
     classroom = load_lab_config(ROOT / "configs" / "lab" / "classroom.json")
     assert classroom == LabConfig()  # the defaults are the classroom configuration (lab/config.py says so)
-    for name in ("ci", "classroom", "recorded"):  # the shipped configurations train both arms alike
+    for name in ("ci", "classroom", "recorded", "pilot"):  # the shipped configurations train both arms alike
         shipped = load_lab_config(ROOT / "configs" / "lab" / f"{name}.json")
         assert set(shipped.algos) == {"grpo", "rlvmr"}
+    pilot, recorded = (load_lab_config(ROOT / "configs" / "lab" / f"{n}.json") for n in ("pilot", "recorded"))
+    assert not set(pilot.seeds) & (set(recorded.seeds) | set(classroom.seeds))  # the power pilot uses its own seeds
+    assert {k: v for k, v in pilot.to_dict().items() if k not in ("name", "seeds")} == {
+        k: v for k, v in classroom.to_dict().items() if k not in ("name", "seeds")}
 
 
 @pytest.mark.slow
@@ -159,16 +197,24 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
                  "--figures", str(tmp_path / "figures"), "--results", str(results)]) == 0
     doc = json.loads(results.read_text())
-    assert '"training_rise"' in capsys.readouterr().out  # the CLI prints the fairness check beside the verdicts
+    printed = capsys.readouterr().out
+    assert '"training_rise"' in printed  # the CLI prints the training curves' rise beside the verdicts
     assert {(r["arm"], r["level"]) for r in doc["table"]} == {
         (a, lvl) for a in ("cold start", "GRPO", "RLVMR") for lvl in ("L0", "L1", "L2")}
     assert {r["seed"] for r in doc["per_seed"]} == {0, 1}
     assert set(doc["hypothesis"]) == {"repetitive_lower", "unseen_success_not_lower"}
-    assert set(doc["training_rise"]) == {"GRPO", "RLVMR"}  # the fairness check travels with the results
+    assert set(doc["training_rise"]) == {"GRPO", "RLVMR"}  # the training curves' rise travels with the results
+    pre = doc["preregistered"]  # the paired fairness check, the primary endpoint and the secondaries
+    assert pre["fairness"]["grpo_heldin"]["tasks"] == 3 and set(pre["fairness"]["l0_vs_coldstart"]) == {"GRPO", "RLVMR"}
+    assert pre["primary"]["metric"] == "repetitive" and pre["primary"]["levels"] == ["L0", "L1"]
+    assert len(pre["primary"]["differences"]) == 2 and pre["primary"]["power"]["target"] == 0.8
+    assert set(pre["secondaries"]) == {"repetitive L2", "invalid L0+L1", "success L0", "success L1 (b)",
+                                       "success L2 (b)"}
+    assert "Fairness check" in printed
     assert all(r["lo"] <= r["rise"] <= r["hi"] for r in doc["training_rise"].values())
     assert {(d["level"], d["metric"]) for d in doc["differences"]} >= {("L1", "success"), ("L0", "repetitive")}
     assert len([r for r in doc["training_curves"] if r["arm"] == "RLVMR"]) == 4  # 2 iterations x 2 seeds
-    assert doc["provenance"]["git_sha"] and doc["timing"]["coldstart"]["cpu_s"] > 0
+    assert doc["provenance"]["git_sha"] and doc["timing"]["coldstart"]["cpu_s"] >= 0  # 0: copied from the cache
     assert {p.name for p in (tmp_path / "figures").iterdir()} == {
         "lab_ci_metrics.png", "lab_ci_training.png", "lab_ci_hypothesis.png", "lab_ci_case_studies.html"}
     pool = {t.task_id for t in level_tasks("train", "L0")[:3]}  # ci.json: train_pool 3
@@ -180,6 +226,12 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
         played[arm] = sorted(ep["task_id"] for ep in episodes)
         assert set(played[arm]) <= pool
     assert played["grpo"] == played["rlvmr"]
+    from rlvmr_nb.trajectory import read_episodes
+
+    heldin = {arm: read_episodes(out / "eval" / f"{arm}-seed1" / "heldin.episodes.jsonl")
+              for arm in ("cold_start", "grpo", "rlvmr")}  # the fairness check's pairs: same tasks, same seed
+    assert [e.task_id for e in heldin["cold_start"]] == [e.task_id for e in heldin["grpo"]] == sorted(pool, key=[
+        t.task_id for t in level_tasks("train", "L0")].index)
     # a rerun resumes: nothing is retrained, the same numbers come out
     before = (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
@@ -201,6 +253,33 @@ def test_metacognition_lab_notebook_runs_with_the_ci_parameters(tmp_path):
     doc = json.loads((tmp_path / "runs" / "metalab" / "ci" / "lab_results.json").read_text())
     assert {r["level"] for r in doc["table"]} == {"L0", "L2"}
     assert (tmp_path / "runs" / "metalab" / "ci" / "figures" / "lab_ci_metrics.png").is_file()
+
+
+def test_a_cold_start_is_cached_per_configuration(tmp_path, monkeypatch):
+    """A rerun, the notebook and the suite copy a cold start built before for the same settings and code."""
+    from rlvmr_nb.lab import LabConfig
+    from rlvmr_nb.lab import experiment
+
+    monkeypatch.setenv("RLVMR_CACHE", str(tmp_path / "cache"))
+    built = []
+
+    def fake_build(config, root, progress):
+        built.append(config.sft_epochs)
+        (root / "sft").mkdir(parents=True)
+        (root / "data").mkdir(parents=True)
+        (root / "sft" / "sft_log.jsonl").write_text(f'{{"epochs": {config.sft_epochs}}}\n')
+        (root / "data" / "manifest.json").write_text("{}")
+
+    monkeypatch.setattr(experiment, "_build_coldstart", fake_build)
+    experiment.run_coldstart(LabConfig(), tmp_path / "a")
+    experiment.run_coldstart(LabConfig(seeds=(5, 6), iterations=3), tmp_path / "b")  # RL settings: same key
+    assert built == [20] and (tmp_path / "b" / "coldstart" / "sft" / "sft_log.jsonl").read_text() == '{"epochs": 20}\n'
+    experiment.run_coldstart(LabConfig(sft_epochs=3), tmp_path / "c")  # a cold-start setting: a new key
+    assert built == [20, 3]
+    assert experiment.coldstart_key(LabConfig()) != experiment.coldstart_key(LabConfig(sft_epochs=3))
+    monkeypatch.setenv("RLVMR_LAB_COLDSTART_CACHE", "0")
+    experiment.run_coldstart(LabConfig(), tmp_path / "d")
+    assert built == [20, 3, 20]
 
 
 def test_stage_timer_adds_a_resumed_stage_instead_of_replacing_it(tmp_path):

@@ -18,7 +18,7 @@ to match:
 * temperature: both divide the logits by it before the log-softmax.
 * precision: Liger computes the log-probs in fp32 (its chunked log-softmax casts the logits with
   ``.float()``) and accumulates the input gradient in fp32, even for fp64 inputs, while ours stays in
-  fp64. Equality is therefore to fp32 rounding, not to 1e-15: issue 25 measured max |difference|
+  fp64. Equality is therefore to fp32 rounding, not to 1e-15: the first H200 run measured max |difference|
   1.1e-7 on the loss, 1.7e-8 on d_hidden, 6.8e-8 on d_weight; asserted to `TOLERANCE`.
 """
 

@@ -98,3 +98,60 @@ def test_reward_config_for_each_advantage_preset():
     assert RewardConfig.for_preset("paper", format_penalty=0.2).format_penalty == 0.2
     with pytest.raises(ValueError, match="preset"):
         RewardConfig.for_preset("papers")
+
+
+# --- options beyond the official semantics (defaults must stay official) ---------------------------
+
+
+def test_a_refused_explore_is_paid_officially_and_unpaid_when_only_admissible_commands_count():
+    refused = episode([step(0, "planning", "go to a"), step(1, "explore", "go to attic", admissible=False)], won=False)
+    assert [r.mr_reward for r in meta_reasoning_rewards(refused)] == [0.0, 1.0]  # official: a new action, paid
+    verified = RewardConfig(meta_rewards_admissible_only=True)
+    assert [r.mr_reward for r in meta_reasoning_rewards(refused, verified)] == [0.0, 0.0]
+    # an earlier REFUSED "go to attic" does not make a later accepted one a repeat under the option
+    later = episode([step(0, "explore", "go to attic", admissible=False), step(1, "explore", "go to attic")], won=False)
+    assert [r.mr_reward for r in meta_reasoning_rewards(later)] == [1.0, 0.0]
+    assert [r.mr_reward for r in meta_reasoning_rewards(later, verified)] == [0.0, 1.0]
+
+
+def test_a_refused_reflection_and_a_first_step_reflection_under_the_options():
+    after_failure = episode([step(0, "monitor", "move x", admissible=False),
+                             step(1, "reflection", "move y", admissible=False),
+                             step(2, "reflection", "inventory")], won=False)
+    assert [r.mr_reward for r in meta_reasoning_rewards(after_failure)] == [0.0, 1.0, 1.0]
+    verified = RewardConfig(meta_rewards_admissible_only=True)
+    assert [r.mr_reward for r in meta_reasoning_rewards(after_failure, verified)] == [0.0, 0.0, 1.0]
+    first = episode([step(0, "reflection", "look")], won=False)
+    assert meta_reasoning_rewards(first)[0].mr_reward == 1.0
+    assert meta_reasoning_rewards(first, RewardConfig(reflection_at_start=False))[0].mr_reward == 0.0
+
+
+def test_the_refused_penalty_reaches_the_outcome_score_under_both_channels():
+    ep = episode([step(0, "monitor", "go to attic", admissible=False), step(1, "monitor", "look"),
+                  step(2, None, "x", output="no tags here", admissible=False)], won=True)
+    assert [r.score for r in meta_reasoning_rewards(ep)] == [10.0, 10.0, pytest.approx(9.9)]  # official: free
+    for channel in ("outcome", "step"):
+        cfg = RewardConfig(refused_penalty=0.5, format_penalty_channel=channel)
+        scores = [r.score for r in meta_reasoning_rewards(ep, cfg)]
+        # only the well-formed refused step pays it; the malformed one pays the format penalty alone
+        assert scores == [9.5, 10.0, pytest.approx(9.9 if channel == "outcome" else 10.0)]
+    with pytest.raises(ValueError):
+        RewardConfig(refused_penalty=-1.0)
+
+
+def test_the_refused_penalty_moves_grpo_and_rlvmr_advantages_alike():
+    """Both arms read `score`: in a group of two failed rollouts the one with a refused command is pushed down
+    by the outcome-only GRPO estimator too."""
+    from rlvmr_nb.advantages import compute_advantages, preset
+
+    def group():
+        return [episode([step(0, "monitor", "go to attic", admissible=False)], won=False, eid="a"),
+                episode([step(0, "monitor", "look")], won=False, eid="b")]
+
+    for algo in ("grpo", "rlvmr"):
+        for name in ("official_code", "paper"):
+            cfg = RewardConfig.for_preset(name, refused_penalty=0.5)
+            adv = compute_advantages(algo, assign_rewards(group(), cfg), preset(name))
+            assert adv[0] < adv[1], (algo, name, adv)
+            flat = compute_advantages(algo, assign_rewards(group(), RewardConfig.for_preset(name)), preset(name))
+            assert flat[0] == pytest.approx(flat[1])  # official: a refused command costs nothing

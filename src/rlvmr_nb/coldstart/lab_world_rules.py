@@ -13,7 +13,8 @@ Mistakes (each replayed in the real world before it is kept; all answer "Nothing
 reflection reward counts as a failed step, `docs/method.md`, 'Meta-reasoning rewards'):
 ``repeat_go`` (walking to the room one is already in: the looping move the lab is about),
 ``not_adjacent`` (walking to a room that is not an exit of this one), ``closed`` (taking an object from
-a container before opening it).
+a container before opening it). The expert decides from its prompt's record (`envs.lab_world.expert_choice`), which
+lists the refused command, so after a mistake it simply carries on with its plan.
 
 Sentences are short and use few words: the lab policy has a word-level vocabulary built from the
 world's text (`lab.policy`).
@@ -25,7 +26,7 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..envs.lab_world import NOTHING_HAPPENS, LabWorld, build_world, transition, visible_objects
+from ..envs.lab_world import LabWorld, build_world, is_refusal, transition, visible_objects
 from ..envs.rooms import RoomState
 from ..rollout.trajectory import Episode, Step
 from .mistakes import Mistake, order_mistakes
@@ -108,13 +109,17 @@ def propose_mistakes(expert: Episode, plan: LabPlan, rng: random.Random,
 
 def mistake_took_effect(mistake: Mistake, step: Step) -> bool:
     """The replayed mistake was rejected by the world, as intended."""
-    return step.feedback.strip() == NOTHING_HAPPENS and not step.admissible
+    return is_refusal(step.feedback.strip()) and not step.admissible
 
 
 _EXPLORE_GO = (
     "i have not searched the {room} yet ; the {target} may be there",
     "the {target} is not here , so i search the {room}",
     "no {target} in sight ; the {room} is worth a look",
+)
+_EXPLORE_BACK = (
+    "the {target} is not here ; i go back to the {room} to search on",
+    "this part is searched ; back to the {room} for the {target}",
 )
 _EXPLORE_OPEN = (
     "the {target} may be in the {container} , so i open it",
@@ -147,6 +152,7 @@ def label_steps(steps: Sequence[Step], plan: LabPlan, origin: Sequence[int | Non
     """(tag, sentence) for every step of the final trajectory (mistakes included)."""
     world, _ = build_world(plan.task_id)
     labels: list[tuple[str, str]] = []
+    visited = {world.rooms[0]}  # rooms entered so far: walking to one again is the search back-tracking
     for i, step in enumerate(steps):
         k = origin[i]
         g = plan.step_subgoal[k if k is not None else mistakes[i].before]
@@ -163,10 +169,13 @@ def label_steps(steps: Sequence[Step], plan: LabPlan, origin: Sequence[int | Non
         elif g % 2 == 0 and g < 2 * len(world.targets) and act.startswith(("go to ", "open ")):
             target = world.targets[g // 2]
             if act.startswith("go to "):
-                labels.append(("explore", say(rng, _EXPLORE_GO, room=act[6:], target=target)))
+                sentences = _EXPLORE_BACK if act[6:] in visited else _EXPLORE_GO
+                labels.append(("explore", say(rng, sentences, room=act[6:], target=target)))
             else:
                 labels.append(("explore", say(rng, _EXPLORE_OPEN, container=act[5:], target=target)))
         else:
             labels.append(("monitor", say(rng, _MONITOR, **slots)))
+        if act.startswith("go to ") and step.admissible:
+            visited.add(act[6:])
     return labels
 

@@ -24,20 +24,29 @@ combinations; L1 tests new layouts whose (object, destination) pair never occurs
 does, only the combination is new); L2 tests the held-out task kind ``put_two``. A task id
 ``kind:combos:variation`` (``'put:s:12'``, ``'bring:u:20004'``) builds the same world every time.
 
-Expert (`lab_expert_actions`): an agent that knows the map but not what closed containers hold. It
-searches the nearest unsearched place until it sees what it needs, then executes, like ALFWorld's
-hand-coded expert; the cold start tags its trajectories (`coldstart.lab_world_rules`).
+Every answer names the room the agent is in (after ``take``, ``open``, ``put``, a refused command...), so
+the agent never has to remember where it is from an earlier observation.
+
+Expert (`lab_expert_actions`): an agent that decides only from what its prompt shows (the record of the
+episode, `envs.lab_record.LabRecord`, the current observation and the admissible commands). It searches depth
+first: opens the unsearched containers of its room, walks to an exit it has not visited (alphabetically
+first), else back to the room it first came from; it takes a target as soon as it sees it and delivers
+along the rooms it knows. Like ALFWorld's hand-coded expert it never peeks into closed containers; unlike
+the earlier map-knowing expert it never uses the map, so the cold start imitates choices the policy can
+infer from its own prompt. The cold start tags its trajectories (`coldstart.lab_world_rules`).
+`LAB_HORIZON` steps are enough for it on at least 95 % of the test tasks of every level
+(`expert_solve_rates`; tests/test_lab_world.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
+from rlvmr_nb.envs.lab_record import LabRecord, lab_record
 # visible_objects: used by coldstart.lab_world_rules through this module
 from rlvmr_nb.envs.rooms import (AGENT, RoomState, apply_room_command, article, carried,  # noqa: F401
                                  room_commands, room_view, visible_objects)
@@ -174,13 +183,20 @@ def describe(world: LabWorld, state: RoomState) -> str:
 
 
 def transition(world: LabWorld, state: RoomState, action: str) -> tuple[RoomState, str]:
-    """Apply one command; an inadmissible one leaves the state unchanged and answers "Nothing happens."."""
+    """Apply one command; an inadmissible one leaves the state unchanged and answers "Nothing happens.".
+    Every answer names the room (a room description starts with it; other answers end with it)."""
     cmd = " ".join(action.strip().lower().split())
     if cmd not in admissible(world, state):
-        return state, NOTHING_HAPPENS
+        return state, f"{NOTHING_HAPPENS} You are in the {state.room}."
     if cmd == "look":
         return state, describe(world, state)
-    return apply_room_command(state, cmd, lambda new: describe(world, new))
+    new, answer = apply_room_command(state, cmd, lambda new: describe(world, new))
+    return new, answer if cmd.startswith("go to ") else f"{answer} You are in the {new.room}."
+
+
+def is_refusal(observation: str) -> bool:
+    """Whether `observation` is the world's answer to a refused (inadmissible) command."""
+    return observation.startswith(NOTHING_HAPPENS)
 
 
 def is_won(world: LabWorld, state: RoomState) -> bool:
@@ -190,75 +206,93 @@ def is_won(world: LabWorld, state: RoomState) -> bool:
 
 # ----- the searching expert -------------------------------------------------------------------------
 
-
-def _path(world: LabWorld, start: str, goal: str) -> list[str]:
-    """Rooms to walk through from `start` to `goal` (excluding `start`), by breadth-first search."""
-    parents: dict[str, str | None] = {start: None}
-    queue = deque([start])
-    while queue:
-        room = queue.popleft()
-        if room == goal:
-            break
-        for nxt in world.exits_of(room):
-            if nxt not in parents:
-                parents[nxt] = room
-                queue.append(nxt)
-    path, room = [], goal
-    while parents[room] is not None:
-        path.append(room)
-        room = parents[room]  # type: ignore[assignment]
-    return path[::-1]
+LAB_HORIZON = 24
+"""Steps per episode the lab configurations use: the prompt-only expert needs at most this many on at least
+95 % of the test tasks of every level (`expert_solve_rates`; measured per level in tests/test_lab_world.py)."""
 
 
-def _next_expert_action(world: LabWorld, state: RoomState, searched: set[str], rng: random.Random) -> str:
-    """One step of the map-knowing, content-blind expert (module docstring)."""
-    held = set(carried(state))
-    missing = [t for t in world.targets if state.location(t) not in (AGENT, world.destination)]
-    visible = visible_objects(world, state)
+def parse_goal(goal: str) -> tuple[str, tuple[str, ...], str]:
+    """'put the key and the apple in the box.' -> ('put_two', ('key', 'apple'), 'box'); the kind, the targets
+    and the destination read off the task sentence the prompt shows (`LabWorld.goal_text`)."""
+    words = goal.rstrip(".").split()
+    if words[0] == "bring":
+        return "bring", (words[2],), words[-1]
+    targets = tuple(w for w in words[1:-3] if w not in ("the", "and"))
+    return ("put_two" if len(targets) > 1 else "put"), targets, words[-1]
+
+
+def expert_choice(goal: str, record: LabRecord, admissible_now: Sequence[str]) -> str:
+    """The prompt-only expert's next command (module docstring), from the task sentence, the episode's record
+    (`envs.lab_record.lab_record`) and the admissible commands: nothing else, so its choice follows from its prompt."""
+    kind, targets, destination = parse_goal(goal)
+    commands = set(admissible_now)
+    carried = sorted(c[5:] for c in commands if c.startswith("drop "))
+    placed = {t for t in targets if _last_done(record, t) == f"put {t} in {destination}"}
+    missing = [t for t in targets if t not in carried and t not in placed]
     for t in missing:
-        if t in visible:
+        if f"take {t}" in commands:
             return f"take {t}"
-    if not missing:  # deliver
-        if world.kind == "bring":
-            if state.room != world.destination:
-                return f"go to {_path(world, state.room, world.destination)[0]}"
-            return f"drop {sorted(held & set(world.targets))[0]}"
-        room = world.room_of(world.destination)
-        if state.room != room:
-            return f"go to {_path(world, state.room, room)[0]}"
-        if world.destination not in state.opened:
-            return f"open {world.destination}"
-        return f"put {sorted(held & set(world.targets))[0]} in {world.destination}"
-    # search: an unopened container here, else the nearest room with something unsearched
-    for c in world.containers_in(state.room):
-        if c not in state.opened and c not in searched:
-            return f"open {c}"
-    searched.add(state.room)
-    todo = [r for r in world.rooms if r not in searched
-            or any(c not in state.opened and c not in searched for c in world.containers_in(r))]
-    rng.shuffle(todo)
-    todo.sort(key=lambda r: len(_path(world, state.room, r)))
-    if not todo:
-        raise RuntimeError(f"lab expert: nothing left to search in {world} (bug)")
-    return f"go to {_path(world, state.room, todo[0])[0]}"
+    if not missing:  # deliver what it carries
+        held = [t for t in targets if t in carried]
+        if kind == "bring":
+            if record.room == destination:
+                return f"drop {held[0]}"
+            goal_room = destination
+        else:
+            goal_room = record.container_rooms.get(destination, "")
+            if record.room == goal_room:
+                return f"open {destination}" if f"open {destination}" in commands else f"put {held[0]} in {destination}"
+        step = record.path_step(goal_room)
+        if step is not None:
+            return f"go to {step}"
+        return _explore(record, commands, open_containers=False)
+    return _explore(record, commands, open_containers=True)
+
+
+def _last_done(record: LabRecord, obj: str) -> str | None:
+    """The latest accepted take/put/drop command that moved `obj` (None when none did)."""
+    moves = [c for c in record.done if c.split()[1] == obj]
+    return moves[-1] if moves else None
+
+
+def _explore(record: LabRecord, commands: set[str], open_containers: bool) -> str:
+    """Depth-first search step: an unsearched closed container here, else an unvisited exit, else back."""
+    if open_containers:
+        closed = sorted(c[5:] for c in commands if c.startswith("open ") and c[5:] not in record.searched)
+        if closed:
+            return f"open {closed[0]}"
+    new_exits = sorted(c[6:] for c in commands if c.startswith("go to ") and not record.visited(c[6:]))
+    if new_exits:
+        return f"go to {new_exits[0]}"
+    back = record.parents.get(record.room)
+    if back is None:
+        raise RuntimeError(f"lab expert: nothing left to search from the {record.room} (bug)")
+    return f"go to {back}"
 
 
 def lab_expert_actions(task: TaskSpec | str, seed: int = 0, max_steps: int = 60) -> list[str]:
-    """The searching expert's winning command sequence for a task (deterministic in task and seed)."""
+    """The prompt-only expert's winning command sequence for a task. Deterministic in the task: its choices
+    follow from what its prompt shows (`seed` is accepted for the cold-start kit's signature and unused)."""
     tid = task if isinstance(task, str) else task.task_id
     world, state = build_world(tid)
-    rng = random.Random(f"lab-expert:{seed}:{tid}")
-    searched: set[str] = set()
-    actions: list[str] = []
+    observations, actions = [describe(world, state)], []
     while not is_won(world, state):
         if len(actions) >= max_steps:
-            raise RuntimeError(f"lab expert did not win {tid} in {max_steps} steps (bug)")
-        action = _next_expert_action(world, state, searched, rng)
-        if action.startswith("open "):
-            searched.add(action[5:])
-        state, _ = transition(world, state, action)
+            raise RuntimeError(f"lab expert did not win {tid} in {max_steps} steps")
+        action = expert_choice(world.goal_text, lab_record(observations, actions), admissible(world, state))
+        state, answer = transition(world, state, action)
         actions.append(action)
+        observations.append(answer)
     return actions
+
+
+def expert_solve_rates(horizon: int, role: str = "test", levels: Sequence[str] = ("L0", "L1", "L2")) -> dict[str, float]:
+    """Per level, the share of its `role` tasks the prompt-only expert wins within `horizon` steps."""
+    rates = {}
+    for level in levels:
+        tasks = level_tasks(role, level)
+        rates[level] = sum(len(lab_expert_actions(t, max_steps=200)) <= horizon for t in tasks) / len(tasks)
+    return rates
 
 
 # ----- splits ---------------------------------------------------------------------------------------

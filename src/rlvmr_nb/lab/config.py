@@ -42,26 +42,48 @@ class LabConfig:
     """Training layouts the RL arms draw their tasks from: the first `train_pool` of the 400-layout training
     pool (`envs.lab_world.level_tasks`). A 0.5 M-parameter policy trained from scratch learns from layouts it
     meets again, not from 400 it meets about once each (README, 'Metacognition lab': the diagnosis)."""
-    iterations: int = 20
+    iterations: int = 16
     tasks_per_iteration: int = 4
     group_size: int = 8
-    max_steps: int = 16
-    """Steps per episode (training and evaluation); the searching expert needs 4-17."""
+    max_steps: int = 24
+    """Steps per episode (training and evaluation): `envs.lab_world.LAB_HORIZON`, within which the prompt-only expert
+    wins every test task of every level (it needs at most 19 steps)."""
     max_new_tokens: int = 64
     lr: float = 3e-4
     kl_coef: float = 0.01
-    advantage_preset: str = "official_code"
-    """`advantages.preset` of both arms: 'official_code' (per-task groups over step samples) or 'paper' (paper
-    Eqs. 2-4: trajectories normalised over the batch); the format-penalty channel follows it."""
+    advantage_preset: str = "paper"
+    """`advantages.preset` of both arms: 'paper' (paper Eqs. 2-4: trajectories normalised over the batch) or
+    'official_code' (per-task groups over step samples); the format-penalty channel follows it. The lab uses
+    'paper': on a real batch from its cold start, 'official_code' gave the repetitive steps of all-failed groups
+    a mean GRPO advantage of +0.72 (docs/lab.md, 'Advantage preset')."""
+    refused_penalty: float = 0.1
+    """`rewards.RewardConfig.refused_penalty`: what a well-formed but refused command costs, in the outcome score
+    both arms read (official: 0). docs/lab.md, 'Deviations', says why the lab turns it on."""
+    meta_rewards_admissible_only: bool = True
+    """`RewardConfig.meta_rewards_admissible_only`: <explore>/<reflection> pay only for accepted commands
+    (official: False). RLVMR's arm only; GRPO has no MR channel."""
+    reflection_at_start: bool = False
+    """`RewardConfig.reflection_at_start` (official: True, a first-step reflection always pays)."""
     temperature: float = 1.0
     """Sampling temperature of the training rollouts (the official code's 1.0; evaluation uses `eval_temperature`)."""
-    mini_batch_size: int = 4096
-    """Step samples per AdamW step; larger than an iteration's samples means one step per iteration."""
+    mini_batch_size: int = 32
+    """Step samples per AdamW step. An iteration gives ~600 step samples, so one pass over them takes ~20 steps
+    (one step per iteration gave each arm 20-30 AdamW steps in all: too few to learn)."""
+    ppo_epochs: int = 1
+    """Passes over each iteration's samples (official: 1). Here a rollout batch costs ~5 s and a pass over it
+    ~12 s (2 cores, shared), so more updates come cheaper from smaller mini-batches over fresh rollouts than from
+    a second pass over the same ones (measured: 2 epochs of 64 doubled the update time for the same 20 steps)."""
+    clip_eps: float = 0.2
+    """PPO clip range (paper Eq. 5). With ~20 updates per batch the later mini-batches are off-policy and the clip
+    binds (`clip_frac` ~1-3 % in each arm's metrics.jsonl)."""
     micro_batch_size: int = 32
     # --- evaluation (paper §2.1) ------------------------------------------------------------------
     levels: tuple[str, ...] = ("L0", "L1", "L2")
     eval_tasks: int = 20
     """Tasks per level and policy (a seeded subset of the level's 60 test tasks)."""
+    heldin_tasks: int = 24
+    """Training layouts (the first of `train_pool`) every policy plays at evaluation, with the same sampling seed
+    before (cold start) and after training: the paired fairness check (`lab.paired.fairness_check`)."""
     eval_temperature: float = 0.4
     bootstrap: int = 2000
     """Bootstrap resamples for the confidence intervals (seeds, then episodes within a seed)."""
@@ -76,7 +98,10 @@ class LabConfig:
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "train_pool", "iterations", "tasks_per_iteration",
                                 "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
-                                "micro_batch_size", "eval_tasks", "bootstrap", "workers"])
+                                "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks", "bootstrap",
+                                "workers"])
+        if self.refused_penalty < 0:
+            raise ValueError(f"refused_penalty must be >= 0, got {self.refused_penalty}")
         from ..scoring.advantages import PRESETS
 
         require_choice(self, "advantage_preset", PRESETS)

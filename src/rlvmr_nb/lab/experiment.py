@@ -57,18 +57,77 @@ class StageTimer:
         self.path.write_text(json.dumps(self.stages, indent=2) + "\n")
 
 
+COLDSTART_FIELDS: tuple[str, ...] = ("coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
+                                     "sft_batch_size")
+"""The `LabConfig` fields a cold start depends on (its cache key)."""
+COLDSTART_SOURCES: tuple[str, ...] = ("envs/lab_world.py", "envs/lab_record.py", "envs/rooms.py",
+                                      "rollout/prompts/families.py", "rollout/prompts/memory.py",
+                                      "rollout/prompts/render.py", "rollout/prompts/budget.py",
+                                      "coldstart/lab_world_rules.py", "coldstart/phrasing.py", "coldstart/mistakes.py",
+                                      "coldstart/teachers.py", "coldstart/dataset.py", "lab/policy.py",
+                                      "coldstart/sft.py", "coldstart/sft_config.py", "rollout/tags.py")
+"""Package files whose text decides what a cold start learns (world, expert, prompt, tags, SFT): a change to any
+of them changes the cache key, so a stale checkpoint is never reused."""
+
+
+def coldstart_key(config: LabConfig) -> str:
+    """A hash of the cold-start settings and of the code that makes a cold start (`COLDSTART_SOURCES`)."""
+    import hashlib
+
+    package = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256(json.dumps({f: getattr(config, f) for f in COLDSTART_FIELDS}, sort_keys=True).encode())
+    for name in COLDSTART_SOURCES:
+        path = package / name
+        digest.update(name.encode() + (path.read_bytes() if path.is_file() else b"(missing)"))
+    return digest.hexdigest()[:16]
+
+
+def coldstart_cache_dir(config: LabConfig) -> Path:
+    """Where a finished cold start of `config` is kept for every later run: ``$RLVMR_CACHE/lab-coldstart/<key>``
+    (``~/.cache/rlvmr-nb`` when unset; the Makefile sets it). ``RLVMR_LAB_COLDSTART_CACHE=0`` turns the cache off."""
+    root = Path(os.environ.get("RLVMR_CACHE") or Path.home() / ".cache" / "rlvmr-nb").expanduser()
+    return root / "lab-coldstart" / coldstart_key(config)
+
+
+def _coldstart_done(root: Path) -> bool:
+    return (root / "sft" / "sft_log.jsonl").is_file() and (root / "data" / "manifest.json").is_file()
+
+
 def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = False) -> Path:
     """Tagged expert set (RuleTeacher) → word vocabulary and fresh policy → SFT (paper §3.3). Returns the
-    checkpoint folder; skipped when it exists."""
+    checkpoint folder; skipped when it exists. A cold start is cached per configuration and code
+    (`coldstart_cache_dir`): a rerun, the notebook and the tests copy it (a few MB) instead of rebuilding it
+    (minutes of the classroom's 20)."""
+    import shutil
+
+    root = Path(out) / "coldstart"
+    sft_dir = root / "sft"
+    if _coldstart_done(root):
+        return sft_dir
+    use_cache = os.environ.get("RLVMR_LAB_COLDSTART_CACHE", "1") != "0"
+    cached = coldstart_cache_dir(config)
+    if use_cache and _coldstart_done(cached):
+        shutil.copytree(cached, root, dirs_exist_ok=True)
+        return sft_dir
+    _build_coldstart(config, root, progress)
+    if use_cache:
+        staging = cached.with_name(cached.name + f".tmp{os.getpid()}")
+        shutil.rmtree(staging, ignore_errors=True)
+        shutil.copytree(root, staging)
+        try:
+            staging.rename(cached)  # atomic: a concurrent run sees a whole cold start or none
+        except OSError:  # another run cached the same key first
+            shutil.rmtree(staging, ignore_errors=True)
+    return sft_dir
+
+
+def _build_coldstart(config: LabConfig, root: Path, progress: bool) -> None:
     from ..coldstart import build_coldstart_dataset, load_coldstart_samples
     from ..models import load_model
     from ..coldstart.sft import SFTConfig, train_sft
     from .policy import LabPolicyConfig, build_lab_policy
 
-    root = Path(out) / "coldstart"
     sft_dir = root / "sft"
-    if (sft_dir / "sft_log.jsonl").is_file():
-        return sft_dir
     data = build_coldstart_dataset("lab", "L0", config.coldstart_trajectories, seed=0, out_dir=root / "data",
                                    progress=progress)
     init = build_lab_policy(data, root / "init", LabPolicyConfig(layers=config.policy_layers,
@@ -78,7 +137,6 @@ def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = Fa
     sft = SFTConfig(epochs=config.sft_epochs, lr=config.sft_lr, batch_size=config.sft_batch_size,
                     micro_batch_size=config.sft_batch_size, weight_decay=0.0, bf16_autocast=False, max_length=512)
     train_sft(model, tokenizer, samples, sft, out_dir=sft_dir, progress=progress)
-    return sft_dir
 
 
 def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Any:
@@ -94,10 +152,20 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
         out_dir=str(Path(out) / "runs" / f"{algo}-seed{seed}"), seed=seed, iterations=config.iterations,
         tasks_per_iteration=config.tasks_per_iteration, group_size=config.group_size, max_steps=config.max_steps,
         max_new_tokens=config.max_new_tokens, max_prompt_tokens=None, lr=config.lr, temperature=config.temperature,
-        advantage=preset(config.advantage_preset), mini_batch_size=config.mini_batch_size,
-        micro_batch_size=config.micro_batch_size, loss=LossConfig(kl_coef=config.kl_coef), bf16_autocast=False,
+        advantage=preset(config.advantage_preset), reward=lab_reward_config(config),
+        mini_batch_size=config.mini_batch_size, ppo_epochs=config.ppo_epochs, micro_batch_size=config.micro_batch_size,
+        loss=LossConfig(kl_coef=config.kl_coef, clip_eps=config.clip_eps), bf16_autocast=False,
         save_every=config.iterations, keep_checkpoints=1, progress=False, generation_batch_size=config.tasks_per_iteration * config.group_size,
     )
+
+
+def lab_reward_config(config: LabConfig) -> Any:
+    """The `RewardConfig` of both arms: the preset's penalty channel and the lab's reward options (docs/lab.md)."""
+    from ..scoring.rewards import RewardConfig
+
+    return RewardConfig.for_preset(config.advantage_preset, refused_penalty=config.refused_penalty,
+                                   meta_rewards_admissible_only=config.meta_rewards_admissible_only,
+                                   reflection_at_start=config.reflection_at_start)
 
 
 def training_pool(config: LabConfig) -> list:
@@ -131,22 +199,36 @@ def eval_config(config: LabConfig, level: str, seed: int) -> Any:
                       batch_tasks=config.eval_tasks, generation_batch_size=config.eval_tasks)
 
 
+HELDIN = "heldin"
+"""The evaluation 'level' of the fixed held-in training layouts (`LabConfig.heldin_tasks`)."""
+
+
+def heldin_tasks(config: LabConfig) -> list:
+    """The fixed training layouts of the fairness check: the first `heldin_tasks` of the training pool."""
+    return training_pool(config)[: config.heldin_tasks]
+
+
 def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: int, model_dir: Path) -> list[Path]:
-    """Evaluate one policy on every level (skipping levels already written)."""
+    """Evaluate one policy on every level and on the held-in training layouts (skipping what is written). Every
+    arm of a seed plays the same tasks with the same sampling seed, so arms pair episode by episode."""
     from ..evaluate import evaluate_policy, write_results
     from ..runs import load_policy
 
-    todo = [level for level in config.levels if not eval_path(out, arm, seed, level).is_file()]
+    todo = [level for level in (*config.levels, HELDIN) if not eval_path(out, arm, seed, level).is_file()]
     if todo:
         model, tokenizer, described = load_policy(str(model_dir))
         for level in todo:
-            cfg = eval_config(config, level, seed)
-            episodes, summary = evaluate_policy(model, tokenizer, cfg, progress=False)
+            if level == HELDIN:
+                cfg = eval_config(config, "L0", seed)
+                episodes, summary = evaluate_policy(model, tokenizer, cfg, tasks=heldin_tasks(config), progress=False)
+            else:
+                cfg = eval_config(config, level, seed)
+                episodes, summary = evaluate_policy(model, tokenizer, cfg, progress=False)
             for ep in episodes:
                 ep.info["method"] = arm_label(arm)
             write_results(eval_path(out, arm, seed, level), summary, cfg, episodes,
                           extra={"arm": arm, "seed": seed, "policy": described})
-    return [eval_path(out, arm, seed, level) for level in config.levels]
+    return [eval_path(out, arm, seed, level) for level in (*config.levels, HELDIN)]
 
 
 def run_seed(config: LabConfig, out: str | os.PathLike, seed: int, log: Callable[[str], None] = print) -> dict:
@@ -172,6 +254,26 @@ def _seed_in_worker(config: dict, out: str, seed: int) -> dict:
     return run_seed(LabConfig.from_dict(config), out, seed, log=lambda _: None)
 
 
+def run_seeds(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print) -> dict:
+    """`run_seed` for every seed, `config.workers` at a time (spawned processes, one torch thread each; 1: one
+    after the other in this process). Returns every stage's wall and CPU seconds."""
+    if config.workers == 1:
+        stages = [run_seed(config, out, seed, log) for seed in config.seeds]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        from ..runs.ownership import start_owned_worker
+
+        context = multiprocessing.get_context("spawn")
+        # the workers die with this process (SIGKILL and SIGTERM included) and hold the folder while alive
+        with ProcessPoolExecutor(min(config.workers, len(config.seeds)), mp_context=context,
+                                 initializer=start_owned_worker, initargs=(os.getpid(), str(out))) as pool:
+            stages = list(pool.map(_seed_in_worker, [config.to_dict()] * len(config.seeds),
+                                   [str(out)] * len(config.seeds), config.seeds))
+    return {k: v for stage in stages for k, v in stage.items()}
+
+
 def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print,
             progress: bool = False) -> dict[str, Any]:
     """The whole experiment: cold start, then per seed the cold start's evaluation and every arm trained
@@ -187,7 +289,6 @@ def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None
 
 
 def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
-    from ..runs.ownership import start_owned_worker
     from .stats import lab_summary
 
     out.mkdir(parents=True, exist_ok=True)
@@ -197,20 +298,12 @@ def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress:
         sft_dir = run_coldstart(config, out, progress)
     log(f"cold start: {sft_dir}")
     with timer.stage("seeds"):
-        if config.workers == 1:
-            stages = [run_seed(config, out, seed, log) for seed in config.seeds]
-        else:
-            import multiprocessing
-            from concurrent.futures import ProcessPoolExecutor
-
-            context = multiprocessing.get_context("spawn")
-            # the workers die with this process (SIGKILL and SIGTERM included) and hold the folder while alive
-            with ProcessPoolExecutor(config.workers, mp_context=context, initializer=start_owned_worker,
-                                     initargs=(os.getpid(), str(out))) as pool:
-                stages = list(pool.map(_seed_in_worker, [config.to_dict()] * len(config.seeds),
-                                       [str(out)] * len(config.seeds), config.seeds))
-    timing = {**timer.stages, **{k: v for s in stages for k, v in s.items()}}
+        seed_stages = run_seeds(config, out, log)
+    timing = {**timer.stages, **seed_stages}
     summary = lab_summary(config, out)
     summary["timing"] = timing
     (out / "lab_results.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
+    from .report import preregistered_markdown
+
+    log(preregistered_markdown(summary))
     return summary

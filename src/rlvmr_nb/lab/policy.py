@@ -15,7 +15,8 @@ Tokenisation. Text is lower-cased, split on white space, then into tag tokens (`
 ``</action>``), words and single punctuation marks; decoding joins tokens with spaces, so
 ``"<action>go to kitchen</action>"`` comes back as ``"<action> go to kitchen </action>"``, which the
 tag parser reads the same way (`docs/method.md`, 'Validity rules'). Words outside the vocabulary become
-``<unk>``; the vocabulary covers every word the world and the prompts can produce (`world_corpus`).
+``<unk>``; the vocabulary covers every word the world and the prompts produce on the training layouts
+(`world_corpus`), which covers the test levels' text too (tested), though it is never built from it.
 """
 
 from __future__ import annotations
@@ -108,35 +109,42 @@ def make_policy(tokenizer: Any, config: LabPolicyConfig = LabPolicyConfig()) -> 
     return model.eval()
 
 
-def world_corpus(levels: Sequence[str] = ("L0", "L1", "L2"), seed: int = 0) -> list[str]:
-    """Every kind of text the lab world and its prompts produce: for each training and test task, the
-    task sentence and what the expert and a few random commands see and may send; both prompt styles'
-    fixed text. Words only matter here, not their frequencies in play."""
+def world_corpus(seed: int = 0, random_steps: int = 12) -> list[str]:
+    """Every kind of text the lab world and its prompts produce, from the TRAINING layouts only: for each
+    training task, the task sentence and what the expert and `random_steps` random commands see and may send;
+    both prompt styles' fixed text. No test layout is built, so the vocabulary never depends on held-out text
+    (tests/test_lab.py checks it and that the test levels' text is still covered). Words only matter
+    here, not their frequencies in play."""
     from ..envs.lab_world import LabEnv, lab_expert_actions, level_tasks
     from ..rollout.prompts import AgentMemory, PromptConfig
     from ..rollout.tags import META_TAGS
 
     rng = random.Random(seed)
-    env = LabEnv(max_steps=60)
+    env = LabEnv(max_steps=10_000)
     texts: list[str] = ["(none) " + " ".join(f"<{t}> </{t}>" for t in (*META_TAGS, "think", "action"))]
-    tasks = {t.task_id: t for role in ("train", "test") for level in levels for t in level_tasks(role, level)}
-    for task in tasks.values():
+    for task in level_tasks("train", "L0"):
         reset = env.reset(task)
         texts += [reset.task_text, reset.observation, *reset.admissible_actions]
-        for action in lab_expert_actions(task) + [rng.choice(reset.admissible_actions) for _ in range(3)]:
+        for action in lab_expert_actions(task):
             result = env.step(action)
+            texts += [result.observation, *result.admissible_actions]
+        env.reset(task)  # random play: what a policy that wanders, carries several things and errs is told
+        for _ in range(random_steps):
+            result = env.step(rng.choice([*env.admissible_actions(), "look around"]))
             texts += [result.observation, *result.admissible_actions]
     for style in ("meta_think", "think"):
         memory = AgentMemory(task="x", config=PromptConfig(env="lab", style=style, max_prompt_tokens=None))
         texts.append(memory.render("x", ["x"]))
-        memory.record("x", "<think>x</think><action>x</action>", "x")
-        texts.append(memory.render("x", ["x"]))
+        # every line of the record (`envs.lab_record.LabRecord.lines`) appears once
+        memory.record("You are in the x. You see a closed x. Exits: x.", "<think>x</think><action>take x</action>")
+        memory.record("Nothing happens. You are in the x.", "<think>x</think><action>take x</action>")
+        texts.append(memory.render("You take the x. In the x: a x. You are in the x.", ["x"]))
     return texts
 
 
 def build_lab_policy(coldstart_dir: str | os.PathLike, out_dir: str | os.PathLike,
                      config: LabPolicyConfig = LabPolicyConfig()) -> Path:
-    """Vocabulary from the world's text and the cold-start set's prompts and responses, then a fresh
+    """Vocabulary from the training layouts' text and the cold-start set's prompts and responses, then a fresh
     policy saved as a model folder (loadable by `models.load_model`). Returns the folder."""
     from ..coldstart import read_samples
     from ..runs.policy import write_config

@@ -69,3 +69,46 @@ def fairness_markdown(summary: Mapping[str, Any]) -> str:
                      f"→ {100 * r['tail_success']:.1f} % (last {r['tail']}), rise {100 * r['rise']:+.1f} pp "
                      f"[{100 * r['lo']:+.1f}, {100 * r['hi']:+.1f}]")
     return "\n".join(lines) or "(too few iterations for a training curve)"
+
+
+def _pp(x: float) -> str:
+    return f"{100 * x:+.1f}"
+
+
+def _interval(test: Mapping[str, Any]) -> str:
+    return f"{_pp(test['mean'])} pp [{_pp(test['lo'])}, {_pp(test['hi'])}]"
+
+
+def preregistered_markdown(summary: Mapping[str, Any]) -> str:
+    """The pre-registered analysis (`stats.preregistered`) as Markdown: the fairness check first (its verdict
+    decides whether the comparison means anything), then the primary endpoint, the secondaries with Holm's
+    adjusted p, and the number of seeds 80 % power needs with this run as the pilot."""
+    pre = summary.get("preregistered") or {}
+    lines = []
+    fair = pre.get("fairness")
+    if fair:
+        h = fair["grpo_heldin"]
+        lines.append(f"**Fairness check: {fair['verdict']}.**")
+        lines.append(f"* GRPO on the {h['tasks']} held-in training layouts (same tasks and sampling seeds before and "
+                     f"after): {100 * h['before']:.1f} % → {100 * h['after']:.1f} %, rise {_pp(h['rise'])} pp "
+                     f"[{_pp(h['lo'])}, {_pp(h['hi'])}] (needs ≥ {100 * h['required_rise']:.0f} pp with the interval "
+                     f"above 0): {'passes' if h['passes'] else 'FAILS'}")
+        for arm, r in fair["l0_vs_coldstart"].items():
+            lines.append(f"* {arm} − cold start, unseen L0 success: {_pp(r['difference'])} pp "
+                         f"(must not be below 0): {'passes' if r['passes'] else 'FAILS'}")
+    primary = pre.get("primary")
+    if primary and "t" in primary:
+        t = primary["t"]
+        levels = "+".join(primary["levels"])
+        lines.append(f"**Primary** (per-episode repetitive-action rate, unseen {levels}, RLVMR − GRPO, paired t over "
+                     f"{t['n']} seeds): {_interval(t)}, p = {t['p']:.3f} → {primary['verdict']}; paired bootstrap "
+                     f"{_interval(primary['bootstrap'])}.")
+        power = primary["power"]
+        lines.append(f"Power: with this run's SD of the per-seed difference ({100 * power['sd']:.1f} pp), "
+                     f"{power['seeds']} seeds give ≥ {100 * power['target']:.0f} % power for "
+                     f"{_pp(-power['effect'])} pp.")
+        for name, test in pre.get("secondaries", {}).items():
+            if "t" in test:
+                lines.append(f"* {name}: {_interval(test['t'])}, Holm p = {test.get('p_holm', float('nan')):.3f} → "
+                             f"{test['verdict']}")
+    return "\n".join(lines) or "(no pre-registered analysis: needs GRPO, RLVMR and two seeds)"

@@ -9,7 +9,8 @@ a 95 % interval is a two-stage bootstrap: resample seeds with replacement, then 
 drawn seed, and recompute the pooled statistic (percentile interval). With two or three seeds the seed
 stage can only say so much; the interval is wide when the seeds disagree, which is the honest answer.
 Differences between arms resample the SAME seeds for both (arms of one seed share the cold start and the
-evaluation tasks). Success also gets a Wilson interval over all episodes pooled (it ignores seeds).
+evaluation tasks). Success also gets a Wilson interval over all episodes pooled (it ignores seeds). These are the
+descriptive tables; the pre-registered test is `preregistered` (paired over seeds, `lab.paired`).
 """
 
 from __future__ import annotations
@@ -122,6 +123,88 @@ TRAINING_HEAD, TRAINING_TAIL = 4, 10
 (fewer at the end when a run is shorter)."""
 
 
+PRIMARY_EFFECT = 0.05
+"""The effect the seed count is powered for: RLVMR − GRPO = −5 pp in the per-episode repetitive-action rate."""
+
+
+def load_eval_episodes(out: str | os.PathLike, arm: str, seeds: Sequence[int], level: str) -> list[list[Episode]]:
+    """The evaluation episodes of one arm on one level (or the held-in layouts), one list per seed."""
+    return [read_episodes(eval_path(out, arm, s, level).with_suffix(".episodes.jsonl")) for s in seeds]
+
+
+def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
+    """The pre-registered analysis (`lab.paired`, docs/lab.md): the fairness check first, then the primary
+    endpoint, the Holm-adjusted secondaries, (b) as non-inferiority, the descriptive splits, and the number of
+    seeds the primary needs for 80 % power at `PRIMARY_EFFECT` with this run's SD as the pilot."""
+    from . import paired
+    from .experiment import HELDIN
+
+    seeds = config.seeds
+    eps = {(arm, level): load_eval_episodes(out, arm, seeds, level)
+           for arm in (COLDSTART_ARM, *config.algos) for level in (*config.levels, HELDIN)}
+
+    def merged(arm: str, levels: Sequence[str]) -> list[list[Episode]]:
+        return [sum((eps[(arm, lv)][i] for lv in levels if lv in config.levels), []) for i in range(len(seeds))]
+
+    result: dict[str, Any] = {"seeds": list(seeds), "effect_for_power": PRIMARY_EFFECT,
+                              "margin": paired.NON_INFERIORITY_MARGIN}
+    if "grpo" in config.algos:
+        result["fairness"] = paired.fairness_check(
+            eps[(COLDSTART_ARM, HELDIN)], eps[("grpo", HELDIN)], eps[(COLDSTART_ARM, "L0")] if "L0" in config.levels
+            else [], {arm_label(a): eps[(a, "L0")] for a in config.algos} if "L0" in config.levels else {},
+            bootstrap=config.bootstrap)
+    result["repetition_by_outcome"] = {
+        outcome: {arm_label(a): [paired.seed_endpoint(x, "repetitive", won) for x in merged(a, config.levels)]
+                  for a in (COLDSTART_ARM, *config.algos)}
+        for outcome, won in (("won", True), ("failed", False))}
+    budgets = [b for b in paired.STEP_BUDGETS if b <= config.max_steps]
+    result["success_within_steps"] = {
+        level: {arm_label(a): {b: float(np.nanmean([paired.seed_endpoint(x, f"success@{b}") for x in eps[(a, level)]]))
+                               for b in budgets} for a in (COLDSTART_ARM, *config.algos)}
+        for level in config.levels}
+    if not {"grpo", "rlvmr"} <= set(config.algos) or len(seeds) < 2:
+        return result
+    unseen = [lv for lv in ("L0", "L1") if lv in config.levels]
+    primary = paired.paired_endpoint(merged("rlvmr", unseen), merged("grpo", unseen), "repetitive",
+                                     bootstrap=config.bootstrap)
+    primary["levels"] = unseen
+    result["primary"] = primary
+    if "t" not in primary:
+        primary["verdict"] = "uninformative (fewer than 2 seeds with episodes)"
+        return result
+    primary["verdict"] = paired.superiority_verdict(primary["t"], lower_is_better=True)
+    primary["power"] = paired.seeds_for_power(PRIMARY_EFFECT, max(primary["t"]["sd"], 1e-6))
+    secondaries: dict[str, dict[str, Any]] = {}
+    if "L2" in config.levels:
+        secondaries["repetitive L2"] = paired.paired_endpoint(merged("rlvmr", ["L2"]), merged("grpo", ["L2"]),
+                                                              "repetitive", bootstrap=config.bootstrap)
+    secondaries["invalid L0+L1"] = paired.paired_endpoint(merged("rlvmr", unseen), merged("grpo", unseen), "invalid",
+                                                          bootstrap=config.bootstrap)
+    if "L0" in config.levels:
+        secondaries["success L0"] = paired.paired_endpoint(merged("rlvmr", ["L0"]), merged("grpo", ["L0"]), "success",
+                                                           bootstrap=config.bootstrap)
+    for level in ("L1", "L2"):
+        if level in config.levels:
+            secondaries[f"success {level} (b)"] = paired.paired_endpoint(
+                merged("rlvmr", [level]), merged("grpo", [level]), "success", margin=paired.NON_INFERIORITY_MARGIN,
+                bootstrap=config.bootstrap)
+    pvalues = {}
+    for name, test in secondaries.items():
+        if "t" not in test:
+            test["verdict"] = "uninformative (fewer than 2 seeds with episodes)"
+            continue
+        if name.endswith("(b)"):
+            pvalues[name] = test["t"]["p_above"]
+            test["verdict"] = paired.non_inferiority_verdict(test["t"])
+        else:
+            pvalues[name] = test["t"]["p"]
+            test["verdict"] = paired.superiority_verdict(test["t"], lower_is_better=not name.startswith("success"))
+    for name, adjusted in paired.holm(pvalues).items():
+        secondaries[name]["p_holm"] = adjusted
+    result["secondaries"] = secondaries
+    return result
+
+
 def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
     """Every number of the lab: per (arm, level) metrics with intervals, per-seed values, the
     RLVMR − GRPO differences the hypothesis is about, and the cold start's format validity."""
@@ -163,6 +246,7 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         "per_seed": per_seed,
         "differences": differences,
         "hypothesis": hypothesis_verdict(differences),
+        "preregistered": preregistered(config, out),
         "training_curves": curves,
         "training_rise": rises,
         "coldstart": {"trajectories": manifest["counts"]["trajectories"], "samples": manifest["counts"]["samples"],

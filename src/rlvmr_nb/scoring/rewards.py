@@ -48,6 +48,20 @@ class RewardConfig:
     """'outcome' (official code: penalty in the per-step outcome score; docs/method.md, 'Format penalty') or 'step' (paper Eq.: r_t = r_MR + r_format)."""
     official_regex_bug: bool = False
     """Compare actions with the official non-DOTALL regex (digitalhuman#14); ablations only."""
+    # --- options beyond the official semantics (defaults keep the official ones; docs/lab.md says who uses them)
+    refused_penalty: float = 0.0
+    """Subtracted from the outcome score of every well-formed step whose command the environment refused (valid
+    but not admissible). 0 in the paper and the official code, where a refused command costs only the step.
+    It always enters `score`, the channel every estimator reads (GRPO, GiGPO and GRPO-MR alike, either
+    preset), so an outcome-only baseline pays it exactly as RLVMR does."""
+    meta_rewards_admissible_only: bool = False
+    """When True, <explore> and <reflection> pay only a step whose command the environment accepted, and
+    explore's novelty test compares against earlier *accepted* commands. Official (False): a refused
+    "go to attic" is a new action and earns the explore reward; a refused change after a failure earns the
+    reflection reward."""
+    reflection_at_start: bool = True
+    """Official (True): at t = 0 the "previous step" counts as failed, so a first-step <reflection> always pays.
+    False: a reflection pays only after a real failed step."""
 
     @classmethod
     def for_preset(cls, preset: str, **overrides) -> "RewardConfig":
@@ -66,7 +80,7 @@ class RewardConfig:
 
         # Magnitudes (the penalty is subtracted); NaN or inf would turn whole groups' advantages into NaN.
         require_non_negative(self, ["success_reward", "planning_reward", "exploration_reward", "reflection_reward",
-                                    "monitor_reward", "format_penalty"])
+                                    "monitor_reward", "format_penalty", "refused_penalty"])
 
 
 @dataclass(frozen=True)
@@ -96,33 +110,36 @@ def meta_reasoning_rewards(episode: Episode, config: RewardConfig = RewardConfig
     success = episode.won
     R = outcome_reward(episode, config)
     action_lists = [extract_action_list(s.output, config.official_regex_bug) for s in episode.steps]
+    accepted_only = config.meta_rewards_admissible_only
     out: list[StepReward] = []
     for t, step in enumerate(episode.steps):
         tag_type, reward = "none", 0.0
+        unverified = accepted_only and not step.admissible  # a refused command earns no explore/reflection pay
         if step.valid:
             kind = reward_tag_type(step.output)
             if kind == "planning":
                 tag_type, reward = "planning", config.planning_reward if success else 0.0
             elif kind == "explore":
                 repeated = any(
-                    action_lists[j] == action_lists[t] and episode.steps[j].valid for j in range(t)
+                    action_lists[j] == action_lists[t] and episode.steps[j].valid
+                    and (episode.steps[j].admissible or not accepted_only) for j in range(t)
                 )
-                tag_type, reward = "explore", 0.0 if repeated else config.exploration_reward
+                tag_type, reward = "explore", 0.0 if repeated or unverified else config.exploration_reward
             elif kind == "reflection":
                 if t == 0:
-                    prev_ok, prev_actions = False, None  # nothing compares equal to "no previous step"
+                    corrective = config.reflection_at_start  # official: "no previous step" counts as a failure
                 else:
                     prev = episode.steps[t - 1]
-                    prev_ok, prev_actions = prev.valid and prev.admissible, action_lists[t - 1]
-                corrective = (not prev_ok) and action_lists[t] != prev_actions
-                tag_type, reward = "reflection", config.reflection_reward if corrective else 0.0
+                    corrective = not (prev.valid and prev.admissible) and action_lists[t] != action_lists[t - 1]
+                tag_type, reward = "reflection", config.reflection_reward if corrective and not unverified else 0.0
             elif kind == "monitor" and config.monitor_reward > 0:
                 tag_type, reward = "monitor", config.monitor_reward if step.admissible else 0.0
         penalty = 0.0 if step.valid else config.format_penalty
+        refused = config.refused_penalty if step.valid and not step.admissible else 0.0
         if config.format_penalty_channel == "outcome":
-            outcome_score, step_reward = R - penalty, reward
+            outcome_score, step_reward = R - penalty - refused, reward
         else:
-            outcome_score, step_reward = R, reward - penalty
+            outcome_score, step_reward = R - refused, reward - penalty
         out.append(StepReward(tag_type=tag_type, mr_reward=reward, outcome_score=outcome_score, step_reward=step_reward))
     return out
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Protocol, Sequence
 
+from rlvmr_nb.envs.lab_record import lab_record
+
 from .blocks import (
     ALFWORLD_ACTION_FORMS,
     ALFWORLD_INTRO,
@@ -126,9 +128,12 @@ def scienceworld_available(admissible: Sequence[str], available: str | Sequence[
 #
 # The lab policy is a small transformer that reads the whole prompt at every step, and on two CPU cores
 # every prompt token costs training time, so the prompt carries only what the agent needs: the task, its
-# last few actions (a repeated action is visible at a glance), the current observation (the world's
-# answer to the last action, "Nothing happens." included), the admissible actions, the plan memory
-# (`docs/method.md`, 'Plan memory') and a one-line reminder of the output format. About 100 word tokens.
+# last few actions (a repeated action is visible at a glance), a compact record of the episode so far
+# (`envs.lab_record.LabRecord`: the rooms visited and the room each was first entered from, the containers
+# seen with their room and whether their contents were seen, the commands that worked towards the goal and the
+# last refused ones), the current observation (the world's answer to the last action; it always names the
+# room), the admissible actions, the plan memory (`docs/method.md`, 'Plan memory') and a one-line reminder of
+# the output format. About 100-150 word tokens.
 
 LAB_INTRO = "Task:"
 LAB_HISTORY_WINDOW = 4
@@ -140,7 +145,9 @@ _THINK_FORMAT = "Answer : <think> one sentence </think> , then <action> ."
 
 def lab_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
                available: str | Sequence[str] | None, window: int) -> str:
-    """One lab prompt listing at most `window` (and at most `LAB_HISTORY_WINDOW`) latest actions."""
+    """One lab prompt listing at most `window` (and at most `LAB_HISTORY_WINDOW`) latest actions and the
+    episode's record (`envs.lab_record.LabRecord.lines`)."""
+
     cfg = memory.config
     t = memory.steps_taken
     window = min(window, LAB_HISTORY_WINDOW)
@@ -150,6 +157,8 @@ def lab_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
         parts.append(f"Step {t + 1}. Last actions: " + " ; ".join(e.action or "(none)" for e in shown) + " .")
     else:
         parts.append("Step 1.")
+    record = lab_record([e.observation for e in memory.entries] + [observation], [e.action or "" for e in memory.entries])
+    parts += record.lines()
     parts.append(f"Now: {observation}")
     if cfg.show_admissible:
         parts.append("Admissible: " + " ; ".join(admissible) + " .")

@@ -1,0 +1,79 @@
+"""Choose the lab's RL budget on the fairness check alone, on sweep seeds no reported run uses.
+
+A budget is fit for the comparison when outcome-only GRPO demonstrably learns: its success on the fixed held-in
+training layouts (same tasks and sampling seeds before and after training, paired) rises by >= 15 pp with a 95 %
+interval above zero, and it does not fall below the cold start on unseen L0 (`lab.paired.fairness_check`). This
+script runs exactly that check for each variant (a few `LabConfig` overrides), training GRPO only and playing L0
+only: RLVMR is never trained or compared here, so the choice cannot lean towards the hypothesis. The cold start
+is the configuration's own (copied from the cache when built before, `lab.experiment.run_coldstart`).
+
+    PYTHONPATH=src python benchmarks/lab_fairness_sweep.py --variants base \
+        --out benchmarks/results/lab_fairness_sweep.json
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+VARIANTS: dict[str, dict[str, Any]] = {
+    "base": {},
+    "lr1e-3": {"lr": 1e-3},
+    "epochs1": {"ppo_epochs": 1},
+    "iter30": {"iterations": 30},
+}
+"""Overrides of the base configuration (``configs/lab/classroom.json``)."""
+SWEEP_SEEDS = (100, 101)
+"""Disjoint from every seed of ``configs/lab/*.json`` (0-11)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--base", default="configs/lab/classroom.json")
+    p.add_argument("--variants", nargs="+", default=["base"], choices=list(VARIANTS))
+    p.add_argument("--seeds", nargs="+", type=int, default=list(SWEEP_SEEDS))
+    p.add_argument("--work", default="/tmp/lab-fairness-sweep")
+    p.add_argument("--out", default="benchmarks/results/lab_fairness_sweep.json")
+    args = p.parse_args(argv)
+
+    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.lab.config import LabConfig
+    from rlvmr_nb.lab.experiment import run_lab
+
+    reported = {s for name in ("classroom", "recorded") for s in
+                json.loads(Path(f"configs/lab/{name}.json").read_text())["seeds"]}
+    if reported & set(args.seeds):
+        raise SystemExit(f"sweep seeds {sorted(reported & set(args.seeds))} are used by a reported configuration")
+    out = Path(args.out)
+    doc = json.loads(out.read_text()) if out.is_file() else {"variants": {}}
+    for variant in args.variants:
+        base = json.loads(Path(args.base).read_text())
+        config = LabConfig.from_dict({**base, **VARIANTS[variant], "algos": ["grpo"], "levels": ["L0"],
+                                      "seeds": args.seeds, "name": f"sweep-{variant}"})
+        started = time.perf_counter()
+        summary = run_lab(config, Path(args.work) / variant, log=lambda _: None)
+        fairness = summary["preregistered"]["fairness"]
+        doc["variants"][variant] = {"overrides": VARIANTS[variant], "seeds": args.seeds, "fairness": fairness,
+                                    "training_rise": summary["training_rise"], "timing": summary["timing"],
+                                    "wall_s": round(time.perf_counter() - started, 1)}
+        h = fairness["grpo_heldin"]
+        print(f"{variant:10s} held-in {100 * h['before']:.1f} -> {100 * h['after']:.1f} %  "
+              f"rise {100 * h['rise']:+.1f} pp "
+              f"[{100 * h['lo']:+.1f}, {100 * h['hi']:+.1f}]  L0 vs cold start "
+              f"{100 * fairness['l0_vs_coldstart']['GRPO']['difference']:+.1f} pp  -> {fairness['verdict']}  "
+              f"({time.perf_counter() - started:.0f} s)")
+        doc.update({"base": args.base, "provenance": provenance()})
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""The lab's pre-registered paired statistics (lab/paired.py) against hand-computed examples."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from rlvmr_nb.lab import paired
+from rlvmr_nb.trajectory import Episode, Step
+
+
+def test_t_quantiles_match_the_tables():
+    assert paired.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=2e-3)
+    assert paired.t_quantile(0.975, 2) == pytest.approx(4.3027, abs=1e-3)
+    assert paired.t_quantile(0.975, 5) == pytest.approx(2.5706, abs=1e-3)
+    assert paired.t_quantile(0.975, 30) == pytest.approx(2.0423, abs=1e-3)
+    assert paired.t_cdf(-1.0, 1) == pytest.approx(0.25, abs=1e-6)  # Cauchy: 1/2 + atan(x)/pi
+
+
+def test_paired_t_on_a_hand_computed_example():
+    """d = (-0.10, -0.04, -0.07): mean -0.07, SD 0.03, SE 0.03/sqrt(3), t = -4.0415 on 2 df. With 2 df the t CDF
+    has the closed form 1/2 + t / (2 sqrt(2 + t^2)), so p = 2 (1/2 - 4.0415 / (2 sqrt(18.3337))) = 0.05612;
+    the 95 % interval is -0.07 +- 4.3027 * 0.017321 = [-0.14453, 0.00453]."""
+    r = paired.paired_t([-0.10, -0.04, -0.07])
+    assert r["mean"] == pytest.approx(-0.07) and r["sd"] == pytest.approx(0.03)
+    assert r["t"] == pytest.approx(-4.0415, abs=1e-3)
+    assert r["p"] == pytest.approx(0.05612, abs=2e-4)
+    assert (r["lo"], r["hi"]) == (pytest.approx(-0.14453, abs=2e-4), pytest.approx(0.00453, abs=2e-4))
+    assert paired.superiority_verdict(r, lower_is_better=True) == "inconclusive"
+    # non-inferiority at -5 pp: t = (mean + 0.05) / se
+    ni = paired.paired_t([0.01, 0.03, 0.02], margin=-0.05)
+    assert ni["t"] == pytest.approx((0.02 + 0.05) / (0.01 / math.sqrt(3)))
+    assert ni["p_above"] < 0.01 and paired.non_inferiority_verdict(ni) == "non-inferior"
+    assert paired.non_inferiority_verdict({"lo": -0.08, "hi": 0.02}) == "inconclusive"
+    assert paired.non_inferiority_verdict({"lo": -0.20, "hi": -0.06}) == "inferior"
+
+
+def test_holm_adjusts_step_down():
+    # sorted 0.01, 0.03, 0.04 -> 3 * 0.01, max(0.03, 2 * 0.03), max(0.06, 1 * 0.04)
+    assert paired.holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+
+
+def test_paired_bootstrap_resamples_seeds():
+    r = paired.paired_bootstrap([-0.10, -0.04, -0.07], n=4000)
+    assert r["mean"] == pytest.approx(-0.07) and -0.1001 <= r["lo"] < -0.07 < r["hi"] <= -0.0399
+
+
+def test_seeds_for_power():
+    """Effect = SD (d = 1): the normal approximation says (1.96 + 0.84)^2 = 7.8 pairs, the t-test needs ~10."""
+    r = paired.seeds_for_power(0.05, 0.05)
+    assert 9 <= r["seeds"] <= 11 and r["power"] >= 0.8
+    assert paired.power_paired_t(0.05, 0.05, r["seeds"] - 1) < 0.8
+    assert paired.seeds_for_power(0.05, 0.10)["seeds"] > r["seeds"]  # noisier pilot, more seeds
+
+
+def _episode(task: str, won: bool, actions: list[str]) -> Episode:
+    steps = [Step(t=i, observation="o", action=a, feedback="same" if a == "look" else f"f{i}") for i, a in enumerate(actions)]
+    return Episode(task_id=task, env="lab", steps=steps, won=won)
+
+
+def test_per_episode_endpoints_and_budgets():
+    loop = _episode("a", False, ["look", "look", "look", "look"])  # steps 2-4 repeat and learn nothing new
+    quick = _episode("b", True, ["go to x", "take y"])
+    assert paired.episode_repetition(loop) == pytest.approx(0.75)
+    # per episode, then the mean over episodes (pooled over steps it would be 3 / 6 = 0.5)
+    assert paired.seed_endpoint([loop, quick], "repetitive") == pytest.approx(0.375)
+    assert paired.seed_endpoint([loop, quick], "repetitive", won=False) == pytest.approx(0.75)
+    assert paired.seed_endpoint([loop, quick], "success@1") == 0.0
+    assert paired.seed_endpoint([loop, quick], "success@2") == 0.5
+
+
+def test_the_fairness_check_can_fail():
+    tasks = [f"t{i}" for i in range(24)]
+    before = [[_episode(t, i < 6, ["look"]) for i, t in enumerate(tasks)] for _ in range(2)]
+    learned = [[_episode(t, i < 18, ["look"]) for i, t in enumerate(tasks)] for _ in range(2)]
+    l0_cold = [[_episode("l", i < 5, ["look"]) for i in range(10)] for _ in range(2)]
+    l0_same = {"GRPO": l0_cold, "RLVMR": l0_cold}
+    ok = paired.fairness_check(before, learned, l0_cold, l0_same, bootstrap=500)
+    assert ok["fair_test"] and ok["grpo_heldin"]["rise"] == pytest.approx(0.5) and ok["grpo_heldin"]["lo"] > 0
+    flat = paired.fairness_check(before, before, l0_cold, l0_same, bootstrap=500)
+    assert not flat["fair_test"] and not flat["grpo_heldin"]["passes"]
+    worse = [[_episode("l", i < 3, ["look"]) for i in range(10)] for _ in range(2)]
+    dropped = paired.fairness_check(before, learned, l0_cold, {"GRPO": l0_cold, "RLVMR": worse}, bootstrap=500)
+    assert not dropped["fair_test"] and not dropped["l0_vs_coldstart"]["RLVMR"]["passes"]
