@@ -129,10 +129,10 @@ def test_a_refused_reflection_and_a_first_step_reflection_under_the_options():
 def test_the_refused_penalty_reaches_the_outcome_score_under_both_channels():
     ep = episode([step(0, "monitor", "go to attic", admissible=False), step(1, "monitor", "look"),
                   step(2, None, "x", output="no tags here", admissible=False)], won=True)
-    assert [r.score for r in meta_reasoning_rewards(ep)] == [10.0, 10.0, pytest.approx(9.9)]  # official: free
+    assert [r.outcome_score for r in meta_reasoning_rewards(ep)] == [10.0, 10.0, pytest.approx(9.9)]  # official: free
     for channel in ("outcome", "step"):
         cfg = RewardConfig(refused_penalty=0.5, format_penalty_channel=channel)
-        scores = [r.score for r in meta_reasoning_rewards(ep, cfg)]
+        scores = [r.outcome_score for r in meta_reasoning_rewards(ep, cfg)]
         # only the well-formed refused step pays it; the malformed one pays the format penalty alone
         assert scores == [9.5, 10.0, pytest.approx(9.9 if channel == "outcome" else 10.0)]
     with pytest.raises(ValueError):
@@ -140,9 +140,9 @@ def test_the_refused_penalty_reaches_the_outcome_score_under_both_channels():
 
 
 def test_the_refused_penalty_moves_grpo_and_rlvmr_advantages_alike():
-    """Both arms read `score`: in a group of two failed rollouts the one with a refused command is pushed down
+    """Both arms read `outcome_score`: in a group of two failed rollouts the one with a refused command is pushed down
     by the outcome-only GRPO estimator too."""
-    from rlvmr_nb.advantages import compute_advantages, preset
+    from rlvmr_nb.scoring.advantages import compute_advantages, preset
 
     def group():
         return [episode([step(0, "monitor", "go to attic", admissible=False)], won=False, eid="a"),
@@ -151,7 +151,7 @@ def test_the_refused_penalty_moves_grpo_and_rlvmr_advantages_alike():
     for algo in ("grpo", "rlvmr"):
         for name in ("official_code", "paper"):
             cfg = RewardConfig.for_preset(name, refused_penalty=0.5)
-            adv = compute_advantages(algo, assign_rewards(group(), cfg), preset(name))
+            adv = compute_advantages(algo, with_rewards(group(), cfg), preset(name))
             assert adv[0] < adv[1], (algo, name, adv)
-            flat = compute_advantages(algo, assign_rewards(group(), RewardConfig.for_preset(name)), preset(name))
+            flat = compute_advantages(algo, with_rewards(group(), RewardConfig.for_preset(name)), preset(name))
             assert flat[0] == pytest.approx(flat[1])  # official: a refused command costs nothing

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from .config import LabConfig
-from .layout import COLDSTART_ARM, arm_label, coldstart_dir, eval_path  # noqa: F401  (re-exported)
+from .layout import COLDSTART_ARM, HELDIN, arm_label, coldstart_dir, eval_path  # noqa: F401  (re-exported)
 
 
 def _cpu_seconds() -> float:
@@ -199,8 +199,6 @@ def eval_config(config: LabConfig, level: str, seed: int) -> Any:
                       batch_tasks=config.eval_tasks, generation_batch_size=config.eval_tasks)
 
 
-HELDIN = "heldin"
-"""The evaluation 'level' of the fixed held-in training layouts (`LabConfig.heldin_tasks`)."""
 
 
 def heldin_tasks(config: LabConfig) -> list:

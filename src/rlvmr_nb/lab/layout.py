@@ -23,3 +23,7 @@ def coldstart_dir(out: str | os.PathLike) -> Path:
 
 def eval_path(out: str | os.PathLike, arm: str, seed: int, level: str) -> Path:
     return Path(out) / "eval" / f"{arm.replace(' ', '_')}-seed{seed}" / f"{level}.json"
+
+
+HELDIN = "heldin"
+"""The evaluation 'level' of the fixed held-in training layouts (`LabConfig.heldin_tasks`)."""

@@ -26,7 +26,7 @@ import numpy as np
 from ..scoring.metrics import repetitive_steps
 from ..rollout.trajectory import Episode, read_episodes
 from .config import LabConfig
-from .layout import COLDSTART_ARM, arm_label, eval_path
+from .layout import COLDSTART_ARM, HELDIN, arm_label, eval_path
 
 METRICS: tuple[str, ...] = ("success", "repetitive", "invalid", "episode_length", "format_valid")
 _COLUMNS = ("won", "steps", "repetitive", "invalid", "malformed")
@@ -137,7 +137,6 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
     endpoint, the Holm-adjusted secondaries, (b) as non-inferiority, the descriptive splits, and the number of
     seeds the primary needs for 80 % power at `PRIMARY_EFFECT` with this run's SD as the pilot."""
     from . import paired
-    from .experiment import HELDIN
 
     seeds = config.seeds
     eps = {(arm, level): load_eval_episodes(out, arm, seeds, level)
