@@ -24,14 +24,14 @@ from .envs.alfworld import seeded_subset  # light import; the same nested-subset
 from .envs.base import TaskSpec
 from .devices import check_device_spec, place
 from .envs.registry import check_level, get_env
-from .rollout.generation import BACKENDS, EngineSettings, Generator, make_rollout_generator
+from .rollout.generation import EngineSettings, Generator, RolloutEngineConfig, make_rollout_generator
 from .scoring.metrics import metric_intervals, summarize
 from .scoring.stats import spread
 from .rollout.trajectory import Episode, write_episodes
 
 @dataclass
-class EvalConfig:
-    """What to evaluate and how."""
+class EvalConfig(RolloutEngineConfig):
+    """What to evaluate and how. The rollout engine's fields are `RolloutEngineConfig`'s, shared with `TrainConfig`."""
 
     env: str = "alfworld"
     """A registered env (`envs.registry`): 'alfworld', 'scienceworld' or 'toy'."""
@@ -60,20 +60,8 @@ class EvalConfig:
     """Env worker processes (0: in-process)."""
     device: str = "auto"
     """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
-    generation_batch_size: int | None = None
-    """Rows per generate call of the HF backend (`EngineSettings.max_batch_size`; None: 8 on a CPU, all on a GPU)."""
     report_to: tuple[str, ...] = ()
     """Also send the summary to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
-    rollout_backend: str = "hf"
-    """Who samples (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM engine in its
-    own process, loaded once with the policy's weights)."""
-    rollout_dtype: str = "bfloat16"
-    """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`)."""
-    vllm_gpu_memory_utilization: float = 0.5
-    """vLLM on a GPU: the share of the card the engine takes for weights and KV cache (the policy placed on
-    `device` keeps the rest). Ignored by 'hf' and on CPU."""
-    rollout_options: dict = field(default_factory=dict)
-    """Further constructor options of the backend (e.g. {'gpu_memory_utilization': 0.9} for vLLM alone on a GPU)."""
 
     def __post_init__(self) -> None:
         from .rollout.generation.base import STOP_POLICIES
@@ -89,23 +77,18 @@ class EvalConfig:
         require_choice(self, "prompt_style", STYLES)
         require_choice(self, "stop", STOP_POLICIES)
         require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks"])
-        if self.generation_batch_size is not None:
-            require_positive(self, ["generation_batch_size"])
         require_non_negative(self, ["temperature", "env_workers"])
         if self.max_tasks is not None:
             require_positive(self, ["max_tasks"])
         if self.max_prompt_tokens is not None:
             require_positive(self, ["max_prompt_tokens"])
         check_device_spec(self.device)
-        require_choice(self, "rollout_backend", BACKENDS)
-        self.engine_settings  # validates the engine options
+        self.check_rollout_engine()
 
     @property
     def engine_settings(self) -> EngineSettings:
-        """No sleep: nothing else needs the engine's memory between evaluation batches."""
-        return EngineSettings(dtype=self.rollout_dtype, gpu_memory_utilization=self.vllm_gpu_memory_utilization,
-                              sleep_level=0, seed=self.seed, max_batch_size=self.generation_batch_size,
-                              options=dict(self.rollout_options))
+        """Seeded with `seed`; no sleep: nothing else needs the engine's memory between evaluation batches."""
+        return self.engine_settings_for(seed=self.seed, sleep_level=0)
 
 
 def eval_generator(model: Any, tokenizer: Any, config: EvalConfig) -> Generator:

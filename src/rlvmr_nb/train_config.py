@@ -30,7 +30,7 @@ from typing import Any, Mapping
 
 from .devices import check_device_spec
 from .envs.registry import check_level
-from .rollout.generation import BACKENDS, ENGINE_DTYPES, EngineSettings, get_backend
+from .rollout.generation import EngineSettings, RolloutEngineConfig, get_backend
 from .rollout.generation.base import STOP_POLICIES
 from .rollout.prompts import STYLES
 from .runs.reporters import check_report_to
@@ -56,8 +56,10 @@ refused, since the checkpoint's optimizer state and the logs belong to the setti
 
 
 @dataclass
-class TrainConfig:
-    """Every knob of a run. Defaults are the paper's / official scripts' (docs/method.md, 'Hyper-parameters')."""
+class TrainConfig(RolloutEngineConfig):
+    """Every knob of a run. Defaults are the paper's / official scripts' (docs/method.md, 'Hyper-parameters').
+    The rollout engine's fields (`rollout_backend`, `rollout_dtype`, `vllm_gpu_memory_utilization`,
+    `generation_batch_size`, `rollout_options`) are `RolloutEngineConfig`'s, shared with `EvalConfig`."""
 
     # --- experiment -------------------------------------------------------------------------
     algo: str = "rlvmr"
@@ -95,22 +97,9 @@ class TrainConfig:
     'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
     env_workers: int = 0
     """Env worker processes (0 = step environments in-process)."""
-    generation_batch_size: int | None = None
-    """Rows per generate call (HF backend, `EngineSettings.max_batch_size`); None: 8 on a CPU, every active row on a
-    GPU (where one decode step then serves them all, e.g. 128-row rollouts)."""
-    rollout_backend: str = "hf"
-    """Who samples the rollouts (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM
-    engine in its own process, weights synced from the policy before every iteration's rollouts)."""
-    rollout_dtype: str = "bfloat16"
-    """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`; 'float32' for exact log-probs).
-    With LoRA the HF backend samples from the adapted model itself."""
-    vllm_gpu_memory_utilization: float = 0.5
-    """vLLM on a GPU: the share of the card the engine takes; the trainer keeps the rest (colocated)."""
     vllm_sleep_level: int = 2
     """vLLM: what the engine frees during the update (1: KV cache, weights offloaded; 2: both dropped, the
     next sync rewrites them; 0: nothing). A logged no-op where vLLM has no sleep mode (CPU)."""
-    rollout_options: dict = field(default_factory=dict)
-    """Further constructor options of the backend (e.g. {'kv_cache_gb': 4} or {'python': ...} for vLLM)."""
     # --- rewards and advantages ---------------------------------------------------------------
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     """GRPO-MR normalisation and combination (`advantages.preset('official_code' | 'paper')`), GiGPO's γ and ω."""
@@ -214,9 +203,8 @@ class TrainConfig:
             raise ValueError("sharding='fsdp' with lora=True is not supported: a LoRA policy fits one GPU "
                              "(README, 'GPUs'); use sharding='ddp'")
         require_choice(self, "stop", STOP_POLICIES)
-        require_choice(self, "rollout_backend", tuple(BACKENDS))
-        require_choice(self, "rollout_dtype", ENGINE_DTYPES)
-        self.engine_settings  # validates the engine options
+        self.check_rollout_engine()
+        self.engine_settings  # the sleep level
         if self.lora and not get_backend(self.rollout_backend).samples_live_model:
             raise ValueError(f"rollout_backend={self.rollout_backend!r} cannot sample from a LoRA-adapted model; "
                              "use rollout_backend='hf' with lora=True")
@@ -227,8 +215,6 @@ class TrainConfig:
         require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
                                 "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
                                 "save_every", "keep_checkpoints", "lora_r"])
-        if self.generation_batch_size is not None:
-            require_positive(self, ["generation_batch_size"])
         require_non_negative(self, ["env_workers", "weight_decay", "grad_clip", "validate_every",
                                     "validation_temperature"])
         if self.validation_tasks is not None:
@@ -245,11 +231,9 @@ class TrainConfig:
 
     @property
     def engine_settings(self) -> EngineSettings:
-        """The rollout engine's settings (LoRA: the HF backend samples from the adapted model itself)."""
-        return EngineSettings(dtype=None if self.lora else self.rollout_dtype,
-                              gpu_memory_utilization=self.vllm_gpu_memory_utilization,
-                              sleep_level=self.vllm_sleep_level, seed=self.seed,
-                              max_batch_size=self.generation_batch_size, options=dict(self.rollout_options))
+        """The rollout engine's settings: the run's seed, asleep at `vllm_sleep_level` during the update, and
+        with LoRA sampling from the adapted model itself (it has no plain copy)."""
+        return self.engine_settings_for(seed=self.seed, sleep_level=self.vllm_sleep_level, live_model=self.lora)
 
     @property
     def logprob_options(self) -> LogprobOptions:
