@@ -47,3 +47,41 @@ def test_a_run_config_written_before_the_engine_record_was_shared_still_loads(tm
         engine = config.engine_settings
         assert (engine.dtype, engine.gpu_memory_utilization, engine.sleep_level, engine.max_batch_size,
                 dict(engine.options)) == ("float32", 0.3, 1, 4, {"kv_cache_gb": 1})
+
+
+# --------------------------------------------------------------------- the preset → penalty-channel rule
+
+
+def test_each_preset_puts_the_format_penalty_in_one_channel_everywhere():
+    """`penalty_channel` is the rule; the reward of a preset, the trainer's default reward, its refusal of the
+    other channel and the switch of a file's preset all follow it."""
+    from rlvmr_nb.scoring.advantages import PRESETS, AdvantageConfig, penalty_channel, preset
+    from rlvmr_nb.scoring.rewards import PENALTY_CHANNELS, RewardConfig
+    from rlvmr_nb.train_config import switch_advantage_preset
+
+    assert {penalty_channel(name) for name in PRESETS} == set(PENALTY_CHANNELS)  # the two presets differ
+    assert (penalty_channel("official_code"), penalty_channel("paper")) == ("outcome", "step")  # paper §3.4.1
+    assert RewardConfig().format_penalty_channel == penalty_channel(AdvantageConfig().preset)
+    for name in PRESETS:
+        other = next(n for n in PRESETS if n != name)
+        assert RewardConfig.for_preset(name).format_penalty_channel == penalty_channel(name)
+        assert TrainConfig(advantage=preset(name)).reward.format_penalty_channel == penalty_channel(name)
+        with pytest.raises(ValueError, match="format penalty"):
+            TrainConfig(advantage=preset(name), reward=RewardConfig.for_preset(other))
+        switched = switch_advantage_preset({"reward": {"format_penalty_channel": penalty_channel(other)},
+                                            "advantage": {"preset": other}}, name)
+        assert switched["reward"]["format_penalty_channel"] == penalty_channel(name)
+    with pytest.raises(ValueError, match="unknown advantage preset 'papers'"):
+        penalty_channel("papers")
+
+
+def test_no_other_place_in_the_package_decides_a_channel_from_a_preset_name():
+    """The rule is data in one table: no code compares a value with the official preset's name (as the four
+    copies of the rule did; 'paper' is also a figure's data source, so only 'official_code' is searched)."""
+    import ast
+
+    src = Path(__file__).resolve().parents[1] / "src" / "rlvmr_nb"
+    comparisons = [f"{path.relative_to(src)}:{node.lineno}" for path in src.rglob("*.py")
+                   for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Compare)
+                   and any(isinstance(c, ast.Constant) and c.value == "official_code" for c in [node.left, *node.comparators])]
+    assert comparisons == []

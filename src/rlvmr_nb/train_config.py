@@ -34,7 +34,7 @@ from .rollout.generation import EngineSettings, RolloutEngineConfig, get_backend
 from .rollout.generation.base import STOP_POLICIES
 from .rollout.prompts import STYLES
 from .runs.reporters import check_report_to
-from .scoring.advantages import PENALTY_CHANNEL_OF_PRESET, AdvantageConfig, preset
+from .scoring.advantages import AdvantageConfig, penalty_channel, preset
 from .scoring.rewards import RewardConfig
 from .update.logprobs import LogprobOptions
 from .update.loss_terms import LossConfig
@@ -184,7 +184,7 @@ class TrainConfig(RolloutEngineConfig):
             self.reward = RewardConfig(**self.reward)
         if isinstance(self.loss, dict):
             self.loss = LossConfig(**self.loss)
-        channel = "outcome" if self.advantage.preset == "official_code" else "step"
+        channel = penalty_channel(self.advantage.preset)
         if self.reward is None:
             self.reward = RewardConfig.for_preset(self.advantage.preset)
         elif self.reward.format_penalty_channel != channel:
@@ -290,8 +290,8 @@ def switch_advantage_preset(settings: Mapping[str, Any], name: str) -> dict[str,
     out = {**settings, "advantage": {"preset": name, **changed}}
     if settings.get("reward") is not None:
         reward = _as_dict(settings["reward"])
-        if RewardConfig(**reward).format_penalty_channel == PENALTY_CHANNEL_OF_PRESET[current.preset]:
-            out["reward"] = {**reward, "format_penalty_channel": PENALTY_CHANNEL_OF_PRESET[name]}
+        if RewardConfig(**reward).format_penalty_channel == penalty_channel(current.preset):
+            out["reward"] = {**reward, "format_penalty_channel": penalty_channel(name)}
     return out
 
 
