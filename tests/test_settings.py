@@ -5,7 +5,7 @@ that ties an advantage preset to its format-penalty channel."""
 from __future__ import annotations
 
 import json
-from dataclasses import fields, replace
+from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
 import pytest
@@ -85,3 +85,132 @@ def test_no_other_place_in_the_package_decides_a_channel_from_a_preset_name():
                    for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Compare)
                    and any(isinstance(c, ast.Constant) and c.value == "official_code" for c in [node.left, *node.comparators])]
     assert comparisons == []
+
+
+# --------------------------------------------------------------------- the CLI generated from the configs
+
+from rlvmr_nb import cli  # noqa: E402
+from rlvmr_nb.validation import field_docs, first_sentence, setting_flags  # noqa: E402
+
+NESTED_OR_DICT = {"advantage", "reward", "loss", "rollout_options"}
+"""Fields a command line cannot spell; a --config file sets them (loss.kl_coef and advantage.preset excepted)."""
+
+FLAGS_IN_USE = {
+    "train": ["--config", "--algo", "--env", "--level", "--model", "--out", "--seed", "--iterations", "--tasks",
+              "--group-size", "--max-steps", "--max-new-tokens", "--max-prompt-tokens", "--lr", "--kl-coef",
+              "--preset", "--prompt-style", "--stop", "--mini-batch-size", "--micro-batch-size", "--save-every",
+              "--resume", "--env-workers", "--lora", "--device", "--reference-device", "--sharding",
+              "--gradient-checkpointing", "--validate-every", "--validation-tasks", "--report-to", "--rollout-backend",
+              "--rollout-dtype", "--vllm-gpu-memory-utilization", "--vllm-sleep-level", "--tis-cap", "--bf16-autocast",
+              "--no-bf16-autocast"],
+    "eval": ["--model", "--env", "--level", "--max-tasks", "--seed", "--seeds", "--max-steps", "--max-new-tokens",
+             "--prompt-style", "--stop", "--env-workers", "--out", "--device", "--report-to", "--rollout-backend",
+             "--rollout-dtype", "--vllm-gpu-memory-utilization"],
+}
+"""Every train/eval flag the tests, notebooks, docs, Makefile and configs used before the flags were generated."""
+
+
+def _subparser(command: str):
+    parser = cli.build_parser(command)
+    return next(a for a in parser._actions if a.dest == "command").choices[command]
+
+
+def _flag_help(command: str) -> dict[str, str]:
+    return {option: action.help for action in _subparser(command)._actions for option in action.option_strings}
+
+
+@pytest.mark.parametrize("command, config", [("train", TrainConfig), ("eval", EvalConfig)])
+def test_every_spellable_field_has_a_flag_with_its_docstring_and_its_default(command, config):
+    helps, docs = _flag_help(command), field_docs(config)
+    for f in fields(config):
+        if f.name in NESTED_OR_DICT:
+            continue
+        option = "--" + f.name.replace("_", "-")
+        assert option in helps, f"{config.__name__}.{f.name} has no flag"
+        default = f.default if f.default_factory is MISSING else f.default_factory()
+        shown = (" ".join(default) or "none") if isinstance(default, tuple) else str(default)
+        assert helps[option] == f"{first_sentence(docs[f.name])} (default: {shown})"
+    assert set(FLAGS_IN_USE[command]) <= set(helps)
+
+
+def test_a_docstring_s_first_sentence_ends_at_a_sentence_s_full_stop():
+    assert first_sentence("Weight of the KL term (paper App. A.2: 0.01). 0 disables it.") == \
+        "Weight of the KL term (paper App. A.2: 0.01)."
+    assert first_sentence("Clip, e.g. 2.0 or §2.1. None: off.") == "Clip, e.g. 2.0 or §2.1."
+    assert first_sentence("No full stop") == "No full stop"
+
+
+def test_no_default_of_a_train_or_eval_flag_is_written_in_the_cli():
+    """The defaults live in the dataclasses: the CLI's settings flags default to None (not given), and no value
+    that is a default of a train/eval setting (0, 1 and 2 aside: indents, slices) appears as a literal in the
+    CLI's train and eval code, nor a "default: <number>" help text anywhere in cli.py."""
+    import ast
+    import re
+
+    source = Path(cli.__file__).read_text()
+    tree = ast.parse(source)
+    flags = [*setting_flags(TrainConfig, cli.TRAIN_FLAG_NAMES), *setting_flags(EvalConfig)]
+    defaults = {flag.default for flag in flags if not isinstance(flag.default, (bool, tuple, type(None)))} - {0, 1, 2}
+    train_and_eval = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in
+                      ("_add_train_settings", "_add_eval_settings", "_setting_choices", "_cmd_train", "_cmd_eval")]
+    assert len(train_and_eval) == 5
+    literals = [(node.lineno, node.value) for part in train_and_eval for node in ast.walk(part)
+                if isinstance(node, ast.Constant) and not isinstance(node.value, bool) and node.value in defaults]
+    assert literals == []
+    for call in (n for part in train_and_eval for n in ast.walk(part) if isinstance(n, ast.Call)):
+        for keyword in call.keywords:
+            if keyword.arg == "default":
+                assert not isinstance(keyword.value, ast.Constant) or keyword.value.value is None, ast.unparse(call)
+    assert not re.search(r"default: [\w.-]*\d", source)  # the old "default: 256" help texts
+
+
+def test_precedence_defaults_then_the_config_file_then_the_flags_given(monkeypatch, tmp_path):
+    from rlvmr_nb import trainer
+
+    seen = {}
+    monkeypatch.setattr(trainer, "train", lambda config: seen.setdefault("config", config) and [])
+    settings = tmp_path / "run.json"
+    settings.write_text(json.dumps({"env": "toy", "group_size": 4, "lr": 2e-6, "lora": True,
+                                    "advantage": {"preset": "paper", "alpha": 0.25}}))
+    assert cli.main(["train", "--config", str(settings), "--lr", "3e-6", "--no-lora", "--tasks", "2",
+                     "--kl-coef", "0", "--preset", "official_code", "--report-to", "wandb"]) == 0
+    config = seen["config"]
+    assert (config.group_size, config.lr, config.lora, config.tasks_per_iteration) == (4, 3e-6, False, 2)
+    assert config.iterations == TrainConfig.iterations  # neither in the file nor given
+    assert (config.loss.kl_coef, config.loss.clip_eps) == (0.0, TrainConfig().loss.clip_eps)
+    assert (config.advantage.preset, config.advantage.alpha) == ("official_code", 0.25)  # the file's change kept
+    assert config.report_to == ("wandb",)
+
+
+def test_eval_builds_its_config_from_the_flags_given(monkeypatch, tmp_path):
+    from rlvmr_nb import evaluate
+
+    seen = {}
+    monkeypatch.setattr(evaluate, "evaluate_seeds", lambda model, tok, config, seeds: seen.update(config=config,
+                                                                                                   seeds=seeds) or {})
+    monkeypatch.setattr(evaluate, "write_seed_results", lambda path, *a, **k: (path, {"metrics": {}, "metrics_ci": {}}))
+    assert cli.main(["eval", "--env", "toy", "--model", "tiny-random:llama", "--seeds", "3", "4", "--batch-tasks", "2",
+                     "--max-prompt-tokens", "none", "--out", str(tmp_path / "eval.json")]) == 0
+    config = seen["config"]
+    assert (config.seed, seen["seeds"], config.batch_tasks, config.max_prompt_tokens) == (3, [3, 4], 2, None)
+    assert config.temperature == EvalConfig.temperature
+
+
+@pytest.mark.parametrize("arguments, named", [
+    (["train", "--group-size", "0"], "argument --group-size: must be a finite number > 0, got 0"),
+    (["train", "--rollout-dtype", "int8"], "argument --rollout-dtype: must be one of ('bfloat16', 'float16', 'float32'), got 'int8'"),
+    (["train", "--iterations", "two"], "argument --iterations: not an integer: 'two'"),
+    (["eval", "--max-steps", "0"], "argument --max-steps: must be a finite number > 0, got 0"),
+    (["eval", "--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got -1.0"),
+])
+def test_a_value_its_field_refuses_alone_is_refused_at_parse_time_naming_the_flag(capsys, arguments, named):
+    with pytest.raises(SystemExit) as exc:
+        cli.main(arguments)
+    assert exc.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_a_value_refused_with_other_settings_ends_in_the_one_error_line(capsys, tmp_path):
+    assert cli.main(["train", "--env", "toy", "--mini-batch-size", "2", "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "rlvmr-nb train: error: need micro_batch_size <= mini_batch_size" in err and "Traceback" not in err
+    assert not (tmp_path / "run").exists()

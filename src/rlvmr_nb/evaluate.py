@@ -29,6 +29,10 @@ from .scoring.metrics import metric_intervals, summarize
 from .scoring.stats import spread
 from .rollout.trajectory import Episode, write_episodes
 
+RESULTS_PATH = "runs/eval/results.json"
+"""Where `rlvmr-nb eval` writes its results file unless told (--out)."""
+
+
 @dataclass
 class EvalConfig(RolloutEngineConfig):
     """What to evaluate and how. The rollout engine's fields are `RolloutEngineConfig`'s, shared with `TrainConfig`."""

@@ -39,8 +39,9 @@ class AdvantageConfig:
     Use `preset()` for the named settings."""
 
     preset: str = "official_code"
-    """The named setting these fields started from ('official_code' or 'paper'). It also decides where the
-    format penalty goes (`rewards.RewardConfig.for_preset`), so the trainer refuses a mismatched pair."""
+    """The named GRPO-MR setting these fields start from: 'official_code' (the released code's) or 'paper'
+    (paper Eqs. 2–4); docs/method.md, 'Paper vs official code'. It also decides where the format penalty goes
+    (`penalty_channel`), so the trainer refuses a mismatched pair."""
     outcome_unit: str = "step"
     """'step': statistics over step samples (code); 'trajectory': one value per trajectory (paper Eq. 2)."""
     outcome_scope: str = "group"

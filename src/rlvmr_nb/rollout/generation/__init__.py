@@ -39,7 +39,8 @@ KV cache, 2 drops both (the weights are rewritten by the next sync anyway)."""
 
 @dataclass
 class RolloutEngineConfig:
-    """The rollout engine's settings as a run states them, defined once for training and evaluation:
+    """The rollout engine's settings, shared by training and evaluation.
+
     `TrainConfig` and `EvalConfig` inherit these fields, so each field, its default and its documentation
     live here and nowhere else (the CLI's ``--rollout-backend`` … flags are generated from them).
     `engine_settings_for` turns them into the backend-neutral `EngineSettings` an engine is built from."""
