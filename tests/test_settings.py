@@ -1,6 +1,6 @@
-"""One definition of each setting: the rollout engine's fields shared by training and evaluation, the CLI's
-flags generated from the config dataclasses (a default is written once, in the dataclass), and the one rule
-that ties an advantage preset to its format-penalty channel."""
+"""One definition of each setting: the rollout engine's and the episodes' fields shared by training and
+evaluation, the CLI's flags generated from the config dataclasses (a default is written once, in the
+dataclass), and the one rule that ties an advantage preset to its format-penalty channel."""
 
 from __future__ import annotations
 
@@ -14,21 +14,27 @@ pytest.importorskip("torch")  # train_config places tensors (`devices`)
 
 from rlvmr_nb.evaluate import EvalConfig  # noqa: E402
 from rlvmr_nb.rollout.generation import RolloutEngineConfig  # noqa: E402
+from rlvmr_nb.rollout.loop import EpisodeSettings  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig, train_config  # noqa: E402
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
 
 def test_training_and_evaluation_share_one_definition_of_the_engine_settings():
-    """Each engine field is declared once, on `RolloutEngineConfig`; both configs inherit it (same default,
-    same documentation) and build their engines through it: training sleeps at its `vllm_sleep_level`,
-    evaluation never sleeps."""
-    engine_fields = {f.name for f in fields(RolloutEngineConfig)}
-    assert engine_fields == {"rollout_backend", "rollout_dtype", "vllm_gpu_memory_utilization",
-                             "generation_batch_size", "rollout_options"}
-    for config in (TrainConfig, EvalConfig):
-        assert issubclass(config, RolloutEngineConfig)
-        assert not engine_fields & set(vars(config).get("__annotations__", {}))  # not declared again
+    """Each engine field is declared once, on `RolloutEngineConfig`, and each episode field once, on
+    `EpisodeSettings`; both configs inherit them (same default, same documentation) and build their engines
+    through them: training sleeps at its `vllm_sleep_level`, evaluation never sleeps."""
+    shared = {RolloutEngineConfig: {"rollout_backend", "rollout_dtype", "vllm_gpu_memory_utilization",
+                                    "generation_batch_size", "rollout_options"},
+              EpisodeSettings: {"env", "level", "max_steps", "max_new_tokens", "max_prompt_tokens", "stop",
+                                "env_workers"}}
+    for base, names in shared.items():
+        assert {f.name for f in fields(base)} == names
+        for config in (TrainConfig, EvalConfig):
+            assert issubclass(config, base)
+            assert not names & set(vars(config).get("__annotations__", {}))  # not declared again
+            assert {f.name: f.default for f in fields(config) if f.name in names} == \
+                {f.name: f.default for f in fields(base)}
     train = TrainConfig(rollout_dtype="float32", vllm_gpu_memory_utilization=0.3, generation_batch_size=4, seed=3)
     evaluation = EvalConfig(rollout_dtype="float32", vllm_gpu_memory_utilization=0.3, generation_batch_size=4, seed=3)
     assert replace(train.engine_settings, sleep_level=0) == evaluation.engine_settings

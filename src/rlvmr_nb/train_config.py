@@ -29,9 +29,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .devices import check_device_spec
-from .envs.registry import check_level
 from .rollout.generation import EngineSettings, RolloutEngineConfig, get_backend
-from .rollout.generation.base import STOP_POLICIES
+from .rollout.loop import EpisodeSettings
 from .rollout.prompts import STYLES
 from .runs.reporters import check_report_to
 from .scoring.advantages import AdvantageConfig, penalty_channel, preset
@@ -56,10 +55,12 @@ refused, since the checkpoint's optimizer state and the logs belong to the setti
 
 
 @dataclass
-class TrainConfig(RolloutEngineConfig):
+class TrainConfig(EpisodeSettings, RolloutEngineConfig):
     """Every knob of a run. Defaults are the paper's / official scripts' (docs/method.md, 'Hyper-parameters').
-    The rollout engine's fields (`rollout_backend`, `rollout_dtype`, `vllm_gpu_memory_utilization`,
-    `generation_batch_size`, `rollout_options`) are `RolloutEngineConfig`'s, shared with `EvalConfig`."""
+    The fields it shares with `EvalConfig` are declared once, in its bases: `EpisodeSettings` (`env`, `level`,
+    `max_steps`, `max_new_tokens`, `max_prompt_tokens`, `stop`, `env_workers`) and `RolloutEngineConfig`
+    (`rollout_backend`, `rollout_dtype`, `vllm_gpu_memory_utilization`, `generation_batch_size`,
+    `rollout_options`)."""
 
     # --- experiment -------------------------------------------------------------------------
     algo: str = "rlvmr"
@@ -67,10 +68,6 @@ class TrainConfig(RolloutEngineConfig):
     prompt_style: str | None = None
     """Output format: None = 'meta_think' for rlvmr and 'think' for the baselines (official scripts);
     'meta_think' with algo='grpo' is Table 3's 'w/o A^MC' (GRPO from the cold-start model)."""
-    env: str = "alfworld"
-    """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy' or 'lab'."""
-    level: str = "L0"
-    """Generalisation level whose *training* split is sampled: L0, L1 or L2 (paper §2.1)."""
     model: str = "embedded:smollm2-135m-instruct"
     """Initial policy: a `models.load_model` spec (the cold-start checkpoint in the paper)."""
     out_dir: str = "runs/rlvmr"
@@ -84,19 +81,8 @@ class TrainConfig(RolloutEngineConfig):
     """B: distinct tasks per iteration (paper: 16)."""
     group_size: int = 8
     """G: rollouts per task (paper: 8)."""
-    max_steps: int = 30
-    """Environment steps per episode (paper: 30)."""
-    max_new_tokens: int = 1024
-    """Max response tokens per step (official code: 1024). CPU runs use ~48."""
-    max_prompt_tokens: int | None = 6000
-    """Prompt budget (official code: 6000); older history is dropped beyond it."""
     temperature: float = 1.0
     """Rollout sampling temperature (official code: 1.0)."""
-    stop: str = "none"
-    """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
-    'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
-    env_workers: int = 0
-    """Env worker processes (0 = step environments in-process)."""
     vllm_sleep_level: int = 2
     """vLLM: what the engine frees during the update (1: KV cache, weights offloaded; 2: both dropped, the
     next sync rewrites them; 0: nothing). A logged no-op where vLLM has no sleep mode (CPU)."""
@@ -202,7 +188,7 @@ class TrainConfig(RolloutEngineConfig):
         if self.sharding == "fsdp" and self.lora:
             raise ValueError("sharding='fsdp' with lora=True is not supported: a LoRA policy fits one GPU "
                              "(README, 'GPUs'); use sharding='ddp'")
-        require_choice(self, "stop", STOP_POLICIES)
+        self.check_episode_settings()
         self.check_rollout_engine()
         self.engine_settings  # the sleep level
         if self.lora and not get_backend(self.rollout_backend).samples_live_model:
@@ -211,16 +197,12 @@ class TrainConfig(RolloutEngineConfig):
         if self.tis_cap is not None and (self.tis_cap <= 0 or self.old_logprobs != "recompute"):
             raise ValueError(f"tis_cap={self.tis_cap} needs a value > 0 and old_logprobs='recompute' (with "
                              "'sampler' old log-probs every weight would be 1)")
-        check_level(self.level)
-        require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
-                                "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
-                                "save_every", "keep_checkpoints", "lora_r"])
-        require_non_negative(self, ["env_workers", "weight_decay", "grad_clip", "validate_every",
-                                    "validation_temperature"])
+        require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "temperature", "lr",
+                                "mini_batch_size", "micro_batch_size", "ppo_epochs", "save_every", "keep_checkpoints",
+                                "lora_r"])
+        require_non_negative(self, ["weight_decay", "grad_clip", "validate_every", "validation_temperature"])
         if self.validation_tasks is not None:
             require_positive(self, ["validation_tasks"])
-        if self.max_prompt_tokens is not None:
-            require_positive(self, ["max_prompt_tokens"])
         if self.mini_batch_size < self.micro_batch_size:
             raise ValueError(f"need micro_batch_size <= mini_batch_size, got {self.micro_batch_size} > {self.mini_batch_size}")
 

@@ -204,7 +204,7 @@ class SettingFlag:
     optional: bool
     """Whether the field takes None (typed ``none``)."""
     default: Any
-    """The field's default, shown in --help (the flag's own default is None: not given)."""
+    """The field's default, shown in --help (a flag not given sets nothing: argparse.SUPPRESS)."""
     doc: str
     """The field's docstring."""
     owner: type
@@ -256,8 +256,10 @@ def setting_flags(cls: type, names: Mapping[str, str] | None = None) -> list[Set
             kind, optional = _kind(typing.get_type_hints(nested)[inner])
             flags.append(SettingFlag(setting, (option,), kind, optional, _default(field),
                                      field_docs(nested).get(inner, ""), nested, nested))
-    # the config's own fields first; dataclass inheritance would list the base's first
-    return sorted(flags, key=lambda flag: flag.declared_in is not cls)
+    # the config's own fields first, then its bases' in the order it names them (dataclass fields list the last
+    # base first), then the nested settings
+    order = cls.__mro__
+    return sorted(flags, key=lambda flag: order.index(flag.declared_in) if flag.declared_in in order else len(order))
 
 
 def _shown(value: Any) -> str:
