@@ -5,6 +5,9 @@ dataclass), and the one rule that ties an advantage preset to its format-penalty
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from dataclasses import MISSING, fields, replace
 from pathlib import Path
 
@@ -220,3 +223,14 @@ def test_a_value_refused_with_other_settings_ends_in_the_one_error_line(capsys, 
     err = capsys.readouterr().err
     assert "rlvmr-nb train: error: need micro_batch_size <= mini_batch_size" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
+
+
+def test_the_parser_of_the_other_commands_does_not_import_torch():
+    """The train/eval flags come from configs that import torch; they are built only for those commands, so
+    `rlvmr-nb --help`, `demo` or `data` start without it."""
+    code = ("import sys; from rlvmr_nb import cli; cli.build_parser(); cli.build_parser('demo'); "
+            "assert 'torch' not in sys.modules; cli.build_parser('train'); assert 'torch' in sys.modules")
+    src = Path(__file__).resolve().parents[1] / "src"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(src)})
+    assert done.returncode == 0, done.stderr[-2000:]

@@ -82,12 +82,8 @@ def _number(kind: type, low: float, inclusive: bool) -> Any:
 
 positive_int = _number(int, 1, True)
 """argparse type: an int >= 1."""
-non_negative_int = _number(int, 0, True)
-"""argparse type: an int >= 0."""
 positive_float = _number(float, 0.0, False)
 """argparse type: a finite float > 0."""
-non_negative_float = _number(float, 0.0, True)
-"""argparse type: a finite float >= 0."""
 
 
 # --------------------------------------------------------------------------------------------------
