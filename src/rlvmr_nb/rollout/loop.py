@@ -28,7 +28,7 @@ from ..envs.base import Reset, StepResult, TaskSpec
 from ..envs.lazy import LazyActionList, StaleActionsError
 from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
 from .generation.base import Generator, SamplingConfig
-from .prompts import AgentMemory, PromptConfig, to_chat
+from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, to_chat
 from .tags import parse_output
 from .trajectory import Episode, Step, episode_id, group_id
 
@@ -76,8 +76,8 @@ class EpisodeSettings:
     """Environment steps per episode (paper: 30)."""
     max_new_tokens: int = 1024
     """Max response tokens per step (official code: 1024, in training and validation). CPU runs use ~48."""
-    max_prompt_tokens: int | None = 6000
-    """Prompt budget (official code: 6000); older history is dropped beyond it."""
+    max_prompt_tokens: int | None = DEFAULT_MAX_PROMPT_TOKENS
+    """Prompt budget (official code: 6000); older history is dropped beyond it (`prompts.PromptConfig`)."""
     stop: str = "none"
     """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
     'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
