@@ -17,7 +17,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from model_fixtures import rescore_logprobs, smollm2_tokenizer, tiny_llama  # noqa: E402,F401  (fixtures)
-from rlvmr_nb.rollout.generation import BACKENDS, EngineSettings, make_rollout_generator  # noqa: E402
+from rlvmr_nb.rollout.generation import BACKENDS, EngineSettings, RolloutEngineConfig, make_rollout_generator  # noqa: E402
 from rlvmr_nb.update.reference_loss import LossConfig, aggregate, low_var_kl, ppo_clip_surrogate, reference_logprobs_from_hidden  # noqa: E402
 from rlvmr_nb.update.sampler_correction import sampler_mismatch, truncated_is_weights  # noqa: E402
 from rlvmr_nb.update.logprobs import ResponseLogprobModel, response_logprobs  # noqa: E402
@@ -41,18 +41,25 @@ FP32_TOL = 1e-3
 
 def test_registry_builds_each_backend_from_engine_settings(tiny_llama, smollm2_tokenizer):
     assert set(BACKENDS) == {"hf", "vllm"}
-    shared = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, EngineSettings(dtype="float32"))
+
+    def settings(live_model: bool = False, **fields) -> EngineSettings:
+        return RolloutEngineConfig(**fields).engine_settings_for(seed=0, sleep_level=0, live_model=live_model)
+
+    shared = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, settings(rollout_dtype="float32"))
     assert shared.model is tiny_llama  # fp32 engine over an fp32 policy: no copy, nothing to sync
-    own = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, EngineSettings(options={"max_batch_size": 3}))
+    own = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, settings(rollout_options={"max_batch_size": 3}))
     assert own.model is not tiny_llama and own.dtype == torch.bfloat16 and own.max_batch_size == 3
     own.sleep(), own.wake_up()  # in-process engines have nothing to free: no-ops
     with pytest.raises(ValueError, match="unknown generation backend 'sglang'"):
-        make_rollout_generator("sglang", tiny_llama, smollm2_tokenizer)
+        make_rollout_generator("sglang", tiny_llama, smollm2_tokenizer, settings())
     with pytest.raises(ValueError, match="LoRA-wrapped model object needs the 'hf' backend"):
-        make_rollout_generator("vllm", tiny_llama, smollm2_tokenizer, EngineSettings(dtype=None))
-    for bad in ({"dtype": "int8"}, {"gpu_memory_utilization": 1.5}, {"sleep_level": 3}):
-        with pytest.raises(ValueError):
-            EngineSettings(**bad)
+        make_rollout_generator("vllm", tiny_llama, smollm2_tokenizer, settings(live_model=True))
+    for bad in ({"rollout_dtype": "int8"}, {"vllm_gpu_memory_utilization": 1.5}, {"generation_batch_size": 0}):
+        with pytest.raises(ValueError, match=next(iter(bad)).split("_")[-1]):
+            RolloutEngineConfig(**bad).check_rollout_engine()
+    with pytest.raises(ValueError, match="sleep_level"):
+        RolloutEngineConfig().engine_settings_for(seed=0, sleep_level=3)
+
 
 
 def test_train_config_rollout_options_are_checked():

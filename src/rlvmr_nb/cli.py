@@ -6,13 +6,9 @@ import argparse
 import json
 import os
 import sys
-from typing import Callable
+from typing import Any, Callable
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
-
-REPORT_TO_HELP = ("also send the metrics to these services: wandb, trackio (off by default; credentials come from "
-                  "the service's own login or environment, never from rlvmr-nb)")
-
 
 # --------------------------------------------------------------------------------------------------
 # One error handler for every command: a wrong input or a run stopped by the user or the machine ends in
@@ -136,32 +132,63 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-STOP_HELP = "none (default): EOS or --max-new-tokens, as the official runs; action: stop right after </action>"
+TRAIN_FLAG_NAMES = {"out_dir": "--out", "tasks_per_iteration": "--tasks", "loss.kl_coef": "--kl-coef",
+                    "advantage.preset": "--preset"}
+"""`rlvmr-nb train` flags not named ``--field-name`` (the names they had before the flags were generated; the
+field's own name works too), and the fields of nested settings that have a flag. Every other flag of train
+and eval is a `TrainConfig` / `EvalConfig` field of the same name (`validation.setting_flags`)."""
 
-TRAIN_FLAG_FIELDS = {
-    "algo": "algo", "env": "env", "level": "level", "model": "model", "out": "out_dir", "seed": "seed",
-    "iterations": "iterations", "tasks": "tasks_per_iteration", "group_size": "group_size", "max_steps": "max_steps",
-    "max_new_tokens": "max_new_tokens", "max_prompt_tokens": "max_prompt_tokens", "lr": "lr",
-    "kl_coef": "loss.kl_coef", "preset": "advantage.preset", "prompt_style": "prompt_style",
-    "mini_batch_size": "mini_batch_size", "micro_batch_size": "micro_batch_size", "save_every": "save_every",
-    "resume": "resume", "env_workers": "env_workers", "lora": "lora", "stop": "stop",
-    "device": "device", "reference_device": "reference_device", "sharding": "sharding",
-    "gradient_checkpointing": "gradient_checkpointing", "validate_every": "validate_every",
-    "validation_tasks": "validation_tasks", "report_to": "report_to",
-    "rollout_backend": "rollout_backend", "rollout_dtype": "rollout_dtype",
-    "vllm_gpu_memory_utilization": "vllm_gpu_memory_utilization", "vllm_sleep_level": "vllm_sleep_level",
-    "tis_cap": "tis_cap", "bf16_autocast": "bf16_autocast",
-}
-"""`rlvmr-nb train` option (argparse dest) → the `TrainConfig` setting it gives (`train_config.train_config`).
-Every option defaults to None = not given, so only the options typed on the command line override --config."""
+
+def _setting_choices() -> dict[str, Any]:
+    """The allowed values argparse checks and --help shows, for the settings that have a fixed list."""
+    from .envs.registry import LEVELS, env_names
+    from .rollout.generation import BACKENDS, ENGINE_DTYPES, SLEEP_LEVELS
+    from .rollout.generation.base import STOP_POLICIES
+    from .rollout.prompts import STYLES
+    from .scoring.advantages import PRESETS
+    from .train_config import ALGOS
+    from .update.reference_policy import REFERENCE_DEVICES
+    from .update.sharding import SHARDINGS
+
+    return {"algo": ALGOS, "env": env_names(), "level": LEVELS, "prompt_style": STYLES, "stop": sorted(STOP_POLICIES),
+            "reference_device": REFERENCE_DEVICES, "sharding": SHARDINGS, "rollout_backend": list(BACKENDS),
+            "rollout_dtype": ENGINE_DTYPES, "vllm_sleep_level": SLEEP_LEVELS, "advantage.preset": sorted(PRESETS)}
+
+
+def _add_train_settings(p: argparse.ArgumentParser) -> None:
+    from .train_config import TrainConfig
+    from .validation import add_setting_flags, setting_flags
+
+    p.add_argument("--config", default=None, metavar="FILE.json",
+                   help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
+    flags = setting_flags(TrainConfig, TRAIN_FLAG_NAMES)
+    add_setting_flags(p, flags, _setting_choices())
+    p.set_defaults(flags=flags)
+
+
+def _add_eval_settings(p: argparse.ArgumentParser) -> None:
+    from .evaluate import RESULTS_PATH, EvalConfig
+    from .train_config import TrainConfig
+    from .validation import add_setting_flags, setting_flags
+
+    p.add_argument("--model", default=TrainConfig.model,
+                   help="model spec, saved model folder, trainer checkpoint ckpt-XXXXX or run folder (default: the "
+                        "policy training starts from, %(default)s)")
+    p.add_argument("--seeds", type=int, nargs="+", default=None,
+                   help="several sampling seeds on the task list of the first (e.g. --seeds 0 1 2): one results file "
+                        "per seed and their aggregate at --out, with confidence intervals over tasks")
+    p.add_argument("--out", default=RESULTS_PATH, help="the results file (default: %(default)s)")
+    flags = setting_flags(EvalConfig)
+    add_setting_flags(p, flags, _setting_choices())
+    p.set_defaults(flags=flags)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
     from .train_config import train_config
     from .trainer import train
+    from .validation import given_settings
 
-    given = {field: getattr(args, dest) for dest, field in TRAIN_FLAG_FIELDS.items() if getattr(args, dest) is not None}
-    cfg = train_config(args.config, given)
+    cfg = train_config(args.config, given_settings(args, args.flags))
     rows = train(cfg)
     for row in rows:
         print(f"it {row['iteration']}: success {row['success']:.3f} length {row['episode_length']:.1f} "
@@ -175,12 +202,13 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .runs import load_policy
     from .runs.lock import results_lock
 
-    seeds = args.seeds or [args.seed]  # the task subset is the first seed's for all of them
-    cfg = EvalConfig(env=args.env, level=args.level, max_tasks=args.max_tasks, seed=seeds[0],
-                     max_steps=args.max_steps, max_new_tokens=args.max_new_tokens, prompt_style=args.prompt_style,
-                     env_workers=args.env_workers, device=args.device, stop=args.stop,
-                     report_to=tuple(args.report_to), rollout_backend=args.rollout_backend,
-                     rollout_dtype=args.rollout_dtype, vllm_gpu_memory_utilization=args.vllm_gpu_memory_utilization)
+    from .validation import given_settings
+
+    given = given_settings(args, args.flags)
+    if args.seeds:  # the task subset is the first seed's for all of them
+        given["seed"] = args.seeds[0]
+    cfg = EvalConfig(**given)
+    seeds = args.seeds or [cfg.seed]
     with results_lock(args.out):
         # a damaged newest checkpoint is refused, not replaced by an older policy than the one asked for
         model, tok, described = load_policy(args.model, seed=seeds[0], fallback=False)
@@ -189,13 +217,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     print(json.dumps({k: aggregate[k] for k in ("metrics", "metrics_ci")}, indent=2, default=float))
     print(f"results: {path}")
     return 0
-
-
-def _add_device_argument(parser: argparse.ArgumentParser, default: str | None = "auto") -> None:
-    # the rules live in rlvmr_nb.devices (not imported here: it loads torch, which `--help` does not need)
-    parser.add_argument("--device", default=default,
-                        help="auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; under torchrun each rank "
-                             "takes cuda:LOCAL_RANK. Asking for CUDA without a GPU is an error")
 
 
 def _cmd_overlap(args: argparse.Namespace) -> int:
@@ -226,29 +247,12 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     return 0
 
 
-def _add_rollout_engine_args(p: argparse.ArgumentParser, defaults: bool = True) -> None:
-    """--rollout-backend, --rollout-dtype and --vllm-gpu-memory-utilization; `defaults=False` leaves them None
-    (train: not given, so a --config file's values stand)."""
-    from .rollout.generation import BACKENDS, ENGINE_DTYPES
-    from .validation import positive_float
-
-    p.add_argument("--rollout-backend", default="hf" if defaults else None, choices=list(BACKENDS),
-                   help="who samples: hf (transformers, in process; the default) or vllm (a vLLM engine in its own "
-                        "venv, `make vllm-venv`)")
-    p.add_argument("--rollout-dtype", default="bfloat16" if defaults else None, choices=list(ENGINE_DTYPES),
-                   help="dtype of the engine's copy of the policy (default bfloat16; float32: sampler log-probs "
-                        "match the trainer's)")
-    p.add_argument("--vllm-gpu-memory-utilization", type=positive_float, default=0.5 if defaults else None,
-                   help="vLLM on a GPU: share of the card the engine takes; the rest stays with the policy "
-                        "(default 0.5)")
-
-
-def main(argv: list[str] | None = None) -> int:
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The `rlvmr-nb` parser; `command` ("train", "eval"): with that command's settings flags."""
     from .envs.registry import env_names, get_env
     from .envs.split_overlap import OVERLAP_MEASURES
-    from .rollout.generation import SLEEP_LEVELS
-    from .rollout.generation.base import STOP_POLICIES
-    from .validation import non_negative_float, non_negative_int, positive_float, positive_int
+    from .scoring.advantages import PRESETS, AdvantageConfig
+    from .validation import positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -256,7 +260,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("demo", help="parse a real tagged ALFWorld group, compute rewards/advantages, draw it")
     p.add_argument("--out", default=None, help="folder for the figure (default: runs/demo/figures; with "
                    "--update-figures: the checked-in figures/)")
-    p.add_argument("--preset", default="official_code", choices=["official_code", "paper"])
+    p.add_argument("--preset", default=AdvantageConfig.preset, choices=sorted(PRESETS),
+                   help="the advantage preset and its reward setting (default: %(default)s)")
     p.add_argument("--update-figures", action="store_true",
                    help="rewrite the checked-in figures (figures/, figures/demo/) instead of writing under runs/")
     p.add_argument("--train", action="store_true",
@@ -293,82 +298,16 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("train", help="GRPO-MR (or GRPO/GiGPO) training; resumes from out/ automatically",
                        description="Settings: TrainConfig's defaults (the official code's), then --config FILE.json "
                                    "(e.g. configs/paper/rlvmr_alfworld.json, configs/ablations/*.json), then the "
-                                   "options given here; an option not given keeps the file's value.")
-    p.add_argument("--config", default=None, metavar="FILE.json",
-                   help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
-    p.add_argument("--algo", default=None, choices=["rlvmr", "grpo", "gigpo"], help="default: rlvmr")
-    p.add_argument("--env", default=None, choices=env_names(), help="default: alfworld")
-    p.add_argument("--level", default=None, choices=["L0", "L1", "L2"], help="default: L0")
-    p.add_argument("--model", default=None, help="default: embedded:smollm2-135m-instruct")
-    p.add_argument("--out", default=None, help="run folder (default: runs/rlvmr)")
-    p.add_argument("--seed", type=int, default=None, help="default: 0")
-    p.add_argument("--iterations", type=positive_int, default=None, help="default: 100")
-    p.add_argument("--tasks", type=positive_int, default=None, help="tasks per iteration (paper: 16, the default)")
-    p.add_argument("--group-size", type=positive_int, default=None, help="rollouts per task (paper: 8, the default)")
-    p.add_argument("--max-steps", type=positive_int, default=None, help="default: 30")
-    p.add_argument("--max-new-tokens", type=positive_int, default=None, help="default: 1024")
-    p.add_argument("--max-prompt-tokens", type=positive_int, default=None, help="default: 6000")
-    p.add_argument("--lr", type=positive_float, default=None, help="default: 1e-6")
-    p.add_argument("--kl-coef", type=non_negative_float, default=None, help="default: 0.01")
-    p.add_argument("--preset", default=None, choices=["official_code", "paper"],
-                   help="GRPO-MR advantage + format-penalty semantics (docs/method.md, 'Paper vs official code'; "
-                        "default: official_code); keeps the file's other advantage changes")
-    p.add_argument("--prompt-style", default=None, choices=["meta_think", "think", "react"],
-                   help="default: meta_think for rlvmr, think for grpo/gigpo")
-    p.add_argument("--stop", default=None, choices=sorted(STOP_POLICIES),
-                   help=STOP_HELP)
-    p.add_argument("--mini-batch-size", type=positive_int, default=None, help="default: 256")
-    p.add_argument("--micro-batch-size", type=positive_int, default=None, help="default: 16")
-    p.add_argument("--save-every", type=positive_int, default=None, help="default: 5")
-    p.add_argument("--resume", default=None, help="'auto' (newest intact checkpoint; default), 'never' or a ckpt folder")
-    p.add_argument("--env-workers", type=non_negative_int, default=None, help="default: 0 (envs in this process)")
-    p.add_argument("--lora", action="store_true", default=None)
-    _add_device_argument(p, default=None)
-    p.add_argument("--reference-device", default=None, choices=["same", "cpu"],
-                   help="where the frozen reference policy is kept: on --device (same, the default), or in CPU memory "
-                        "(moved to the GPU only for its log-prob pass)")
-    p.add_argument("--sharding", default=None, choices=["ddp", "fsdp"],
-                   help="under torchrun: a whole model per GPU (ddp, the default) or FSDP2 shards (fsdp, for models "
-                        "that do not fit one GPU)")
-    p.add_argument("--gradient-checkpointing", action="store_true", default=None,
-                   help="recompute activations in backward (less memory: README, 'GPUs')")
-    p.add_argument("--validate-every", type=non_negative_int, default=None,
-                   help="validate on fixed test games before the first iteration, every k-th and after the last "
-                        "(0: off, the default; official: 5); rows in <out>/validation.jsonl")
-    p.add_argument("--validation-tasks", type=positive_int, default=None,
-                   help="test games per validation (official: 128, the default)")
-    p.add_argument("--report-to", nargs="+", default=None, metavar="SERVICE", help=REPORT_TO_HELP)
-    _add_rollout_engine_args(p, defaults=False)
-    p.add_argument("--vllm-sleep-level", type=int, default=None, choices=list(SLEEP_LEVELS),
-                   help="vLLM: free the KV cache (1, weights offloaded) or KV cache and weights (2, the default) "
-                        "during the update; 0 never sleeps (a no-op on CPU)")
-    p.add_argument("--tis-cap", type=positive_float, default=None,
-                   help="truncated importance sampling: weight each token's policy term by "
-                        "min(exp(old - sampler log-prob), cap), e.g. 2.0 (default: off)")
-    p.add_argument("--bf16-autocast", action=argparse.BooleanOptionalAction, default=None,
-                   help="bf16 autocast for log-probs and the update (default on; --no-bf16-autocast: fp32 throughout)")
+                                   "options given here; an option not given keeps the file's value. --preset "
+                                   "switches the advantage preset and keeps the file's other advantage changes.")
+    if command == "train":  # the configs import torch, which `rlvmr-nb --help` and the other commands skip
+        _add_train_settings(p)
     p.set_defaults(func=_cmd_train)
 
-    p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON")
-    p.add_argument("--model", default="embedded:smollm2-135m-instruct",
-                   help="model spec, saved model folder, trainer checkpoint ckpt-XXXXX or run folder")
-    p.add_argument("--env", default="alfworld", choices=env_names())
-    p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
-    p.add_argument("--max-tasks", type=positive_int, default=None)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--seeds", type=int, nargs="+", default=None,
-                   help="several sampling seeds on the task list of the first (e.g. --seeds 0 1 2): one results file "
-                        "per seed and their aggregate at --out, with confidence intervals over tasks")
-    p.add_argument("--max-steps", type=positive_int, default=30)
-    p.add_argument("--max-new-tokens", type=positive_int, default=1024)
-    p.add_argument("--prompt-style", default="meta_think", choices=["meta_think", "think", "react"])
-    p.add_argument("--stop", default="none", choices=sorted(STOP_POLICIES),
-                   help=STOP_HELP)
-    p.add_argument("--env-workers", type=non_negative_int, default=0)
-    p.add_argument("--out", default="runs/eval/results.json")
-    _add_device_argument(p)
-    p.add_argument("--report-to", nargs="+", default=[], metavar="SERVICE", help=REPORT_TO_HELP)
-    _add_rollout_engine_args(p)
+    p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON",
+                       description="Settings: EvalConfig's defaults, then the options given here.")
+    if command == "eval":
+        _add_eval_settings(p)
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("overlap", help="measure how much of the L0 'seen' test split the training split already holds")
@@ -388,12 +327,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", default=None, help="results JSON (default <out>/lab_results.json)")
     p.set_defaults(func=_cmd_lab)
 
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included
         from .coldstart import main as coldstart_main
 
         return run_command("coldstart", lambda: coldstart_main(argv[1:]))
-    args = parser.parse_args(argv)
+    args = build_parser(argv[0] if argv else None).parse_args(argv)
     return run_command(args.command, lambda: args.func(args))  # bad settings or paths: one line, no traceback
 
 

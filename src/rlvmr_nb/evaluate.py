@@ -14,7 +14,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -23,89 +23,59 @@ from .envs import slots
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
 from .envs.base import TaskSpec
 from .devices import check_device_spec, place
-from .envs.registry import check_level, get_env
-from .rollout.generation import BACKENDS, EngineSettings, Generator, make_rollout_generator
+from .envs.registry import get_env
+from .rollout.generation import EngineSettings, Generator, RolloutEngineConfig, make_rollout_generator
+from .rollout.loop import EpisodeSettings
 from .scoring.metrics import metric_intervals, summarize
 from .scoring.stats import spread
 from .rollout.trajectory import Episode, write_episodes
 
-@dataclass
-class EvalConfig:
-    """What to evaluate and how."""
+RESULTS_PATH = "runs/eval/results.json"
+"""Where `rlvmr-nb eval` writes its results file unless told (--out)."""
 
-    env: str = "alfworld"
-    """A registered env (`envs.registry`): 'alfworld', 'scienceworld' or 'toy'."""
-    level: str = "L0"
-    """L0 / L1 / L2 (paper §2.1); selects the evaluation split."""
+
+@dataclass
+class EvalConfig(EpisodeSettings, RolloutEngineConfig):
+    """What to evaluate and how. The fields it shares with `TrainConfig` are declared once, in its bases
+    (`EpisodeSettings`: env, level, budgets, stop, env workers; `RolloutEngineConfig`: the rollout engine)."""
+
     max_tasks: int | None = None
     """Evaluate a seeded subset of this many tasks (None: the whole split, e.g. 140 ALFWorld L0 games)."""
     seed: int = 0
     """Subset choice and sampling seed."""
     temperature: float = 0.4
     """Sampling temperature (official validation: 0.4)."""
-    max_steps: int = 30
-    """Steps per episode (paper: 30)."""
-    max_new_tokens: int = 1024
-    """Response budget per step (official validation: 1024, as in training). CPU runs use far fewer."""
-    stop: str = "none"
-    """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
-    'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
-    max_prompt_tokens: int | None = 6000
-    """Prompt budget; oldest history is dropped beyond it."""
     prompt_style: str = "meta_think"
     """'meta_think' (RLVMR), 'think' (GRPO/GiGPO) or 'react' (zero-shot)."""
     batch_tasks: int = 8
     """Episodes stepped together (generation is batched across them)."""
-    env_workers: int = 0
-    """Env worker processes (0: in-process)."""
     device: str = "auto"
     """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
-    generation_batch_size: int | None = None
-    """Rows per generate call of the HF backend (`EngineSettings.max_batch_size`; None: 8 on a CPU, all on a GPU)."""
     report_to: tuple[str, ...] = ()
     """Also send the summary to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
-    rollout_backend: str = "hf"
-    """Who samples (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM engine in its
-    own process, loaded once with the policy's weights)."""
-    rollout_dtype: str = "bfloat16"
-    """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`)."""
-    vllm_gpu_memory_utilization: float = 0.5
-    """vLLM on a GPU: the share of the card the engine takes for weights and KV cache (the policy placed on
-    `device` keeps the rest). Ignored by 'hf' and on CPU."""
-    rollout_options: dict = field(default_factory=dict)
-    """Further constructor options of the backend (e.g. {'gpu_memory_utilization': 0.9} for vLLM alone on a GPU)."""
 
     def __post_init__(self) -> None:
-        from .rollout.generation.base import STOP_POLICIES
         from .rollout.prompts import STYLES
         from .validation import require_choice, require_non_negative, require_positive
 
-        check_level(self.level)
+        self.check_episode_settings()
         if self.report_to:  # imported only when used: the runs package loads torch
             from .runs.reporters import check_report_to
 
             self.report_to = check_report_to(self.report_to)
         self.report_to = tuple(self.report_to)
         require_choice(self, "prompt_style", STYLES)
-        require_choice(self, "stop", STOP_POLICIES)
-        require_positive(self, ["max_steps", "max_new_tokens", "batch_tasks"])
-        if self.generation_batch_size is not None:
-            require_positive(self, ["generation_batch_size"])
-        require_non_negative(self, ["temperature", "env_workers"])
+        require_positive(self, ["batch_tasks"])
+        require_non_negative(self, ["temperature"])
         if self.max_tasks is not None:
             require_positive(self, ["max_tasks"])
-        if self.max_prompt_tokens is not None:
-            require_positive(self, ["max_prompt_tokens"])
         check_device_spec(self.device)
-        require_choice(self, "rollout_backend", BACKENDS)
-        self.engine_settings  # validates the engine options
+        self.check_rollout_engine()
 
     @property
     def engine_settings(self) -> EngineSettings:
-        """No sleep: nothing else needs the engine's memory between evaluation batches."""
-        return EngineSettings(dtype=self.rollout_dtype, gpu_memory_utilization=self.vllm_gpu_memory_utilization,
-                              sleep_level=0, seed=self.seed, max_batch_size=self.generation_batch_size,
-                              options=dict(self.rollout_options))
+        """Seeded with `seed`; no sleep: nothing else needs the engine's memory between evaluation batches."""
+        return self.engine_settings_for(seed=self.seed, sleep_level=0)
 
 
 def eval_generator(model: Any, tokenizer: Any, config: EvalConfig) -> Generator:

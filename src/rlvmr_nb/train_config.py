@@ -29,12 +29,11 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from .devices import check_device_spec
-from .envs.registry import check_level
-from .rollout.generation import BACKENDS, ENGINE_DTYPES, EngineSettings, get_backend
-from .rollout.generation.base import STOP_POLICIES
+from .rollout.generation import EngineSettings, RolloutEngineConfig, get_backend
+from .rollout.loop import EpisodeSettings
 from .rollout.prompts import STYLES
 from .runs.reporters import check_report_to
-from .scoring.advantages import PENALTY_CHANNEL_OF_PRESET, AdvantageConfig, preset
+from .scoring.advantages import AdvantageConfig, penalty_channel, preset
 from .scoring.rewards import RewardConfig
 from .update.logprobs import LogprobOptions
 from .update.loss_terms import LossConfig
@@ -56,8 +55,12 @@ refused, since the checkpoint's optimizer state and the logs belong to the setti
 
 
 @dataclass
-class TrainConfig:
-    """Every knob of a run. Defaults are the paper's / official scripts' (docs/method.md, 'Hyper-parameters')."""
+class TrainConfig(EpisodeSettings, RolloutEngineConfig):
+    """Every knob of a run. Defaults are the paper's / official scripts' (docs/method.md, 'Hyper-parameters').
+    The fields it shares with `EvalConfig` are declared once, in its bases: `EpisodeSettings` (`env`, `level`,
+    `max_steps`, `max_new_tokens`, `max_prompt_tokens`, `stop`, `env_workers`) and `RolloutEngineConfig`
+    (`rollout_backend`, `rollout_dtype`, `vllm_gpu_memory_utilization`, `generation_batch_size`,
+    `rollout_options`)."""
 
     # --- experiment -------------------------------------------------------------------------
     algo: str = "rlvmr"
@@ -65,10 +68,6 @@ class TrainConfig:
     prompt_style: str | None = None
     """Output format: None = 'meta_think' for rlvmr and 'think' for the baselines (official scripts);
     'meta_think' with algo='grpo' is Table 3's 'w/o A^MC' (GRPO from the cold-start model)."""
-    env: str = "alfworld"
-    """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy' or 'lab'."""
-    level: str = "L0"
-    """Generalisation level whose *training* split is sampled: L0, L1 or L2 (paper §2.1)."""
     model: str = "embedded:smollm2-135m-instruct"
     """Initial policy: a `models.load_model` spec (the cold-start checkpoint in the paper)."""
     out_dir: str = "runs/rlvmr"
@@ -82,35 +81,11 @@ class TrainConfig:
     """B: distinct tasks per iteration (paper: 16)."""
     group_size: int = 8
     """G: rollouts per task (paper: 8)."""
-    max_steps: int = 30
-    """Environment steps per episode (paper: 30)."""
-    max_new_tokens: int = 1024
-    """Max response tokens per step (official code: 1024). CPU runs use ~48."""
-    max_prompt_tokens: int | None = 6000
-    """Prompt budget (official code: 6000); older history is dropped beyond it."""
     temperature: float = 1.0
     """Rollout sampling temperature (official code: 1.0)."""
-    stop: str = "none"
-    """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
-    'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
-    env_workers: int = 0
-    """Env worker processes (0 = step environments in-process)."""
-    generation_batch_size: int | None = None
-    """Rows per generate call (HF backend, `EngineSettings.max_batch_size`); None: 8 on a CPU, every active row on a
-    GPU (where one decode step then serves them all, e.g. 128-row rollouts)."""
-    rollout_backend: str = "hf"
-    """Who samples the rollouts (`generation.BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM
-    engine in its own process, weights synced from the policy before every iteration's rollouts)."""
-    rollout_dtype: str = "bfloat16"
-    """Dtype of the engine's copy of the policy (`generation.ENGINE_DTYPES`; 'float32' for exact log-probs).
-    With LoRA the HF backend samples from the adapted model itself."""
-    vllm_gpu_memory_utilization: float = 0.5
-    """vLLM on a GPU: the share of the card the engine takes; the trainer keeps the rest (colocated)."""
     vllm_sleep_level: int = 2
     """vLLM: what the engine frees during the update (1: KV cache, weights offloaded; 2: both dropped, the
     next sync rewrites them; 0: nothing). A logged no-op where vLLM has no sleep mode (CPU)."""
-    rollout_options: dict = field(default_factory=dict)
-    """Further constructor options of the backend (e.g. {'kv_cache_gb': 4} or {'python': ...} for vLLM)."""
     # --- rewards and advantages ---------------------------------------------------------------
     advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
     """GRPO-MR normalisation and combination (`advantages.preset('official_code' | 'paper')`), GiGPO's γ and ω."""
@@ -195,7 +170,7 @@ class TrainConfig:
             self.reward = RewardConfig(**self.reward)
         if isinstance(self.loss, dict):
             self.loss = LossConfig(**self.loss)
-        channel = "outcome" if self.advantage.preset == "official_code" else "step"
+        channel = penalty_channel(self.advantage.preset)
         if self.reward is None:
             self.reward = RewardConfig.for_preset(self.advantage.preset)
         elif self.reward.format_penalty_channel != channel:
@@ -213,28 +188,21 @@ class TrainConfig:
         if self.sharding == "fsdp" and self.lora:
             raise ValueError("sharding='fsdp' with lora=True is not supported: a LoRA policy fits one GPU "
                              "(README, 'GPUs'); use sharding='ddp'")
-        require_choice(self, "stop", STOP_POLICIES)
-        require_choice(self, "rollout_backend", tuple(BACKENDS))
-        require_choice(self, "rollout_dtype", ENGINE_DTYPES)
-        self.engine_settings  # validates the engine options
+        self.check_episode_settings()
+        self.check_rollout_engine()
+        self.engine_settings  # the sleep level
         if self.lora and not get_backend(self.rollout_backend).samples_live_model:
             raise ValueError(f"rollout_backend={self.rollout_backend!r} cannot sample from a LoRA-adapted model; "
                              "use rollout_backend='hf' with lora=True")
         if self.tis_cap is not None and (self.tis_cap <= 0 or self.old_logprobs != "recompute"):
             raise ValueError(f"tis_cap={self.tis_cap} needs a value > 0 and old_logprobs='recompute' (with "
                              "'sampler' old log-probs every weight would be 1)")
-        check_level(self.level)
-        require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "max_steps", "max_new_tokens",
-                                "temperature", "lr", "mini_batch_size", "micro_batch_size", "ppo_epochs",
-                                "save_every", "keep_checkpoints", "lora_r"])
-        if self.generation_batch_size is not None:
-            require_positive(self, ["generation_batch_size"])
-        require_non_negative(self, ["env_workers", "weight_decay", "grad_clip", "validate_every",
-                                    "validation_temperature"])
+        require_positive(self, ["iterations", "tasks_per_iteration", "group_size", "temperature", "lr",
+                                "mini_batch_size", "micro_batch_size", "ppo_epochs", "save_every", "keep_checkpoints",
+                                "lora_r"])
+        require_non_negative(self, ["weight_decay", "grad_clip", "validate_every", "validation_temperature"])
         if self.validation_tasks is not None:
             require_positive(self, ["validation_tasks"])
-        if self.max_prompt_tokens is not None:
-            require_positive(self, ["max_prompt_tokens"])
         if self.mini_batch_size < self.micro_batch_size:
             raise ValueError(f"need micro_batch_size <= mini_batch_size, got {self.micro_batch_size} > {self.mini_batch_size}")
 
@@ -245,11 +213,9 @@ class TrainConfig:
 
     @property
     def engine_settings(self) -> EngineSettings:
-        """The rollout engine's settings (LoRA: the HF backend samples from the adapted model itself)."""
-        return EngineSettings(dtype=None if self.lora else self.rollout_dtype,
-                              gpu_memory_utilization=self.vllm_gpu_memory_utilization,
-                              sleep_level=self.vllm_sleep_level, seed=self.seed,
-                              max_batch_size=self.generation_batch_size, options=dict(self.rollout_options))
+        """The rollout engine's settings: the run's seed, asleep at `vllm_sleep_level` during the update, and
+        with LoRA sampling from the adapted model itself (it has no plain copy)."""
+        return self.engine_settings_for(seed=self.seed, sleep_level=self.vllm_sleep_level, live_model=self.lora)
 
     @property
     def logprob_options(self) -> LogprobOptions:
@@ -306,8 +272,8 @@ def switch_advantage_preset(settings: Mapping[str, Any], name: str) -> dict[str,
     out = {**settings, "advantage": {"preset": name, **changed}}
     if settings.get("reward") is not None:
         reward = _as_dict(settings["reward"])
-        if RewardConfig(**reward).format_penalty_channel == PENALTY_CHANNEL_OF_PRESET[current.preset]:
-            out["reward"] = {**reward, "format_penalty_channel": PENALTY_CHANNEL_OF_PRESET[name]}
+        if RewardConfig(**reward).format_penalty_channel == penalty_channel(current.preset):
+            out["reward"] = {**reward, "format_penalty_channel": penalty_channel(name)}
     return out
 
 

@@ -1,22 +1,43 @@
-"""Refusing impossible settings at the edges, with a message that names the option.
+"""Settings at the edges: refusing impossible values with a message that names the option, and the
+command-line flags of the config dataclasses.
 
-Config dataclasses call these in ``__post_init__``; the CLI's argument types (`positive_int` …) refuse
-the same values at parse time, naming the flag. Settings JSON files fail at once, naming the file and the
-field: `read_settings_file` reports the line and column of a syntax error, `check_setting_types` compares
-every value with the annotation of the dataclass field it sets (``"group_size": 2.5`` used to be accepted
-and to fail inside a rollout after the model had loaded).
+Config dataclasses call the ``require_*`` checks in ``__post_init__``. Settings JSON files fail at once,
+naming the file and the field: `read_settings_file` reports the line and column of a syntax error,
+`check_setting_types` compares every value with the annotation of the dataclass field it sets
+(``"group_size": 2.5`` used to be accepted and to fail inside a rollout after the model had loaded).
+
+Flags from fields (`setting_flags`, `add_setting_flags`, `given_settings`): `rlvmr-nb train` and `eval` get
+one flag per field of `TrainConfig` / `EvalConfig`, its type from the annotation, its help from the
+field's docstring (the string literal under it, read with `ast`) and its shown default from the field
+itself, so a setting's default and description are written once, beside the field, as in TRL's
+``GRPOConfig`` and CleanRL's ``Args``. A flag not given sets nothing (argparse.SUPPRESS), which keeps the
+precedence "dataclass defaults < --config file < typed flags" and lets ``none`` set an optional field to None. A value that its field refuses on its own
+(the ``"Class.field must …"`` errors of the ``require_*`` checks) is refused at parse time naming the flag;
+checks that involve other settings run when the whole config is built.
+
+Why hand-written rather than `tyro` (what CleanRL uses): the flags already in use must keep their names
+(``--out`` for ``out_dir``, ``--tasks``, ``--kl-coef`` for ``loss.kl_coef``, ``--preset`` switching the
+advantage preset with `train_config.switch_advantage_preset`'s semantics), not-given must stay
+distinguishable from given-as-default for the --config precedence, bad values must end in the CLI's one
+error line, and ``--help`` must not import torch before a command is chosen. tyro would rename nested
+fields (``--loss.kl-coef``), fill in every default itself and add three dependencies (tyro, docstring-parser,
+typeguard, plus rich); the ~80 lines below keep argparse, which the rest of the CLI uses.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
+import inspect
 import json
 import math
+import re
+import textwrap
 import types
 import typing
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Iterable, Mapping, Sequence
 
 
 def _name(obj: Any, field: str) -> str:
@@ -61,12 +82,8 @@ def _number(kind: type, low: float, inclusive: bool) -> Any:
 
 positive_int = _number(int, 1, True)
 """argparse type: an int >= 1."""
-non_negative_int = _number(int, 0, True)
-"""argparse type: an int >= 0."""
 positive_float = _number(float, 0.0, False)
 """argparse type: a finite float > 0."""
-non_negative_float = _number(float, 0.0, True)
-"""argparse type: a finite float >= 0."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -133,3 +150,172 @@ def check_setting_types(settings: Mapping[str, Any], cls: type, source: str, pre
         nested = [a for a in (typing.get_args(expected) or (expected,)) if dataclasses.is_dataclass(a)]
         if nested and isinstance(value, dict):
             check_setting_types(value, nested[0], source, prefix=f"{prefix}{name}.")
+
+
+# --------------------------------------------------------------------------------------------------
+# Command-line flags generated from config dataclasses
+# --------------------------------------------------------------------------------------------------
+
+
+def field_docs(cls: type) -> dict[str, str]:
+    """Each field's docstring (the string literal right under it) in dataclass `cls` and its dataclass bases."""
+    docs: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if not dataclasses.is_dataclass(klass):
+            continue
+        body = ast.parse(textwrap.dedent(inspect.getsource(klass))).body[0].body
+        for node, below in zip(body, body[1:]):
+            if (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and isinstance(below, ast.Expr)
+                    and isinstance(below.value, ast.Constant) and isinstance(below.value.value, str)):
+                docs[node.target.id] = " ".join(inspect.cleandoc(below.value.value).split())
+    return docs
+
+
+ABBREVIATIONS = ("e.g.", "i.e.", "cf.", "vs.", "App.", "Eq.", "Eqs.", "Fig.", "Sec.", "Tab.")
+"""Words whose full stop does not end a sentence (`first_sentence`)."""
+
+
+def first_sentence(text: str) -> str:
+    """Up to the first full stop outside brackets that is followed by a space and no lower-case letter and does
+    not end an abbreviation ("e.g. 2.0", "§2.1" and "(paper App. A.2)" do not end a sentence)."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += (char in "([") - (char in ")]")
+        if char in ".!?" and depth == 0 and not text[: i + 1].endswith(ABBREVIATIONS):
+            if i + 1 == len(text) or re.match(r"\s+[^a-z\s]", text[i + 1:]):
+                return text[: i + 1]
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class SettingFlag:
+    """One command-line flag and the config field it sets."""
+
+    setting: str
+    """The field it sets: ``"group_size"``, or ``"loss.kl_coef"`` for a field of a nested setting."""
+    options: tuple[str, ...]
+    """Its option strings, the name shown in --help first (``("--tasks", "--tasks-per-iteration")``)."""
+    kind: type
+    """str, int, float, bool or tuple (several strings)."""
+    optional: bool
+    """Whether the field takes None (typed ``none``)."""
+    default: Any
+    """The field's default, shown in --help (a flag not given sets nothing: argparse.SUPPRESS)."""
+    doc: str
+    """The field's docstring."""
+    owner: type
+    """The dataclass built to check a value alone: the config, or the nested setting's class."""
+    declared_in: type
+    """The class whose body declares the field (a base such as `RolloutEngineConfig`, or the nested class):
+    --help groups the flags by it."""
+
+
+_SPELLABLE = (str, int, float, bool)
+
+
+def _kind(annotation: Any) -> tuple[type | None, bool]:
+    """(the type a command line can spell, whether None is allowed) of a field annotation; (None, …) for the rest
+    (dicts and nested settings, which a --config file sets)."""
+    args = typing.get_args(annotation)
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        rest = [a for a in args if a is not type(None)]
+        return (_kind(rest[0])[0], True) if len(rest) == 1 else (None, True)
+    if typing.get_origin(annotation) is tuple and args in ((str, ...),):
+        return tuple, False
+    return (annotation if annotation in _SPELLABLE else None), False
+
+
+def _default(f: dataclasses.Field) -> Any:
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
+
+
+def setting_flags(cls: type, names: Mapping[str, str] | None = None) -> list[SettingFlag]:
+    """A flag for every field of dataclass `cls` a command line can spell, named ``--field-name``, and for each
+    nested field that `names` lists as ``"outer.inner"``; `names` also gives a field a shorter first option
+    string (``{"tasks_per_iteration": "--tasks"}``), its ``--field-name`` still accepted."""
+    names = dict(names or {})
+    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+    flags = []
+    for f in dataclasses.fields(cls):
+        kind, optional = _kind(hints[f.name])
+        long = "--" + f.name.replace("_", "-")
+        if kind is not None:
+            declared_in = next(k for k in cls.__mro__ if f.name in vars(k).get("__annotations__", {}))
+            options = (names[f.name], long) if f.name in names else (long,)
+            flags.append(SettingFlag(f.name, options, kind, optional, _default(f), docs.get(f.name, ""), cls,
+                                     declared_in))
+    for setting, option in names.items():
+        if "." in setting:
+            outer, inner = setting.split(".", 1)
+            nested = hints[outer]
+            field = next(f for f in dataclasses.fields(nested) if f.name == inner)
+            kind, optional = _kind(typing.get_type_hints(nested)[inner])
+            flags.append(SettingFlag(setting, (option,), kind, optional, _default(field),
+                                     field_docs(nested).get(inner, ""), nested, nested))
+    # the config's own fields first, then its bases' in the order it names them (dataclass fields list the last
+    # base first), then the nested settings
+    order = cls.__mro__
+    return sorted(flags, key=lambda flag: order.index(flag.declared_in) if flag.declared_in in order else len(order))
+
+
+def _shown(value: Any) -> str:
+    return (" ".join(map(str, value)) or "none") if isinstance(value, tuple) else str(value)
+
+
+def _refuse_alone(flag: SettingFlag, value: Any) -> None:
+    """Raise ArgumentTypeError if `flag.owner` refuses `value` on its own (an error naming just this field)."""
+    field = flag.setting.rsplit(".", 1)[-1]
+    try:
+        flag.owner(**{field: value})
+    except Exception as e:  # noqa: BLE001 - only the field's own refusal is reported here; the rest later
+        prefix = f"{flag.owner.__name__}.{field} "
+        if str(e).startswith(prefix):
+            raise argparse.ArgumentTypeError(str(e)[len(prefix):]) from None
+
+
+def _value_parser(flag: SettingFlag) -> Any:
+    kind = str if flag.kind is tuple else flag.kind
+
+    def parse(text: str) -> Any:
+        if flag.optional and text.lower() == "none":
+            value = None
+        else:
+            try:
+                value = kind(text)
+            except ValueError:
+                raise argparse.ArgumentTypeError(f"not {_describe(kind)}: {text!r}") from None
+        _refuse_alone(flag, (value,) if flag.kind is tuple else value)
+        return value
+
+    parse.__name__ = kind.__name__
+    return parse
+
+
+def add_setting_flags(parser: argparse.ArgumentParser, flags: Sequence[SettingFlag],
+                      choices: Mapping[str, Iterable[Any]] | None = None) -> None:
+    """Add `flags` to `parser`, one argument group per class that declares them: help = the docstring's first
+    sentence and the field's default; `choices` lists a setting's allowed values where argparse should check
+    and show them."""
+    choices = choices or {}
+    groups: dict[type, Any] = {}
+    for flag in flags:
+        if flag.declared_in not in groups:
+            doc = first_sentence(" ".join((flag.declared_in.__doc__ or "").split()))
+            groups[flag.declared_in] = parser.add_argument_group(f"{flag.declared_in.__name__} settings", doc)
+        group = groups[flag.declared_in]
+        help_text = f"{first_sentence(flag.doc)} (default: {_shown(flag.default)})".replace("%", "%%")
+        if flag.kind is bool:
+            group.add_argument(*flag.options, dest=flag.setting, action=argparse.BooleanOptionalAction,
+                               default=argparse.SUPPRESS, help=help_text)
+            continue
+        allowed = list(choices[flag.setting]) if flag.setting in choices else None
+        group.add_argument(*flag.options, dest=flag.setting, type=_value_parser(flag), default=argparse.SUPPRESS,
+                           choices=allowed, nargs="+" if flag.kind is tuple else None, help=help_text,
+                           metavar=None if allowed else (str if flag.kind is tuple else flag.kind).__name__.upper())
+
+
+def given_settings(args: argparse.Namespace, flags: Sequence[SettingFlag]) -> dict[str, Any]:
+    """{setting: value} of the flags given on the command line (several strings become a tuple); a flag not
+    given leaves no attribute (argparse.SUPPRESS), so ``--max-prompt-tokens none`` still sets None."""
+    values = {flag.setting: getattr(args, flag.setting) for flag in flags if hasattr(args, flag.setting)}
+    return {k: tuple(v) if isinstance(v, list) else v for k, v in values.items()}

@@ -28,7 +28,7 @@ from ..envs.base import Reset, StepResult, TaskSpec
 from ..envs.lazy import LazyActionList, StaleActionsError
 from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
 from .generation.base import Generator, SamplingConfig
-from .prompts import AgentMemory, PromptConfig, to_chat
+from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, to_chat
 from .tags import parse_output
 from .trajectory import Episode, Step, episode_id, group_id
 
@@ -58,6 +58,44 @@ class RolloutConfig:
     """Base sampling seed; step seeds are derived from (seed, iteration, step)."""
     progress: bool = True
     """Show a tqdm bar over steps."""
+
+
+@dataclass
+class EpisodeSettings:
+    """Where and how long the episodes run, shared by training and evaluation.
+
+    `TrainConfig` and `EvalConfig` inherit these fields, so each one's default and documentation are written
+    once, here (the CLI's ``--env``, ``--max-steps`` … flags are generated from them)."""
+
+    env: str = "alfworld"
+    """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy' or 'lab'."""
+    level: str = "L0"
+    """Generalisation level (paper §2.1): L0, L1 or L2. Training samples its training split, evaluation its
+    test split."""
+    max_steps: int = 30
+    """Environment steps per episode (paper: 30)."""
+    max_new_tokens: int = 1024
+    """Max response tokens per step (official code: 1024, in training and validation). CPU runs use ~48."""
+    max_prompt_tokens: int | None = DEFAULT_MAX_PROMPT_TOKENS
+    """Prompt budget (official code: 6000); older history is dropped beyond it (`prompts.PromptConfig`)."""
+    stop: str = "none"
+    """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
+    'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
+    env_workers: int = 0
+    """Env worker processes (0 = step environments in-process)."""
+
+    def check_episode_settings(self) -> None:
+        """Refuse an unknown level or stop policy and impossible budgets, naming the field."""
+        from ..envs.registry import check_level
+        from ..validation import require_choice, require_non_negative, require_positive
+        from .generation.base import STOP_POLICIES
+
+        check_level(self.level)
+        require_choice(self, "stop", STOP_POLICIES)
+        require_positive(self, ["max_steps", "max_new_tokens"])
+        if self.max_prompt_tokens is not None:
+            require_positive(self, ["max_prompt_tokens"])
+        require_non_negative(self, ["env_workers"])
 
 
 def _derived_seed(*parts: object) -> int:

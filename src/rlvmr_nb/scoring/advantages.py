@@ -39,8 +39,9 @@ class AdvantageConfig:
     Use `preset()` for the named settings."""
 
     preset: str = "official_code"
-    """The named setting these fields started from ('official_code' or 'paper'). It also decides where the
-    format penalty goes (`rewards.RewardConfig.for_preset`), so the trainer refuses a mismatched pair."""
+    """The named GRPO-MR setting these fields start from: 'official_code' (the released code's) or 'paper'
+    (paper Eqs. 2–4); docs/method.md, 'Paper vs official code'. It also decides where the format penalty goes
+    (`penalty_channel`), so the trainer refuses a mismatched pair."""
     outcome_unit: str = "step"
     """'step': statistics over step samples (code); 'trajectory': one value per trajectory (paper Eq. 2)."""
     outcome_scope: str = "group"
@@ -99,7 +100,18 @@ class AdvantageConfig:
 
 PENALTY_CHANNEL_OF_PRESET: dict[str, str] = {"official_code": "outcome", "paper": "step"}
 """Where each preset puts the 0.1 format penalty (`rewards.RewardConfig.format_penalty_channel`): the
-official code subtracts it from the outcome score, the paper adds it to the step reward (paper §3.4.1)."""
+official code subtracts it from the outcome score, the paper adds it to the step reward (paper §3.4.1).
+The one statement of this rule: the reward setting of a preset, the trainer's refusal of a mismatched pair
+and the switch of a config file's preset all read it through `penalty_channel`."""
+
+
+def penalty_channel(preset_name: str) -> str:
+    """The format-penalty channel ('outcome' or 'step') that goes with advantage preset `preset_name`."""
+    try:
+        return PENALTY_CHANNEL_OF_PRESET[preset_name]
+    except KeyError:
+        raise ValueError(f"unknown advantage preset {preset_name!r}; choose one of "
+                         f"{sorted(PENALTY_CHANNEL_OF_PRESET)}") from None
 
 
 PRESETS: dict[str, AdvantageConfig] = {

@@ -23,6 +23,7 @@ from typing import Iterable
 
 from ..rollout.tags import extract_action_list, reward_tag_type
 from ..rollout.trajectory import Episode
+from .advantages import penalty_channel
 
 PENALTY_CHANNELS = ("outcome", "step")
 
@@ -65,11 +66,9 @@ class RewardConfig:
 
     @classmethod
     def for_preset(cls, preset: str, **overrides) -> "RewardConfig":
-        """The reward setting that goes with an advantage preset (`advantages.PRESETS`): the official code
-        puts the format penalty in the outcome score, the paper in the step reward."""
-        if preset not in ("official_code", "paper"):
-            raise ValueError(f"unknown preset {preset!r}; choose 'official_code' or 'paper'")
-        return cls(**{"format_penalty_channel": "outcome" if preset == "official_code" else "step", **overrides})
+        """The reward setting that goes with an advantage preset: its format-penalty channel is the preset's
+        (`advantages.penalty_channel`)."""
+        return cls(**{"format_penalty_channel": penalty_channel(preset), **overrides})
 
     def __post_init__(self) -> None:
         if self.format_penalty_channel not in PENALTY_CHANNELS:

@@ -2,8 +2,9 @@
 
 `BACKENDS` is the one registry of rollout backends: 'hf' (transformers, in process) and 'vllm' (a vLLM
 engine in its own process and virtualenv). The trainer and the evaluator build theirs with
-`make_rollout_generator(name, model, tokenizer, EngineSettings(...))`, which turns the backend-neutral
-settings of `TrainConfig` / `EvalConfig` into the backend's constructor options; tests and benchmarks
+`make_rollout_generator(name, model, tokenizer, settings)`, which turns the backend-neutral `EngineSettings`
+into the backend's constructor options. `RolloutEngineConfig` holds the engine fields that `TrainConfig` and
+`EvalConfig` share (inherit), and makes their `EngineSettings`; tests and benchmarks
 may call `make_generator(name, model, tokenizer, **constructor_options)` directly.
 Importing this package does not import torch/transformers; the backends are imported on demand.
 The settings are described in docs/method.md, 'Generation settings'.
@@ -36,27 +37,69 @@ SLEEP_LEVELS: tuple[int, ...] = (0, 1, 2)
 KV cache, 2 drops both (the weights are rewritten by the next sync anyway)."""
 
 
+@dataclass
+class RolloutEngineConfig:
+    """The rollout engine's settings, shared by training and evaluation.
+
+    `TrainConfig` and `EvalConfig` inherit these fields, so each field, its default and its documentation
+    live here and nowhere else (the CLI's ``--rollout-backend`` … flags are generated from them).
+    `engine_settings_for` turns them into the backend-neutral `EngineSettings` an engine is built from."""
+
+    rollout_backend: str = "hf"
+    """Who samples the rollouts (`BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM engine in its own
+    process and virtualenv, `make vllm-venv`; training syncs its weights from the policy before every
+    iteration's rollouts, evaluation loads them once)."""
+    rollout_dtype: str = "bfloat16"
+    """Dtype of the engine's copy of the policy (`ENGINE_DTYPES`; 'float32': sampler log-probs match the
+    trainer's). With LoRA the HF backend samples from the adapted model itself."""
+    vllm_gpu_memory_utilization: float = 0.5
+    """vLLM on a GPU: the share of the card the engine takes for weights and KV cache; the policy keeps the rest
+    (colocated, as verl's hybrid engine and TRL's colocate mode do). Ignored by 'hf' and on CPU."""
+    generation_batch_size: int | None = None
+    """Rows per generate call of the HF backend (`EngineSettings.max_batch_size`); None: 8 on a CPU, every active
+    row on a GPU (where one decode step then serves them all, e.g. 128-row rollouts). vLLM schedules its own."""
+    rollout_options: dict = field(default_factory=dict)
+    """Further constructor options of the backend, e.g. ``{"kv_cache_gb": 4}`` or ``{"python": "/opt/vllm/bin/python"}``
+    for vLLM, ``{"gpu_memory_utilization": 0.9}`` for vLLM alone on a GPU."""
+
+    def check_rollout_engine(self) -> None:
+        """Refuse an unknown backend or dtype and impossible engine options, naming the field."""
+        from rlvmr_nb.validation import require_choice, require_positive
+
+        require_choice(self, "rollout_backend", tuple(BACKENDS))
+        require_choice(self, "rollout_dtype", ENGINE_DTYPES)
+        if self.generation_batch_size is not None:
+            require_positive(self, ["generation_batch_size"])
+        self.engine_settings_for(seed=0, sleep_level=0)  # EngineSettings checks the rest
+
+    def engine_settings_for(self, seed: int, sleep_level: int, live_model: bool = False) -> "EngineSettings":
+        """These settings for one engine: seeded with `seed`, sleeping at `sleep_level` between rollouts
+        (`SLEEP_LEVELS`); `live_model`: sample from the given model object itself (LoRA), not a copy in
+        `rollout_dtype`."""
+        return EngineSettings(dtype=None if live_model else self.rollout_dtype,
+                              gpu_memory_utilization=self.vllm_gpu_memory_utilization, sleep_level=sleep_level,
+                              seed=seed, max_batch_size=self.generation_batch_size, options=dict(self.rollout_options))
+
+
 @dataclass(frozen=True)
 class EngineSettings:
-    """Backend-neutral settings of a rollout engine, as `TrainConfig` / `EvalConfig` state them."""
+    """Backend-neutral settings of one rollout engine, built by `RolloutEngineConfig.engine_settings_for`; no
+    field has a default, so the run's settings (`RolloutEngineConfig`) are the only defaults."""
 
-    dtype: str | None = "bfloat16"
+    dtype: str | None
     """Dtype of the sampling copy (one of `ENGINE_DTYPES`); None: sample from the given model object itself
     (HF only; what LoRA training needs, since the adapted model has no plain copy)."""
-    gpu_memory_utilization: float = 0.5
-    """vLLM on a GPU: the share of the card the engine may take for weights and KV cache, leaving the rest to
-    the trainer (colocated, as verl's hybrid engine and TRL's colocate mode do). Ignored by 'hf' and on CPU."""
-    sleep_level: int = 2
+    gpu_memory_utilization: float
+    """vLLM on a GPU: the share of the card the engine may take (`RolloutEngineConfig.vllm_gpu_memory_utilization`)."""
+    sleep_level: int
     """vLLM: what the engine frees while the trainer updates (`SLEEP_LEVELS`). Ignored by 'hf'; a logged no-op
     where vLLM has no sleep mode (CPU)."""
-    seed: int = 0
+    seed: int
     """Engine seed (vLLM); every generate call also carries its own per-row seeds."""
-    max_batch_size: int | None = None
-    """HF: rows per ``generate`` call (`HFGenerator.max_batch_size`; None: 8 on a CPU, every row of the call on a
-    GPU). vLLM schedules its own batches."""
+    max_batch_size: int | None
+    """HF: rows per ``generate`` call (`RolloutEngineConfig.generation_batch_size`). vLLM schedules its own batches."""
     options: Mapping[str, Any] = field(default_factory=dict)
-    """Further keyword arguments for the backend's constructor, e.g. ``{"kv_cache_gb": 4}`` or
-    ``{"python": "/opt/vllm/bin/python"}`` for vLLM."""
+    """Further keyword arguments for the backend's constructor (`RolloutEngineConfig.rollout_options`)."""
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in ENGINE_DTYPES:
@@ -121,7 +164,7 @@ def make_generator(backend: str, model: Any, tokenizer: Any, **options: Any) -> 
     return get_backend(backend).load()(model, tokenizer, **options)
 
 
-def make_rollout_generator(backend: str, model: Any, tokenizer: Any, settings: EngineSettings = EngineSettings()) -> Generator:
+def make_rollout_generator(backend: str, model: Any, tokenizer: Any, settings: EngineSettings) -> Generator:
     """The rollout engine of the trainer and the evaluator: backend `backend` built from `settings`."""
     spec = get_backend(backend)
     return spec.load()(model, tokenizer, **(spec.options(settings) | dict(settings.options)))
@@ -139,6 +182,7 @@ __all__ = [
     "TRAIN_SAMPLING",
     "Backend",
     "EngineSettings",
+    "RolloutEngineConfig",
     "Generation",
     "Generator",
     "SamplingConfig",
