@@ -68,15 +68,15 @@ test-fast: $(STAMP)
 lab: $(STAMP)
 	scripts/lab.sh $(LAB_ARGS)
 
-# Headless Chromium for tests/test_browser.py: the Debian packages chromium and chromium-driver, installed
+# Headless Chromium for tests/notebooks/test_browser.py: the Debian packages chromium and chromium-driver, installed
 # when missing. Needs root or password-less sudo; where neither works the browser test skips and says why.
 BROWSER_APT := apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium chromium-driver
 browser-deps:
 	@if [ -x /usr/bin/chromium ] && [ -x /usr/bin/chromedriver ]; then :; \
 	elif [ "$$(id -u)" != 0 ] && ! sudo -n true 2>/dev/null; then \
-	  echo "browser-deps: not root and no password-less sudo, chromium not installed: tests/test_browser.py will skip"; \
+	  echo "browser-deps: not root and no password-less sudo, chromium not installed: tests/notebooks/test_browser.py will skip"; \
 	else sudo=$$([ "$$(id -u)" = 0 ] || echo sudo); \
-	  $$sudo sh -c '$(BROWSER_APT)' || echo "browser-deps: apt-get failed: tests/test_browser.py will skip"; fi
+	  $$sudo sh -c '$(BROWSER_APT)' || echo "browser-deps: apt-get failed: tests/notebooks/test_browser.py will skip"; fi
 
 # For a GPU owner: Triton kernels, fused loss vs Liger, one paper-shape RLVMR iteration, rollout throughput,
 # a short SmolLM2/ALFWorld run and Unsloth SFT on CUDA -> benchmarks/results/gpu_*.json. GPU_PYTHON: a Python

@@ -21,7 +21,7 @@ indexes them: 8 files at most. A step that cannot run is ``skipped`` with the re
 
 ``--dry-run`` runs the same code paths at tiny shapes on the CPU (a tiny random model, the toy game), reports every
 CUDA-only step as skipped with the reason, and writes to ``runs/gpu_check_dry_run`` so no CPU figure is ever
-mistaken for a GPU one (tests/test_gpu_check.py runs it).
+mistaken for a GPU one (tests/cli/test_gpu_check.py runs it).
 
 Offline GPU machines: carry the packages as wheels. On a machine with network and the GPU machine's Python
 (``python3 -V`` there; x86-64 Linux)::

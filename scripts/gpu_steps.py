@@ -152,8 +152,8 @@ def step_kernels(check: Any) -> dict:
         return skipped
     if importlib.util.find_spec("triton") is None or importlib.util.find_spec("pytest") is None:
         return {"status": "skipped", "reason": "needs triton and pytest"}
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_kernels.py",
-                           "tests/test_devices.py", "-k", "triton or cuda", "-rA"], cwd=REPO, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/update/test_kernels.py",
+                           "tests/update/test_devices.py", "-k", "triton or cuda", "-rA"], cwd=REPO, capture_output=True,
                           text=True, env=child_env(), timeout=check.budget_s)
     summary = (proc.stdout.strip().splitlines() or [""])[-1]
     return {"status": "ok" if proc.returncode == 0 else "failed", "pytest_summary": summary,

@@ -13,7 +13,7 @@ os.environ.setdefault("MPLBACKEND", "Agg")
 
 def build_triton_for_the_interpreter() -> None:
     """Without a GPU, import triton and our Triton kernels as Triton's CPU interpreter wants them, so that
-    tests/test_kernels.py runs them on CPU tensors (CI has no GPU) instead of skipping.
+    tests/update/test_kernels.py runs them on CPU tensors (CI has no GPU) instead of skipping.
 
     ``TRITON_INTERPRET`` is read when a ``triton.jit`` function is *defined*: triton's own library functions
     (``tl.sum``, ``tl.max``) at ``import triton``, ours at the import of `rlvmr_nb.update.kernels.triton_grpo`. So both

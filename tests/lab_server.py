@@ -1,6 +1,6 @@
 """A JupyterLab server for the tests: started on a free port with a known token, spoken to through its
-REST API, stopped with every kernel it started. tests/test_jupyterlab.py starts a plain ``jupyter
-lab``; tests/test_browser.py starts the repository's ``scripts/lab.sh`` (what ``make lab`` runs)."""
+REST API, stopped with every kernel it started. tests/notebooks/test_jupyterlab.py starts a plain ``jupyter
+lab``; tests/notebooks/test_browser.py starts the repository's ``scripts/lab.sh`` (what ``make lab`` runs)."""
 
 from __future__ import annotations
 

@@ -178,3 +178,19 @@ def test_old_import_paths_forward_to_the_stage_folders_or_name_the_new_place():
     out = subprocess.run([sys.executable, "-c", OLD_PATHS], capture_output=True, text=True, timeout=300,
                          env={**__import__("os").environ, "PYTHONPATH": str(SRC.parent)})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+TEST_FOLDERS = {"envs", "rollout", "scoring", "update", "runs", "trainer", "coldstart", "lab", "cli", "notebooks"}
+"""The tests' sub-folders: the package's stages in data-flow order (envs → rollout → scoring → update → runs →
+trainer), its other parts (coldstart, lab), and the user's entry points (cli, notebooks)."""
+
+
+def test_the_tests_mirror_the_stages():
+    """Every test module sits in the folder of the stage it tests; only the house rules live at the top."""
+    tests = ROOT / "tests"
+    top = sorted(p.name for p in tests.glob("test_*.py"))
+    assert top == ["test_architecture.py", "test_docs.py"]
+    folders = {p.parent.name for p in tests.glob("*/test_*.py")}
+    assert folders == TEST_FOLDERS
+    stages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
+    assert TEST_FOLDERS - {"trainer", "cli", "notebooks"} <= stages  # a stage folder names a package stage

@@ -118,7 +118,7 @@ class TrainConfig(EpisodeSettings, RolloutEngineConfig):
     """Fused chunked lm_head + loss kernel (never holds [tokens × vocab] logits); False = plain reference."""
     packed_micro_batches: bool = True
     """Pack each micro-batch's samples end to end without pad tokens (`update.samples.pack_flat`, attention kept
-    within each sample); False right-pads them. Same loss and gradients either way (tests/test_packing.py)."""
+    within each sample); False right-pads them. Same loss and gradients either way (tests/update/test_packing.py)."""
     logprob_chunk_size: int | None = None
     """Tokens per vocabulary chunk of the fused kernel (None: ~256 MiB of fp32 logits per chunk)."""
     bf16_autocast: bool = True

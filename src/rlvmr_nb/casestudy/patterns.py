@@ -180,7 +180,7 @@ class PatternSearch:
 
 EARLIER_RUNS = "earlier-runs"
 """`runs.run_id.EARLIER_RUNS`, spelled here because importing `rlvmr_nb.runs` loads torch (tested equal through
-tests/test_run_identity.py)."""
+tests/runs/test_run_identity.py)."""
 
 
 def episode_files(root: str | os.PathLike, pattern: str = DEFAULT_EPISODE_GLOB) -> list[Path]:

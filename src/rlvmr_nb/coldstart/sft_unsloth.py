@@ -16,7 +16,7 @@ result. The Unsloth calls, as documented by the project (README / wiki / noteboo
 
 Requirements: a CUDA GPU and ``pip install unsloth`` in an environment of its own (it pins its own
 torch/transformers/trl versions; ml_stack_probe §5), imported before transformers so its patches apply.
-Neither exists on the CPU machine this project is developed on: tests/test_sft_unsloth.py checks the
+Neither exists on the CPU machine this project is developed on: tests/coldstart/test_sft_unsloth.py checks the
 wiring with a stand-in module, not Unsloth itself.
 """
 

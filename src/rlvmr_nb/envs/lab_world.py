@@ -35,7 +35,7 @@ along the rooms it knows. Like ALFWorld's hand-coded expert it never peeks into 
 the earlier map-knowing expert it never uses the map, so the cold start imitates choices the policy can
 infer from its own prompt. The cold start tags its trajectories (`coldstart.lab_world_rules`).
 `LAB_HORIZON` steps are enough for it on at least 95 % of the test tasks of every level
-(`expert_solve_rates`; tests/test_lab_world.py).
+(`expert_solve_rates`; tests/envs/test_lab_world.py).
 """
 
 from __future__ import annotations
@@ -208,7 +208,7 @@ def is_won(world: LabWorld, state: RoomState) -> bool:
 
 LAB_HORIZON = 24
 """Steps per episode the lab configurations use: the prompt-only expert needs at most this many on at least
-95 % of the test tasks of every level (`expert_solve_rates`; measured per level in tests/test_lab_world.py)."""
+95 % of the test tasks of every level (`expert_solve_rates`; measured per level in tests/envs/test_lab_world.py)."""
 
 
 def parse_goal(goal: str) -> tuple[str, tuple[str, ...], str]:

@@ -113,7 +113,7 @@ def world_corpus(seed: int = 0, random_steps: int = 12) -> list[str]:
     """Every kind of text the lab world and its prompts produce, from the TRAINING layouts only: for each
     training task, the task sentence and what the expert and `random_steps` random commands see and may send;
     both prompt styles' fixed text. No test layout is built, so the vocabulary never depends on held-out text
-    (tests/test_lab.py checks it and that the test levels' text is still covered). Words only matter
+    (tests/lab/test_lab.py checks it and that the test levels' text is still covered). Words only matter
     here, not their frequencies in play."""
     from ..envs.lab_world import LabEnv, lab_expert_actions, level_tasks
     from ..rollout.prompts import AgentMemory, PromptConfig

@@ -11,7 +11,7 @@ This module is the only place these formulas are written. Each ``*_term`` functi
 once and returns an object holding its value (built from torch ops, so autograd differentiates it when
 the inputs require grad: that is how the reference `rlvmr_nb.update.reference_loss.grpo_loss` gets its gradient) next to
 its closed-form derivative (what the fused kernel `rlvmr_nb.update.kernels.fused_grpo_loss` uses, because it
-needs each token's gradient while that token's logits are still in memory). tests/test_loss_terms.py
+needs each token's gradient while that token's logits are still in memory). tests/update/test_loss_terms.py
 checks every closed form against autograd of the value, at the kinks included.
 
 The closed forms follow autograd's conventions at the kinks, so the two paths agree exactly there:

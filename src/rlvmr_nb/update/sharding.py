@@ -2,7 +2,7 @@
 
 ``sharding="ddp"`` (default) keeps a whole copy of the policy, its gradients and its AdamW states on every
 rank; ``"fsdp"`` splits all three across the ranks (16 bytes per parameter / world size; README, 'GPUs').
-The update is the same computation either way (tests/test_fsdp.py checks it against one process):
+The update is the same computation either way (tests/update/test_fsdp.py checks it against one process):
 
 * Units: every decoder layer is one FSDP unit; the root unit is the `logprobs.ResponseLogprobModel` around
   the policy, so it holds the final norm and the output head (and the input embedding when they are tied;

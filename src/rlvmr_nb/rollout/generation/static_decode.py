@@ -12,7 +12,7 @@ Same computation as `HFGenerator`'s ``generate`` path: left-padded prompts, posi
 real tokens, the same logits processors (temperature, top-k/p, the log-prob recorder, the exponential-race
 sampler) called on the same [B, vocab] scores with the same random stream, finished rows fed the pad token.
 Tokens past a row's stop are produced but cut afterwards, exactly as `HFGenerator._finish_row` cuts ``generate``'s
-output, so the kept tokens do not change. tests/test_generation.py checks both paths token for token on the CPU
+output, so the kept tokens do not change. tests/rollout/test_generation.py checks both paths token for token on the CPU
 (where no graph is captured: the loop itself is what is compared).
 """
 

@@ -372,7 +372,7 @@ def fused_grpo_loss(
     """GRPO-MR loss straight from final hidden states, never holding [tokens x vocab] logits (paper Eq. 5).
 
     Equal to ``grpo_loss(reference_logprobs_from_hidden(hidden, weight, targets, temperature), ...)``
-    with the entropy term from the same softmax, value and gradients (tests/test_kernels.py).
+    with the entropy term from the same softmax, value and gradients (tests/update/test_kernels.py).
 
     Two layouts:
 

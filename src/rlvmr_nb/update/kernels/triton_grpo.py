@@ -16,7 +16,7 @@ loss: the per-token upstream gradients ``g_lp`` and ``g_H`` come in as inputs, c
 from the closed forms of `rlvmr_nb.update.loss_terms` (the surrogate, k3 and entropy-bonus formulas are not
 repeated here).
 
-Status: tests/test_kernels.py checks them against the reference on CUDA (docs/gpu.md; the five Triton tests
+Status: tests/update/test_kernels.py checks them against the reference on CUDA (docs/gpu.md; the five Triton tests
 passed on an H200) and, in every ``make test``, on CPU through Triton's interpreter (the kernels are then
 built with ``TRITON_INTERPRET=1``, see `kernels_interpreted`). Importing this module never fails: without
 Triton (or without CUDA) `triton_available` is False and the fused loss uses the PyTorch backend.

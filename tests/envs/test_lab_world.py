@@ -164,5 +164,5 @@ def test_the_expert_solves_nearly_every_test_task_within_the_horizon(level):
     assert rate >= 0.95, (level, rate)
     assert lab.expert_solve_rates(12, levels=[level])[level] < 0.95  # a horizon that is too short is caught
     for name in ("classroom", "recorded"):
-        config = json.loads((Path(__file__).parents[1] / "configs" / "lab" / f"{name}.json").read_text())
+        config = json.loads((Path(__file__).parents[2] / "configs" / "lab" / f"{name}.json").read_text())
         assert config["max_steps"] == lab.LAB_HORIZON

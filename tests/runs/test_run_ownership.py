@@ -15,7 +15,7 @@ import pytest
 from rlvmr_nb.runs.lock import LOCK_NAME, RunFolderBusy, RunFolderLock, holders_of
 from rlvmr_nb.runs.ownership import WORKERS_LOCK_NAME, refuse_leftover_workers
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ENV = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "OMP_WAIT_POLICY": "PASSIVE", "HF_HUB_OFFLINE": "1",
        "TOKENIZERS_PARALLELISM": "false"}
 

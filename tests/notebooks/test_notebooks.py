@@ -23,7 +23,7 @@ from rlvmr_nb.plots import (  # noqa: E402
 
 from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: E402,F401  (session fixtures)
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _outputs(executed: Path) -> list[dict]:

@@ -34,7 +34,7 @@ from rlvmr_nb.envs.base import TaskSpec
 from rlvmr_nb.evaluate import write_results
 from rlvmr_nb.rollout.trajectory import Episode, Step, append_episodes, iter_episodes, read_episodes, write_episodes
 
-SRC = str(Path(__file__).resolve().parents[1] / "src")
+SRC = str(Path(__file__).resolve().parents[2] / "src")
 
 
 def _run_isolated(code: str, timeout_s: float) -> str:

@@ -15,7 +15,7 @@ from rlvmr_nb.envs.lab_world import level_tasks  # noqa: E402
 from rlvmr_nb.lab import stats  # noqa: E402
 from rlvmr_nb.lab.policy import build_vocabulary, make_policy, make_tokenizer, world_corpus  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ["train", "--env", "toy", "--iterations", "1", "--tasks", "1", "--group-size", "2", "--max-steps", "1",
          "--max-new-tokens", "4", "--mini-batch-size", "2", "--micro-batch-size", "2"]
 

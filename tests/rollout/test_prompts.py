@@ -358,7 +358,7 @@ def test_overflow_without_history_raises(smollm2_tokenizer):
 import json  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-GOLDEN_PATH = Path(__file__).parent / "fixtures" / "prompt_golden.json"
+GOLDEN_PATH = Path(__file__).parents[1] / "fixtures" / "prompt_golden.json"
 GOLDEN_LATER_STEPS = 4
 
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 from rlvmr_nb.runs import latest_checkpoint, load_policy, read_metrics  # noqa: E402
 from rlvmr_nb.trainer import TrainConfig  # noqa: E402
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # the tests folder: its helper scripts
 
 
 def _env() -> dict:
@@ -51,7 +51,7 @@ def test_two_process_fsdp_update_equals_single_process(tmp_path, n_samples, micr
     a, b = a.state_dict(), b.state_dict()
     assert a.keys() == b.keys() == before.keys()
     assert all(not torch.equal(before[k], a[k]) for k in a), "the update left a parameter unchanged"
-    # as for DDP (tests/test_trainer.py): ranks sum gradients in another order, AdamW magnifies last-bit differences
+    # as for DDP (tests/trainer/test_trainer.py): ranks sum gradients in another order, AdamW magnifies last-bit differences
     for k in a:
         torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-5)
     # every rank's rollout copy was refreshed from the shards: rank 0's equals the updated weights in bf16

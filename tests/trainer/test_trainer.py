@@ -16,7 +16,7 @@ from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
 from door_env import door_tasks  # noqa: E402
 from trainer_helpers import door_slots, format_taught_model, small_config  # noqa: E402
 
-HERE = Path(__file__).parent
+HERE = Path(__file__).parents[1]  # the tests folder: its helper scripts
 
 
 def test_config_validation():

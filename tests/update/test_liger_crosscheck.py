@@ -2,7 +2,7 @@
 `LigerFusedLinearGRPOLoss` (liger-kernel 0.8.5, the dev extra), same fp64 CPU inputs.
 
 Our reference (`rlvmr_nb.update.reference_loss`) and our kernel share `rlvmr_nb.update.loss_terms`, so a wrong formula there
-would pass every test in tests/test_kernels.py. Liger's loss was written by others from TRL's
+would pass every test in tests/update/test_kernels.py. Liger's loss was written by others from TRL's
 GRPOTrainer; agreeing with it checks the formulas themselves. Conventions, read from the installed
 package (``liger_kernel/chunked_loss/grpo_loss.py`` and ``fused_linear_ppo.py``), and how ours are set
 to match:

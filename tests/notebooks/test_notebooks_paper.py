@@ -10,7 +10,7 @@ import pytest
 jupytext = pytest.importorskip("jupytext")
 papermill = pytest.importorskip("papermill")
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NOTEBOOK = ROOT / "notebooks" / "04_paper_figures.py"
 PARAMS = ROOT / "configs" / "figures.json"
 

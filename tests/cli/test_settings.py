@@ -20,7 +20,7 @@ from rlvmr_nb.rollout.generation import RolloutEngineConfig  # noqa: E402
 from rlvmr_nb.rollout.loop import EpisodeSettings  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig, train_config  # noqa: E402
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 
 
 def test_training_and_evaluation_share_one_definition_of_the_engine_settings():
@@ -101,7 +101,7 @@ def test_no_other_place_in_the_package_decides_a_channel_from_a_preset_name():
     copies of the rule did; 'paper' is also a figure's data source, so only 'official_code' is searched)."""
     import ast
 
-    src = Path(__file__).resolve().parents[1] / "src" / "rlvmr_nb"
+    src = Path(__file__).resolve().parents[2] / "src" / "rlvmr_nb"
     comparisons = [f"{path.relative_to(src)}:{node.lineno}" for path in src.rglob("*.py")
                    for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Compare)
                    and any(isinstance(c, ast.Constant) and c.value == "official_code" for c in [node.left, *node.comparators])]
@@ -242,7 +242,7 @@ def test_the_parser_of_the_other_commands_does_not_import_torch():
     `rlvmr-nb --help`, `demo` or `data` start without it."""
     code = ("import sys; from rlvmr_nb import cli; cli.build_parser(); cli.build_parser('demo'); "
             "assert 'torch' not in sys.modules; cli.build_parser('train'); assert 'torch' in sys.modules")
-    src = Path(__file__).resolve().parents[1] / "src"
+    src = Path(__file__).resolve().parents[2] / "src"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(src)})
     assert done.returncode == 0, done.stderr[-2000:]

@@ -33,7 +33,7 @@ websocket = pytest.importorskip("websocket", reason="websocket-client is not ins
 from lab_server import Lab  # noqa: E402
 from rlvmr_nb import notebooks as nbs  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 TOUR_FIGURES = {"tour_presets.png", "tour_group_official_code.png", "tour_group_paper.png"}
 
 # Run silently in a fresh kernel before any notebook cell: remembers OMP_WAIT_POLICY at the moment

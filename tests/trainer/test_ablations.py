@@ -18,7 +18,7 @@ from rlvmr_nb.runs import read_metrics  # noqa: E402
 from rlvmr_nb.trainer import TrainConfig  # noqa: E402
 from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ABLATIONS = ("wo_mr_advantage", "wo_outcome_advantage", "wo_cold_start")
 PAPER_RUNS = tuple(f"{algo}_{env}" for algo in ("rlvmr", "grpo", "gigpo") for env in ("alfworld", "scienceworld"))
 BASE_MODEL = "Qwen/Qwen2.5-1.5B-Instruct"

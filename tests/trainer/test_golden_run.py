@@ -2,7 +2,7 @@
 returned by value, the importance weight named apart from the advantage) must leave every number as it was.
 
 The fixture was written by this file's `_record` before the stages moved into their folders; timing columns
-(`*_s`, `*_per_s`) are wall-clock and left out. Rerun `python tests/test_golden_run.py` only for a change that is
+(`*_s`, `*_per_s`) are wall-clock and left out. Rerun `python tests/trainer/test_golden_run.py` only for a change that is
 meant to alter the numbers, and say why in its commit."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
 from door_env import door_tasks  # noqa: E402
 from trainer_helpers import door_slots, format_taught_model, small_config  # noqa: E402
 
-GOLDEN = Path(__file__).parent / "fixtures" / "golden_run_metrics.json"
+GOLDEN = Path(__file__).parents[1] / "fixtures" / "golden_run_metrics.json"
 
 
 def _is_timing(column: str) -> bool:
@@ -86,5 +86,5 @@ def _record() -> None:
 
 
 if __name__ == "__main__":
-    sys.path.insert(0, str(Path(__file__).parent))
+    sys.path.insert(0, str(Path(__file__).parents[1]))
     _record()

@@ -40,7 +40,7 @@ from lab_server import Lab, jupyter_command  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 SHOTS = ROOT / "runs" / "browser"
 # What `make lab` needs from the repository: its settings, launcher, notebooks and their parameters.
 LAB_FILES = (".jupyter", "scripts/lab.sh", "scripts/prepare_lab.py", "notebooks", "configs", "jupytext.toml",

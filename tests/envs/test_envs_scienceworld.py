@@ -115,7 +115,7 @@ def test_bad_split_arguments_say_how_to_fix():
 
 
 def test_shipped_files_are_small_and_self_describing():
-    data_dir = Path(__file__).resolve().parents[1] / "src" / "rlvmr_nb" / "envs" / "data"
+    data_dir = Path(__file__).resolve().parents[2] / "src" / "rlvmr_nb" / "envs" / "data"
     for level in ("L0", "L1", "L2"):
         path = data_dir / f"scienceworld_{level}.json"
         assert path.stat().st_size < 100_000
@@ -169,7 +169,7 @@ def test_shipped_splits_equal_the_simulators_lists(env):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "make_splits", Path(__file__).resolve().parents[1] / "scripts" / "make_scienceworld_splits.py"
+        "make_splits", Path(__file__).resolve().parents[2] / "scripts" / "make_scienceworld_splits.py"
     )
     make_splits = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_splits)

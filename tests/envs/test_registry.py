@@ -8,7 +8,7 @@ import pytest
 from rlvmr_nb.envs.registry import EnvSpec, check_level, env_names, get_env, register_env
 from rlvmr_nb.envs.slots import make_env_slots
 
-SRC = Path(__file__).resolve().parents[1] / "src" / "rlvmr_nb"
+SRC = Path(__file__).resolve().parents[2] / "src" / "rlvmr_nb"
 
 
 def test_shipped_worlds_and_their_defaults():

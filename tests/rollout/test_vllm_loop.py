@@ -29,7 +29,7 @@ from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
 from door_env import door_tasks  # noqa: E402
 from trainer_helpers import door_slots, random_samples, small_config  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 FP32_TOL = 1e-3
 """|sampler − recomputed log-prob| with both sides in fp32 (different kernels, same math; measured
