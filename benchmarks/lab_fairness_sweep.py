@@ -26,6 +26,7 @@ from typing import Any  # noqa: E402
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
     "lr1e-3": {"lr": 1e-3},
+    "lr1e-4": {"lr": 1e-4},
     "epochs1": {"ppo_epochs": 1},
     "iter30": {"iterations": 30},
 }
