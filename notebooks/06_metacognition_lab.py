@@ -41,8 +41,8 @@
 #
 # **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/06_metacognition_lab.ipynb`
 # (`configs/ci/06_metacognition_lab.json`, kernel already started) needs ~20 s of CPU; these defaults
-# (the classroom configuration) took 14 min 9 s wall and 1,501 s of CPU from a fresh clone on an
-# idle machine (README, 'Metacognition lab').
+# (the classroom configuration) took 15 min 28 s wall for the seeds (cold start copied from its cache) on a
+# shared machine, plus ~12 min of CPU for the cold start when it is built (docs/lab.md, 'Measured').
 #
 # ## The hypothesis and its test, stated before the run (docs/lab.md, 'Pre-registration')
 #

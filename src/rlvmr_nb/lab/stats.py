@@ -192,6 +192,9 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         if "t" not in test:
             test["verdict"] = "uninformative (fewer than 2 seeds with episodes)"
             continue
+        if test["t"]["sd"] == 0 and test["t"]["mean"] == 0:  # e.g. no episode of either arm won: nothing to test
+            test["verdict"] = "uninformative (identical in every seed)"
+            continue
         if name.endswith("(b)"):
             pvalues[name] = test["t"]["p_above"]
             test["verdict"] = paired.non_inferiority_verdict(test["t"])
