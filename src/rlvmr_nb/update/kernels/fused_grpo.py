@@ -44,8 +44,9 @@ CHUNK_ELEMENTS = 2**26
 
 CUDA_CHUNK_ELEMENTS = 4 * CHUNK_ELEMENTS
 """On a GPU, 4x larger chunks (1,760 rows of Qwen2.5's vocabulary, a 512 MiB bf16 buffer): measured on the H200
-at 4,096 / 16,384 tokens, 1.41x / 1.32x the bare lm_head GEMMs instead of 2.13x / 1.87x, peak 1.41 / 1.45 GiB, still
-below Liger's 1.79 / 1.83 GiB (benchmarks/results/gpu_fused_loss.json)."""
+at 4,096 / 16,384 tokens, 1.59x / 1.28x the bare lm_head GEMMs instead of 2.41x / 1.86x at the CPU chunk size
+(benchmarks/results/gpu_fused_loss.json; an earlier call: 1.41x / 1.32x against 2.13x / 1.87x,
+gpu_history_2026-11-26.json), peak 1.41 / 1.45 GiB, still below Liger's 1.79 / 1.83 GiB."""
 
 
 def default_chunk_size(num_rows: int, vocab: int, device: torch.device | str = "cpu") -> int:
