@@ -23,12 +23,26 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+OFFICIAL = {"advantage_preset": "official_code", "refused_penalty": 0.0}
+"""The official code's advantage (per-task groups over step samples) without the refused penalty: in the sweep of
+2026-11-26 every variant that put the refused penalty in the outcome score, or normalised over the batch, lowered
+GRPO's held-in success; this one raised it (docs/lab.md, 'Budget')."""
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
     "lr1e-3": {"lr": 1e-3},
     "lr1e-4": {"lr": 1e-4},
     "epochs1": {"ppo_epochs": 1},
     "iter30": {"iterations": 30},
+    "group": {"advantage_scope": "group"},
+    "official": {"advantage_preset": "official_code"},
+    "official-norefused": OFFICIAL,
+    "o-lr1e-3": {**OFFICIAL, "lr": 1e-3},
+    "o-pool12": {**OFFICIAL, "train_pool": 12},
+    "o-pool12-lr1e-3": {**OFFICIAL, "train_pool": 12, "lr": 1e-3},
+    "o-iter24": {**OFFICIAL, "iterations": 24},
+    "o-lr1e-3-iter24": {**OFFICIAL, "lr": 1e-3, "iterations": 24},
+    "o-tasks6": {**OFFICIAL, "tasks_per_iteration": 6},
+    "o-kl0": {**OFFICIAL, "kl_coef": 0.0},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)
@@ -42,7 +56,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seeds", nargs="+", type=int, default=list(SWEEP_SEEDS))
     p.add_argument("--work", default="/tmp/lab-fairness-sweep")
     p.add_argument("--out", default="benchmarks/results/lab_fairness_sweep.json")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="variants run side by side, each in its own process with the config's `workers` "
+                        "(a 16-core machine: 8 jobs of 2 workers)")
     args = p.parse_args(argv)
+    if args.jobs > 1 and len(args.variants) > 1:
+        return run_variants_in_parallel(args)
 
     from rlvmr_nb.evaluate import provenance
     from rlvmr_nb.lab.config import LabConfig
@@ -74,6 +93,41 @@ def main(argv: list[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(doc, indent=2, default=float) + "\n")
     return 0
+
+
+def run_variants_in_parallel(args: argparse.Namespace) -> int:
+    """Each variant in its own child process (this script, one variant, its own results file), `args.jobs` at a
+    time; their results are merged into `args.out` as they finish. The children print their lines as they go."""
+    import subprocess
+    import sys
+    from concurrent.futures import ThreadPoolExecutor, as_completed
+
+    parts = Path(args.work) / "parts"
+    parts.mkdir(parents=True, exist_ok=True)
+
+    def child(variant: str) -> tuple[str, int]:
+        cmd = [sys.executable, __file__, "--base", args.base, "--variants", variant, "--work", args.work,
+               "--out", str(parts / f"{variant}.json"), "--seeds", *map(str, args.seeds)]
+        return variant, subprocess.run(cmd).returncode
+
+    out = Path(args.out)
+    doc = json.loads(out.read_text()) if out.is_file() else {"variants": {}}
+    failed = []
+    with ThreadPoolExecutor(args.jobs) as pool:
+        for done in as_completed([pool.submit(child, v) for v in args.variants]):
+            variant, rc = done.result()
+            part = parts / f"{variant}.json"
+            if rc != 0 or not part.is_file():
+                failed.append(variant)
+                continue
+            got = json.loads(part.read_text())
+            doc["variants"][variant] = got["variants"][variant]
+            doc.update({"base": got["base"], "provenance": got["provenance"]})
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    if failed:
+        print(f"failed variants: {failed}")
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

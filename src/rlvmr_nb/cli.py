@@ -235,7 +235,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     from .lab import load_lab_config, run_lab
     from .lab.report import write_lab_report
 
-    config = load_lab_config(args.config)
+    config = load_lab_config(args.config, **({"workers": args.workers} if args.workers else {}))
     out = args.out or f"runs/metalab/{config.name}"
     summary = run_lab(config, out)
     report = write_lab_report(summary, out, args.figures or f"{out}/figures", args.results)
@@ -325,6 +325,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="run folder (default runs/metalab/<config name>); rerunning resumes")
     p.add_argument("--figures", default=None, help="figure folder (default <out>/figures)")
     p.add_argument("--results", default=None, help="results JSON (default <out>/lab_results.json)")
+    p.add_argument("--workers", type=positive_int, default=None,
+                   help="processes for the seeds' pieces after the cold start (default: the config's `workers`); "
+                        "the results do not depend on it")
     p.set_defaults(func=_cmd_lab)
 
     return parser

@@ -56,6 +56,10 @@ class LabConfig:
     'official_code' (per-task groups over step samples); the format-penalty channel follows it. The lab uses
     'paper': on a real batch from its cold start, 'official_code' gave the repetitive steps of all-failed groups
     a mean GRPO advantage of +0.72 (docs/lab.md, 'Advantage preset')."""
+    advantage_scope: str | None = None
+    """Where both channels are normalised, on top of `advantage_preset`: 'group' (within the rollouts of one task,
+    and within (task, tag): GRPO's group-relative baseline) or 'batch' (over the whole batch, as the `paper`
+    preset's Eqs. 2-3); None keeps the preset's own."""
     refused_penalty: float = 0.1
     """`rewards.RewardConfig.refused_penalty`: what a well-formed but refused command costs, in the outcome score
     both arms read (official: 0). docs/lab.md, 'Deviations', says why the lab turns it on."""
@@ -88,8 +92,9 @@ class LabConfig:
     bootstrap: int = 2000
     """Bootstrap resamples for the confidence intervals (seeds, then episodes within a seed)."""
     workers: int = 2
-    """Processes that run the seeds side by side after the cold start (1: one after the other, in this
-    process). Each worker uses one torch thread; on a CPU shared with other jobs this buys throughput."""
+    """Processes that run the pieces of the seeds side by side after the cold start (per seed: the cold start's
+    evaluation and each arm; `lab.experiment.run_seeds`); 1: one after the other, in this process. Each worker
+    uses one torch thread; on a CPU shared with other jobs this buys throughput."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes copied into the results file."""
 
@@ -105,6 +110,8 @@ class LabConfig:
         from ..scoring.advantages import PRESETS
 
         require_choice(self, "advantage_preset", PRESETS)
+        if self.advantage_scope is not None:
+            require_choice(self, "advantage_scope", ("batch", "group"))
         if not self.algos or not self.seeds or not self.levels:
             raise ValueError("a lab run needs at least one algo, one seed and one level")
 

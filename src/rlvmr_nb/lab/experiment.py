@@ -143,7 +143,6 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
     """The `trainer.TrainConfig` of one arm. Every arm uses the meta-think prompt and parser, so GRPO is
     the outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ
     in their advantage estimator only."""
-    from ..scoring.advantages import preset
     from ..update.reference_loss import LossConfig
     from ..trainer import TrainConfig
 
@@ -152,11 +151,20 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
         out_dir=str(Path(out) / "runs" / f"{algo}-seed{seed}"), seed=seed, iterations=config.iterations,
         tasks_per_iteration=config.tasks_per_iteration, group_size=config.group_size, max_steps=config.max_steps,
         max_new_tokens=config.max_new_tokens, max_prompt_tokens=None, lr=config.lr, temperature=config.temperature,
-        advantage=preset(config.advantage_preset), reward=lab_reward_config(config),
+        advantage=lab_advantage_config(config), reward=lab_reward_config(config),
         mini_batch_size=config.mini_batch_size, ppo_epochs=config.ppo_epochs, micro_batch_size=config.micro_batch_size,
         loss=LossConfig(kl_coef=config.kl_coef, clip_eps=config.clip_eps), bf16_autocast=False,
         save_every=config.iterations, keep_checkpoints=1, progress=False, generation_batch_size=config.tasks_per_iteration * config.group_size,
     )
+
+
+def lab_advantage_config(config: LabConfig) -> Any:
+    """The `AdvantageConfig` of both arms: the named preset, normalised at `LabConfig.advantage_scope`."""
+    from ..scoring.advantages import preset
+
+    scope = {} if config.advantage_scope is None else {"outcome_scope": config.advantage_scope,
+                                                       "mr_scope": config.advantage_scope}
+    return preset(config.advantage_preset, **scope)
 
 
 def lab_reward_config(config: LabConfig) -> Any:
@@ -229,32 +237,45 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
     return [eval_path(out, arm, seed, level) for level in (*config.levels, HELDIN)]
 
 
-def run_seed(config: LabConfig, out: str | os.PathLike, seed: int, log: Callable[[str], None] = print) -> dict:
-    """Everything of one seed after the cold start: the cold start's evaluation, then every arm trained and
-    evaluated. Returns the wall and CPU seconds of each stage."""
-    timer = StageTimer(Path(out) / f"timing-seed{seed}.json")
-    sft_dir = coldstart_dir(out)
-    with timer.stage(f"eval {COLDSTART_ARM} seed{seed}"):
-        run_evaluation(config, out, COLDSTART_ARM, seed, sft_dir)
-    for algo in config.algos:
-        with timer.stage(f"train {algo} seed{seed}"):
-            run_dir = run_arm(config, out, algo, seed)
-        with timer.stage(f"eval {algo} seed{seed}"):
-            run_evaluation(config, out, algo, seed, run_dir)
-        log(f"{algo} seed {seed}: {run_dir}")
+def run_unit(config: LabConfig, out: str | os.PathLike, seed: int, arm: str,
+             log: Callable[[str], None] = print) -> dict:
+    """One independent piece of a seed after the cold start: the cold start's evaluation (`arm` =
+    `COLDSTART_ARM`) or one RL arm trained and evaluated. Returns the wall and CPU seconds of its stages."""
+    timer = StageTimer(Path(out) / f"timing-seed{seed}-{arm}.json")
+    if arm == COLDSTART_ARM:
+        with timer.stage(f"eval {COLDSTART_ARM} seed{seed}"):
+            run_evaluation(config, out, COLDSTART_ARM, seed, coldstart_dir(out))
+        return timer.stages
+    with timer.stage(f"train {arm} seed{seed}"):
+        run_dir = run_arm(config, out, arm, seed)
+    with timer.stage(f"eval {arm} seed{seed}"):
+        run_evaluation(config, out, arm, seed, run_dir)
+    log(f"{arm} seed {seed}: {run_dir}")
     return timer.stages
 
 
-def _seed_in_worker(config: dict, out: str, seed: int) -> dict:
+def run_seed(config: LabConfig, out: str | os.PathLike, seed: int, log: Callable[[str], None] = print) -> dict:
+    """Everything of one seed after the cold start: the cold start's evaluation, then every arm trained and
+    evaluated. Returns the wall and CPU seconds of each stage."""
+    stages: dict = {}
+    for arm in (COLDSTART_ARM, *config.algos):
+        stages.update(run_unit(config, out, seed, arm, log))
+    return stages
+
+
+def _unit_in_worker(config: dict, out: str, seed: int, arm: str) -> dict:
     import torch
 
     torch.set_num_threads(1)  # several workers share the cores
-    return run_seed(LabConfig.from_dict(config), out, seed, log=lambda _: None)
+    return run_unit(LabConfig.from_dict(config), out, seed, arm, log=lambda _: None)
 
 
 def run_seeds(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print) -> dict:
-    """`run_seed` for every seed, `config.workers` at a time (spawned processes, one torch thread each; 1: one
-    after the other in this process). Returns every stage's wall and CPU seconds."""
+    """Every seed after the cold start. With `config.workers` > 1 the pieces that do not wait on each other —
+    per seed the cold start's evaluation and each arm's training and evaluation (`run_unit`) — run
+    `config.workers` at a time in spawned processes with one torch thread each, the longest (training) first, so
+    a machine with more cores than seeds keeps them all busy; 1: one after the other in this process. Returns
+    every stage's wall and CPU seconds."""
     if config.workers == 1:
         stages = [run_seed(config, out, seed, log) for seed in config.seeds]
     else:
@@ -263,19 +284,20 @@ def run_seeds(config: LabConfig, out: str | os.PathLike, log: Callable[[str], No
 
         from ..runs.ownership import start_owned_worker
 
+        units = [(seed, arm) for arm in (*config.algos, COLDSTART_ARM) for seed in config.seeds]
         context = multiprocessing.get_context("spawn")
         # the workers die with this process (SIGKILL and SIGTERM included) and hold the folder while alive
-        with ProcessPoolExecutor(min(config.workers, len(config.seeds)), mp_context=context,
+        with ProcessPoolExecutor(min(config.workers, len(units)), mp_context=context,
                                  initializer=start_owned_worker, initargs=(os.getpid(), str(out))) as pool:
-            stages = list(pool.map(_seed_in_worker, [config.to_dict()] * len(config.seeds),
-                                   [str(out)] * len(config.seeds), config.seeds))
+            stages = list(pool.map(_unit_in_worker, [config.to_dict()] * len(units), [str(out)] * len(units),
+                                   [seed for seed, _ in units], [arm for _, arm in units]))
     return {k: v for stage in stages for k, v in stage.items()}
 
 
 def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print,
             progress: bool = False) -> dict[str, Any]:
     """The whole experiment: cold start, then per seed the cold start's evaluation and every arm trained
-    and evaluated on every level (`run_seed`; `config.workers` seeds at a time), then the summary with
+    and evaluated on every level (`run_seeds`: `config.workers` pieces at a time), then the summary with
     confidence intervals (`lab.stats.lab_summary`). Timing: ``timing.json`` (wall and CPU seconds)."""
     from ..runs.lock import RunFolderLock
     from ..runs.ownership import refuse_leftover_workers
