@@ -43,6 +43,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "o-lr1e-3-iter24": {**OFFICIAL, "lr": 1e-3, "iterations": 24},
     "o-tasks6": {**OFFICIAL, "tasks_per_iteration": 6},
     "o-kl0": {**OFFICIAL, "kl_coef": 0.0},
+    "o-kl0.05": {**OFFICIAL, "kl_coef": 0.05},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)

@@ -51,7 +51,7 @@ class LabConfig:
     max_new_tokens: int = 64
     lr: float = 3e-4
     kl_coef: float = 0.01
-    advantage_preset: str = "paper"
+    advantage_preset: str = "official_code"
     """`advantages.preset` of both arms: 'paper' (paper Eqs. 2-4: trajectories normalised over the batch) or
     'official_code' (per-task groups over step samples); the format-penalty channel follows it. The lab uses
     'paper': on a real batch from its cold start, 'official_code' gave the repetitive steps of all-failed groups
@@ -60,7 +60,7 @@ class LabConfig:
     """Where both channels are normalised, on top of `advantage_preset`: 'group' (within the rollouts of one task,
     and within (task, tag): GRPO's group-relative baseline) or 'batch' (over the whole batch, as the `paper`
     preset's Eqs. 2-3); None keeps the preset's own."""
-    refused_penalty: float = 0.1
+    refused_penalty: float = 0.0
     """`rewards.RewardConfig.refused_penalty`: what a well-formed but refused command costs, in the outcome score
     both arms read (official: 0). docs/lab.md, 'Deviations', says why the lab turns it on."""
     meta_rewards_admissible_only: bool = True
