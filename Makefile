@@ -94,15 +94,16 @@ figures: $(STAMP)
 	$(BIN)/rlvmr-nb figures $(FIGURE_FLAGS)
 
 # The metacognition lab (notebook 06's experiment): GRPO vs RLVMR from one cold start on the lab world.
-# classroom: 2 seeds, minutes on 2 cores; metalab-recorded: 6 seeds, the results file and figures in the README.
+# classroom: 2 seeds, minutes on 2 cores; metalab-recorded: 40 seeds (the pilot's power calculation, docs/lab.md),
+# hours on 2 cores: LAB_FLAGS="--workers 16" on a bigger machine. Results and figures quoted in docs/lab.md.
 # Results and figures go to runs/metalab/<name>/ (git-ignored); with UPDATE=1 to the tracked
 # benchmarks/results/lab_<name>.json and figures/lab/, as `make demo UPDATE=1`. (Not `make lab`: JupyterLab.)
 LAB_OUTPUT = $(if $(UPDATE),--figures figures/lab --results benchmarks/results/lab_$(1).json)
 metalab: $(STAMP)
-	$(BIN)/rlvmr-nb lab --config configs/lab/classroom.json $(call LAB_OUTPUT,classroom)
+	$(BIN)/rlvmr-nb lab --config configs/lab/classroom.json $(call LAB_OUTPUT,classroom) $(LAB_FLAGS)
 
 metalab-recorded: $(STAMP)
-	$(BIN)/rlvmr-nb lab --config configs/lab/recorded.json $(call LAB_OUTPUT,recorded)
+	$(BIN)/rlvmr-nb lab --config configs/lab/recorded.json $(call LAB_OUTPUT,recorded) $(LAB_FLAGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

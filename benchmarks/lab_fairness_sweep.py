@@ -9,6 +9,9 @@ is the configuration's own (copied from the cache when built before, `lab.experi
 
     PYTHONPATH=src python benchmarks/lab_fairness_sweep.py --variants base \
         --out benchmarks/results/lab_fairness_sweep.json
+    # the 16-core sweep of docs/lab.md, 'Budget' (8 variants of 2 workers side by side):
+    PYTHONPATH=src python benchmarks/lab_fairness_sweep.py --jobs 8 --variants official-norefused o-lr1e-3 \
+        o-pool12 o-pool12-lr1e-3 o-iter24 o-lr1e-3-iter24 o-tasks6 o-kl0
 """
 
 from __future__ import annotations
@@ -23,18 +26,17 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+EARLIER = {"advantage_preset": "paper", "refused_penalty": 0.1}
+"""The lab's settings before the sweep of 2026-11-26: the `paper` preset (batch-normalised) and a refused penalty."""
 OFFICIAL = {"advantage_preset": "official_code", "refused_penalty": 0.0}
-"""The official code's advantage (per-task groups over step samples) without the refused penalty: in the sweep of
-2026-11-26 every variant that put the refused penalty in the outcome score, or normalised over the batch, lowered
-GRPO's held-in success; this one raised it (docs/lab.md, 'Budget')."""
+"""The official code's advantage (per-task groups over step samples) without the refused penalty, the
+configurations' settings since that sweep (docs/lab.md, 'Budget'); "o-" variants change one thing on top."""
 VARIANTS: dict[str, dict[str, Any]] = {
     "base": {},
-    "lr1e-3": {"lr": 1e-3},
-    "lr1e-4": {"lr": 1e-4},
-    "epochs1": {"ppo_epochs": 1},
-    "iter30": {"iterations": 30},
-    "group": {"advantage_scope": "group"},
-    "official": {"advantage_preset": "official_code"},
+    "paper-refused": EARLIER,
+    "paper-refused-lr1e-4": {**EARLIER, "lr": 1e-4},
+    "paper-group-refused": {**EARLIER, "advantage_scope": "group"},
+    "official-refused": {**OFFICIAL, "refused_penalty": 0.1},
     "official-norefused": OFFICIAL,
     "o-lr1e-3": {**OFFICIAL, "lr": 1e-3},
     "o-pool12": {**OFFICIAL, "train_pool": 12},
@@ -44,6 +46,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "o-tasks6": {**OFFICIAL, "tasks_per_iteration": 6},
     "o-kl0": {**OFFICIAL, "kl_coef": 0.0},
     "o-kl0.05": {**OFFICIAL, "kl_coef": 0.05},
+    "o-pool8": {**OFFICIAL, "train_pool": 8},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)

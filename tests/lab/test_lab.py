@@ -165,10 +165,16 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
     assert differing == {"algo", "out_dir"}  # equal budget: only the estimator (and the folder) differ
     assert (rlvmr.temperature, rlvmr.lr, rlvmr.iterations, rlvmr.seed) == (0.8, 1e-3, 3, 7)
     default = {algo: train_config(LabConfig(), tmp_path, algo, 0) for algo in ("grpo", "rlvmr")}
-    assert default["grpo"].advantage.outcome_unit == "trajectory"  # the paper's preset (docs/lab.md)
+    # the official code's preset: per-task groups over step samples (docs/lab.md, 'Budget')
+    assert (default["grpo"].advantage.outcome_unit, default["grpo"].advantage.outcome_scope) == ("step", "group")
     for cfg in default.values():  # the lab's reward options and PPO shape reach both arms alike (docs/lab.md)
         assert (cfg.reward.refused_penalty, cfg.reward.meta_rewards_admissible_only, cfg.reward.reflection_at_start) == (
-            0.1, True, False)
+            0.0, True, False)
+    grouped = train_config(LabConfig(advantage_preset="paper", advantage_scope="group"), tmp_path, "rlvmr", 0).advantage
+    assert (grouped.outcome_unit, grouped.outcome_scope, grouped.mr_scope, grouped.combine) == (
+        "trajectory", "group", "group", "convex")  # the scope is set on top of the preset, nothing else changes
+    with pytest.raises(ValueError, match="advantage_scope"):
+        LabConfig(advantage_scope="task")
         assert (cfg.ppo_epochs, cfg.mini_batch_size, cfg.loss.clip_eps, cfg.max_steps) == (1, 32, 0.2, 24)
     with pytest.raises(ValueError, match="advantage_preset"):
         LabConfig(advantage_preset="papr")
@@ -195,8 +201,11 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
 
     out, results = tmp_path / "lab", tmp_path / "results.json"
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
-                 "--figures", str(tmp_path / "figures"), "--results", str(results)]) == 0
+                 "--figures", str(tmp_path / "figures"), "--results", str(results), "--workers", "3"]) == 0
     doc = json.loads(results.read_text())
+    # with 3 workers the pieces of the seeds ran side by side; each piece's stages reach the timing table
+    assert {f"{stage} seed{seed}" for stage in ("eval cold start", "train grpo", "eval grpo", "train rlvmr",
+                                                "eval rlvmr") for seed in (0, 1)} <= set(doc["timing"])
     printed = capsys.readouterr().out
     assert '"training_rise"' in printed  # the CLI prints the training curves' rise beside the verdicts
     assert {(r["arm"], r["level"]) for r in doc["table"]} == {
@@ -230,12 +239,14 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
 
     heldin = {arm: read_episodes(out / "eval" / f"{arm}-seed1" / "heldin.episodes.jsonl")
               for arm in ("cold_start", "grpo", "rlvmr")}  # the fairness check's pairs: same tasks, same seed
+    repeats = load_lab_config(ROOT / "configs" / "lab" / "ci.json").heldin_episodes  # each layout played this often
+    assert repeats > 1 and pre["fairness"]["grpo_heldin"]["pairs"] == 2 * 3 * repeats  # 2 seeds x 3 layouts
     assert [e.task_id for e in heldin["cold_start"]] == [e.task_id for e in heldin["grpo"]] == sorted(pool, key=[
-        t.task_id for t in level_tasks("train", "L0")].index)
+        t.task_id for t in level_tasks("train", "L0")].index) * repeats
     # a rerun resumes: nothing is retrained, the same numbers come out
     before = (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
-                 "--figures", str(tmp_path / "figures"), "--results", str(results)]) == 0
+                 "--figures", str(tmp_path / "figures"), "--results", str(results), "--workers", "1"]) == 0
     assert (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text() == before
     assert json.loads(results.read_text())["table"] == doc["table"]
 

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from rlvmr_nb.lab import paired
-from rlvmr_nb.trajectory import Episode, Step
+from rlvmr_nb.rollout.trajectory import Episode, Step
 
 
 def test_t_quantiles_match_the_tables():
@@ -83,3 +83,18 @@ def test_the_fairness_check_can_fail():
     worse = [[_episode("l", i < 3, ["look"]) for i in range(10)] for _ in range(2)]
     dropped = paired.fairness_check(before, learned, l0_cold, {"GRPO": l0_cold, "RLVMR": worse}, bootstrap=500)
     assert not dropped["fair_test"] and not dropped["l0_vs_coldstart"]["RLVMR"]["passes"]
+
+
+def test_a_layout_played_several_times_pairs_its_kth_episodes():
+    """Guards against keying the held-in pairs by task alone: with several episodes per layout a dict keyed by
+    task keeps only the last episode of each, and the check silently measures one episode per layout.
+    Hand-computed: t0 played twice, won (0, 0) before and (1, 0) after; t1 played twice, won (1, 0) before
+    and (1, 1) after: pairs +1, 0, 0, +1 -> rise 0.5 from 4 pairs over 2 tasks (per seed: the same 0.5)."""
+    before = [[_episode("t0", False, ["look"]), _episode("t1", True, ["look"]),
+               _episode("t0", False, ["look"]), _episode("t1", False, ["look"])]]
+    after = [[_episode("t0", True, ["look"]), _episode("t1", True, ["look"]),
+              _episode("t0", False, ["look"]), _episode("t1", True, ["look"])]]
+    l0 = [[_episode("l", True, ["look"])]]
+    check = paired.fairness_check(before, after, l0, {"GRPO": l0}, bootstrap=200)["grpo_heldin"]
+    assert (check["pairs"], check["tasks"]) == (4, 2)
+    assert check["rise"] == pytest.approx(0.5) and check["per_seed"] == [pytest.approx(0.5)]

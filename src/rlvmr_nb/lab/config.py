@@ -52,17 +52,18 @@ class LabConfig:
     lr: float = 3e-4
     kl_coef: float = 0.01
     advantage_preset: str = "official_code"
-    """`advantages.preset` of both arms: 'paper' (paper Eqs. 2-4: trajectories normalised over the batch) or
-    'official_code' (per-task groups over step samples); the format-penalty channel follows it. The lab uses
-    'paper': on a real batch from its cold start, 'official_code' gave the repetitive steps of all-failed groups
-    a mean GRPO advantage of +0.72 (docs/lab.md, 'Advantage preset')."""
+    """`advantages.preset` of both arms: 'official_code' (per-task groups over step samples) or 'paper' (paper Eqs.
+    2-4: trajectories normalised over the batch); the format-penalty channel follows it. The lab uses
+    'official_code': 'paper' is not group-relative for GRPO, and in the budget sweep it lowered GRPO's held-in
+    success (docs/lab.md, 'Advantage preset' and 'Budget')."""
     advantage_scope: str | None = None
     """Where both channels are normalised, on top of `advantage_preset`: 'group' (within the rollouts of one task,
     and within (task, tag): GRPO's group-relative baseline) or 'batch' (over the whole batch, as the `paper`
     preset's Eqs. 2-3); None keeps the preset's own."""
     refused_penalty: float = 0.0
     """`rewards.RewardConfig.refused_penalty`: what a well-formed but refused command costs, in the outcome score
-    both arms read (official: 0). docs/lab.md, 'Deviations', says why the lab turns it on."""
+    both arms read (official: 0). The lab keeps 0: at 0.1 it was the only difference left in all-failed groups and
+    pushed their loops up (GRPO's held-in success fell 8.3 pp under either preset; docs/lab.md, 'Budget')."""
     meta_rewards_admissible_only: bool = True
     """`RewardConfig.meta_rewards_admissible_only`: <explore>/<reflection> pay only for accepted commands
     (official: False). RLVMR's arm only; GRPO has no MR channel."""
@@ -88,6 +89,9 @@ class LabConfig:
     heldin_tasks: int = 24
     """Training layouts (the first of `train_pool`) every policy plays at evaluation, with the same sampling seed
     before (cold start) and after training: the paired fairness check (`lab.paired.fairness_check`)."""
+    heldin_episodes: int = 4
+    """Sampled episodes per held-in layout and policy (one sampling seed, the same before and after training). One
+    episode per layout left the check's per-seed estimate an SE of ~10 pp (docs/lab.md, 'Budget')."""
     eval_temperature: float = 0.4
     bootstrap: int = 2000
     """Bootstrap resamples for the confidence intervals (seeds, then episodes within a seed)."""
@@ -103,7 +107,7 @@ class LabConfig:
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "train_pool", "iterations", "tasks_per_iteration",
                                 "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
-                                "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks", "bootstrap",
+                                "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks", "heldin_episodes", "bootstrap",
                                 "workers"])
         if self.refused_penalty < 0:
             raise ValueError(f"refused_penalty must be >= 0, got {self.refused_penalty}")

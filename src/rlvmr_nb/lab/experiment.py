@@ -226,7 +226,8 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
         for level in todo:
             if level == HELDIN:
                 cfg = eval_config(config, "L0", seed)
-                episodes, summary = evaluate_policy(model, tokenizer, cfg, tasks=heldin_tasks(config), progress=False)
+                episodes, summary = evaluate_policy(model, tokenizer, cfg, tasks=heldin_tasks(config) * config.heldin_episodes,
+                                                    progress=False)
             else:
                 cfg = eval_config(config, level, seed)
                 episodes, summary = evaluate_policy(model, tokenizer, cfg, progress=False)
@@ -241,7 +242,7 @@ def run_unit(config: LabConfig, out: str | os.PathLike, seed: int, arm: str,
              log: Callable[[str], None] = print) -> dict:
     """One independent piece of a seed after the cold start: the cold start's evaluation (`arm` =
     `COLDSTART_ARM`) or one RL arm trained and evaluated. Returns the wall and CPU seconds of its stages."""
-    timer = StageTimer(Path(out) / f"timing-seed{seed}-{arm}.json")
+    timer = StageTimer(Path(out) / f"timing-seed{seed}-{arm.replace(' ', '_')}.json")
     if arm == COLDSTART_ARM:
         with timer.stage(f"eval {COLDSTART_ARM} seed{seed}"):
             run_evaluation(config, out, COLDSTART_ARM, seed, coldstart_dir(out))

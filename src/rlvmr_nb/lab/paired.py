@@ -28,8 +28,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..metrics import repetitive_steps
-from ..trajectory import Episode
+from ..scoring.metrics import repetitive_steps
+from ..rollout.trajectory import Episode
 
 NON_INFERIORITY_MARGIN = -0.05
 """(b): RLVMR's success may be at most 5 pp below GRPO's and still count as not lower."""
@@ -199,13 +199,26 @@ def non_inferiority_verdict(test: Mapping[str, float], margin: float = NON_INFER
     return "non-inferior" if test["lo"] > margin else "inferior" if test["hi"] < margin else "inconclusive"
 
 
+def _won_by_occurrence(episodes: Sequence[Episode]) -> dict[tuple[str, int], float]:
+    """Won (1/0) per (task, k): the k-th episode of that task in play order, so a layout played several times
+    pairs its k-th episode before training with its k-th after. Aborted episodes drop out (their pairs too)."""
+    seen: dict[str, int] = {}
+    won = {}
+    for ep in episodes:
+        k = seen.get(ep.task_id, 0)
+        seen[ep.task_id] = k + 1
+        if not ep.aborted:
+            won[(ep.task_id, k)] = float(ep.won)
+    return won
+
+
 def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence[Episode]],
                    l0_coldstart: Sequence[Sequence[Episode]], l0_arms: Mapping[str, Sequence[Sequence[Episode]]],
                    rise: float = 0.15, bootstrap: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Whether the run is a fair test, decided before any comparison of the arms:
 
     1. GRPO's success on the fixed held-in training layouts, after − before (cold start), paired episode by
-       episode (same task, same sampling seed), must rise by >= `rise` with a 95 % interval above 0. The
+       episode (same task and its k-th play, same sampling seed), must rise by >= `rise` with a 95 % interval above 0. The
        interval is a bootstrap over the held-in tasks (each draw keeps a task's pairs of every seed together):
        with fewer than 5 seeds a t over seeds is too wide to say anything. With 5 or more seeds the paired t
        over seeds must exclude 0 as well.
@@ -213,12 +226,11 @@ def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence
     per_seed = []
     pairs: dict[str, list[float]] = {}
     for b_eps, a_eps in zip(before, after):
-        b_won = {ep.task_id: float(ep.won) for ep in b_eps if not ep.aborted}
-        a_won = {ep.task_id: float(ep.won) for ep in a_eps if not ep.aborted}
+        b_won, a_won = _won_by_occurrence(b_eps), _won_by_occurrence(a_eps)
         common = sorted(b_won.keys() & a_won.keys())
-        per_seed.append(float(np.mean([a_won[t] - b_won[t] for t in common])) if common else float("nan"))
-        for t in common:
-            pairs.setdefault(t, []).append(a_won[t] - b_won[t])
+        per_seed.append(float(np.mean([a_won[k] - b_won[k] for k in common])) if common else float("nan"))
+        for k in common:
+            pairs.setdefault(k[0], []).append(a_won[k] - b_won[k])
     tasks = sorted(pairs)
     rng = np.random.default_rng(seed)
     draws = [np.mean(np.concatenate([pairs[tasks[i]] for i in rng.integers(0, len(tasks), len(tasks))]))
