@@ -47,6 +47,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "o-kl0": {**OFFICIAL, "kl_coef": 0.0},
     "o-kl0.05": {**OFFICIAL, "kl_coef": 0.05},
     "o-pool8": {**OFFICIAL, "train_pool": 8},
+    "o-iter48": {**OFFICIAL, "iterations": 48},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)

@@ -198,6 +198,7 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
 def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     """`rlvmr-nb lab`: one cold start, GRPO and RLVMR over two seeds, three levels, figures, results."""
     from rlvmr_nb.cli import main
+    from rlvmr_nb.lab import load_lab_config
 
     out, results = tmp_path / "lab", tmp_path / "results.json"
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
