@@ -41,8 +41,8 @@
 #
 # **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/06_metacognition_lab.ipynb`
 # (`configs/ci/06_metacognition_lab.json`, kernel already started) needs ~20 s of CPU; these defaults
-# (the classroom configuration) took 15 min 28 s wall for the seeds (cold start copied from its cache) on a
-# shared machine, plus ~12 min of CPU for the cold start when it is built (docs/lab.md, 'Measured').
+# (the classroom configuration) took 10 min 19 s wall for the seeds with 2 workers, plus 7 min 51 s for the cold
+# start when it is built (cached afterwards); `make metalab` from a fresh clone: 19 min 14 s (docs/lab.md, 'Measured').
 #
 # ## The hypothesis and its test, stated before the run (docs/lab.md, 'Pre-registration')
 #
