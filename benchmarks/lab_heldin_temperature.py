@@ -53,7 +53,8 @@ def main(argv: list[str] | None = None) -> int:
                                bootstrap=config.bootstrap)["grpo_heldin"]
         doc["temperatures"][str(temperature)] = check
         print(f"T {temperature}: held-in {100 * check['before']:.1f} -> {100 * check['after']:.1f} %, rise "
-              f"{100 * check['rise']:+.1f} pp [{100 * check['lo']:+.1f}, {100 * check['hi']:+.1f}] ({check['pairs']} pairs)")
+              f"{100 * check['rise']:+.1f} pp [{100 * check['lo']:+.1f}, {100 * check['hi']:+.1f}] "
+              f"({check['pairs']} pairs)")
     doc["provenance"] = provenance()
     Path(args.out).write_text(json.dumps(doc, indent=2, default=float) + "\n")
     return 0

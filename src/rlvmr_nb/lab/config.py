@@ -107,8 +107,8 @@ class LabConfig:
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "train_pool", "iterations", "tasks_per_iteration",
                                 "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
-                                "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks", "heldin_episodes", "bootstrap",
-                                "workers"])
+                                "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks",
+                                "heldin_episodes", "bootstrap", "workers"])
         if self.refused_penalty < 0:
             raise ValueError(f"refused_penalty must be >= 0, got {self.refused_penalty}")
         from ..scoring.advantages import PRESETS

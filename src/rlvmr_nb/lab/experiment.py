@@ -226,8 +226,8 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
         for level in todo:
             if level == HELDIN:
                 cfg = eval_config(config, "L0", seed)
-                episodes, summary = evaluate_policy(model, tokenizer, cfg, tasks=heldin_tasks(config) * config.heldin_episodes,
-                                                    progress=False)
+                plays = heldin_tasks(config) * config.heldin_episodes  # the k-th plays pair up (lab.paired)
+                episodes, summary = evaluate_policy(model, tokenizer, cfg, tasks=plays, progress=False)
             else:
                 cfg = eval_config(config, level, seed)
                 episodes, summary = evaluate_policy(model, tokenizer, cfg, progress=False)
