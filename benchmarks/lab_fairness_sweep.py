@@ -48,6 +48,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "o-kl0.05": {**OFFICIAL, "kl_coef": 0.05},
     "o-pool8": {**OFFICIAL, "train_pool": 8},
     "o-iter48": {**OFFICIAL, "iterations": 48},
+    "o-8visits-stable": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 24, "lr": 1e-4, "kl_coef": 0.05},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)
