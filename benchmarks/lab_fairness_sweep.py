@@ -49,6 +49,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "o-pool8": {**OFFICIAL, "train_pool": 8},
     "o-iter48": {**OFFICIAL, "iterations": 48},
     "o-8visits-stable": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 24, "lr": 1e-4, "kl_coef": 0.05},
+    "o-8visits-kl0.1": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 24, "lr": 1e-4, "kl_coef": 0.1},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)
