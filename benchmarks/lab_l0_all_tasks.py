@@ -49,9 +49,12 @@ def main(argv: list[str] | None = None) -> int:
         print(per_seed[-1])
     mean = sum(r["difference"] for r in per_seed) / len(per_seed)
     print(f"GRPO - cold start on all {len(tasks)} L0 test tasks: {100 * mean:+.1f} pp (mean over seeds)")
-    doc = {"runs": str(out), "config": config.to_dict(), "tasks": len(tasks), "per_seed": per_seed,
-           "difference": mean, "passes": mean >= 0, "provenance": provenance()}
-    Path(args.out).write_text(json.dumps(doc, indent=2, default=float) + "\n")
+    result = Path(args.out)  # one entry per run folder's name (the sweep variant), earlier entries kept
+    doc = json.loads(result.read_text()) if result.is_file() else {"variants": {}}
+    doc["variants"][out.name] = {"runs": str(out), "config": config.to_dict(), "tasks": len(tasks),
+                                 "per_seed": per_seed, "difference": mean, "passes": mean >= 0,
+                                 "provenance": provenance()}
+    result.write_text(json.dumps(doc, indent=2, default=float) + "\n")
     return 0
 
 
