@@ -50,6 +50,11 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "o-iter48": {**OFFICIAL, "iterations": 48},
     "o-8visits-stable": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 24, "lr": 1e-4, "kl_coef": 0.05},
     "o-8visits-kl0.1": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 24, "lr": 1e-4, "kl_coef": 0.1},
+    # from here: every unseen L0 test layout (60) in the L0 condition, and the sampler's log-probs as the old policy's
+    "o-8v-kl0.07": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 24, "lr": 1e-4, "kl_coef": 0.07,
+                    "eval_tasks": 60, "old_logprobs": "sampler"},
+    "o-8v-kl0.1-iter32": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.1,
+                          "eval_tasks": 60, "old_logprobs": "sampler"},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)

@@ -74,6 +74,8 @@ overrides = {}  # LabConfig fields to change, e.g. {"seeds": [0, 1, 2]}
 out_dir = "runs/metalab/classroom"  # run folder; rerunning resumes and skips finished stages
 figures_dir = "runs/metalab/classroom/figures"  # figures and case-study page (the tracked figures/lab/ holds the recorded run's)
 results_file = "runs/metalab/classroom/lab_results.json"  # the results JSON (the recorded run: benchmarks/results/)
+demo_config_file = "configs/lab/demo.json"  # the learning demo: RLVMR on a few training layouts (minutes)
+demo_out_dir = "runs/metalab/demo"  # its run folder (figure in <demo_out_dir>/figures)
 
 # %%
 from rlvmr_nb.notebooks import setup_notebook
@@ -134,6 +136,23 @@ model, tokenizer = load_model(str(sft_dir))
 print(f"{manifest['counts']['trajectories']} trajectories, {manifest['counts']['samples']} samples, tag shares "
       + ", ".join(f"{t} {s:.0%}" for t, s in manifest["tags"]["shares"].items()))
 print(describe_model(model), f"vocabulary {len(tokenizer)} words")
+
+# %% [markdown]
+# ## First: does the method learn at all? (minutes)
+#
+# Before the comparison, the question a newcomer asks first. RLVMR from this cold start on a few training
+# layouts, every one met in every iteration (`rlvmr_nb.lab.learning_demo`, `configs/lab/demo.json`; the end of
+# `make demo`, `rlvmr-nb lab-demo`). Left: training success per iteration with a 95 % interval; right: the same
+# layouts played at the evaluation temperature before (cold start) and after, with the same sampling seeds,
+# paired play by play. It shows learning on the layouts trained on — and nothing about unseen ones, which is
+# what the fairness check below is for.
+
+# %%
+from rlvmr_nb.lab.learning_demo import describe, run_learning_demo
+
+demo = run_learning_demo(load_lab_config(demo_config_file), demo_out_dir, progress=False)
+print(describe(demo))
+Image(filename=str(demo.figure))
 
 # %% [markdown]
 # ## Training: GRPO and RLVMR from the same checkpoint

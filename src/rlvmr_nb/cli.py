@@ -76,6 +76,26 @@ def _cmd_demo(args: argparse.Namespace) -> int:
         for name, info in run_demo_chain(progress=True, update_figures=args.update_figures).items():
             print(f"{name}: {info['seconds']:.0f} s, executed copy {info['notebook']}")
         print(f"figures: {'figures/demo/' if args.update_figures else 'runs/figures/demo/'}")
+        # the end of the demo: the method learning, in minutes, in the lab's small world (lab/learning_demo.py)
+        _run_lab_demo(LAB_DEMO_CONFIG, "runs/metalab/demo", "figures/demo" if args.update_figures else
+                      "runs/figures/demo")
+    return 0
+
+
+LAB_DEMO_CONFIG = "configs/lab/demo.json"
+
+
+def _run_lab_demo(config_file: str, out: str, figures: str) -> None:
+    from .lab import load_lab_config
+    from .lab.learning_demo import describe, run_learning_demo
+
+    demo = run_learning_demo(load_lab_config(config_file), out, figures_dir=figures)
+    print(describe(demo))
+    print(f"lab demo: {demo.seconds:.0f} s; figure {demo.figure}; results {demo.results}")
+
+
+def _cmd_lab_demo(args: argparse.Namespace) -> int:
+    _run_lab_demo(args.config, args.out, args.figures or f"{args.out}/figures")
     return 0
 
 
@@ -266,7 +286,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="rewrite the checked-in figures (figures/, figures/demo/) instead of writing under runs/")
     p.add_argument("--train", action="store_true",
                    help="then run the tour and a short end-to-end SmolLM2 run on real ALFWorld (cold start + RLVMR; "
-                        "notebooks 00-02 with configs/demo/, minutes on a CPU)")
+                        "notebooks 00-02 with configs/demo/, minutes on a CPU), and end with the lab's learning "
+                        "demo (`rlvmr-nb lab-demo`)")
     p.set_defaults(func=_cmd_demo)
 
     p = sub.add_parser("data", help="install environment data (ALFWorld game files)")
@@ -329,6 +350,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="processes for the seeds' pieces after the cold start (default: the config's `workers`); "
                         "the results do not depend on it")
     p.set_defaults(func=_cmd_lab)
+
+    p = sub.add_parser("lab-demo", help="minutes of the method learning: RLVMR from the lab's cold start on a few "
+                                        "training layouts, training success and the layouts before/after, with "
+                                        "intervals (the end of `make demo`)")
+    p.add_argument("--config", default=LAB_DEMO_CONFIG, help="a LabConfig JSON file (seeds[0] is the seed)")
+    p.add_argument("--out", default="runs/metalab/demo", help="run folder; rerunning resumes")
+    p.add_argument("--figures", default=None, help="figure folder (default <out>/figures)")
+    p.set_defaults(func=_cmd_lab_demo)
 
     return parser
 

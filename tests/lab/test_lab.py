@@ -175,7 +175,13 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
         "trajectory", "group", "group", "convex")  # the scope is set on top of the preset, nothing else changes
     with pytest.raises(ValueError, match="advantage_scope"):
         LabConfig(advantage_scope="task")
+    for cfg in default.values():
         assert (cfg.ppo_epochs, cfg.mini_batch_size, cfg.loss.clip_eps, cfg.max_steps) == (1, 32, 0.2, 24)
+        assert cfg.old_logprobs == "recompute"
+    sampler = train_config(LabConfig(old_logprobs="sampler"), tmp_path, "grpo", 0)
+    assert sampler.old_logprobs == "sampler"  # the lab option reaches the trainer (one forward pass fewer)
+    with pytest.raises(ValueError, match="old_logprobs"):
+        LabConfig(old_logprobs="rollout")
     with pytest.raises(ValueError, match="advantage_preset"):
         LabConfig(advantage_preset="papr")
     from rlvmr_nb.lab.experiment import training_pool
@@ -236,7 +242,7 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
         played[arm] = sorted(ep["task_id"] for ep in episodes)
         assert set(played[arm]) <= pool
     assert played["grpo"] == played["rlvmr"]
-    from rlvmr_nb.trajectory import read_episodes
+    from rlvmr_nb.rollout.trajectory import read_episodes
 
     heldin = {arm: read_episodes(out / "eval" / f"{arm}-seed1" / "heldin.episodes.jsonl")
               for arm in ("cold_start", "grpo", "rlvmr")}  # the fairness check's pairs: same tasks, same seed
@@ -265,6 +271,7 @@ def test_metacognition_lab_notebook_runs_with_the_ci_parameters(tmp_path):
     doc = json.loads((tmp_path / "runs" / "metalab" / "ci" / "lab_results.json").read_text())
     assert {r["level"] for r in doc["table"]} == {"L0", "L2"}
     assert (tmp_path / "runs" / "metalab" / "ci" / "figures" / "lab_ci_metrics.png").is_file()
+    assert (tmp_path / "runs" / "metalab" / "ci-demo" / "figures" / "lab_ci_learning.png").is_file()  # the demo
 
 
 def test_a_cold_start_is_cached_per_configuration(tmp_path, monkeypatch):
@@ -305,3 +312,41 @@ def test_stage_timer_adds_a_resumed_stage_instead_of_replacing_it(tmp_path):
     with StageTimer(tmp_path / "timing.json").stage("seeds"):  # a new process: the file is read back
         pass
     assert json.loads((tmp_path / "timing.json").read_text())["seeds"]["wall_s"] >= 0.05
+
+
+@pytest.mark.slow
+def test_rlvmr_nb_lab_demo_end_to_end_with_the_ci_config(tmp_path, capsys):
+    """`rlvmr-nb lab-demo` (the end of `make demo`): RLVMR trained on the pool, the pool played before and after
+    with the same sampling seeds, the figure and the results file; a rerun resumes without retraining."""
+    from rlvmr_nb.cli import main
+
+    out = tmp_path / "demo"
+    args = ["lab-demo", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out)]
+    assert main(args) == 0
+    printed = capsys.readouterr().out
+    assert "training success, first 1 -> last 1 iterations" in printed and "paired plays" in printed
+    doc = json.loads((out / "learning_demo.json").read_text())
+    assert doc["algo"] == "rlvmr" and [row["iteration"] for row in doc["curve"]] == [0, 1]  # ci.json: 2 iterations
+    assert all(0 <= r["lo"] <= r["success"] <= r["hi"] <= 1 and r["episodes"] == 4 for r in doc["curve"])
+    pool = [t.task_id for t in level_tasks("train", "L0")[:3]]  # ci.json: train_pool 3, each played heldin_episodes
+    repeats = doc["config"]["heldin_episodes"]
+    assert doc["heldin"]["tasks"] == 3 and doc["heldin"]["pairs"] == 3 * repeats
+    from rlvmr_nb.rollout.trajectory import read_episodes
+
+    played = {arm: [e.task_id for e in read_episodes(out / "eval" / f"{arm}-seed0" / "heldin.episodes.jsonl")]
+              for arm in ("cold_start", "rlvmr")}
+    assert played["cold_start"] == played["rlvmr"] == pool * repeats
+    assert not (out / "eval" / "rlvmr-seed0" / "L0.json").exists()  # the demo plays its pool, no test level
+    assert (out / "figures" / "lab_ci_learning.png").is_file()
+    trained = (out / "runs" / "rlvmr-seed0" / "metrics.jsonl").read_text()
+    assert main(args) == 0 and (out / "runs" / "rlvmr-seed0" / "metrics.jsonl").read_text() == trained
+
+
+def test_the_lab_demo_shares_the_classroom_cold_start():
+    """`make demo` ends with the lab demo: it must reuse the classroom's cached cold start, not build its own."""
+    from rlvmr_nb.lab import load_lab_config
+    from rlvmr_nb.lab.experiment import coldstart_key
+
+    demo, classroom = (load_lab_config(ROOT / "configs" / "lab" / f"{n}.json") for n in ("demo", "classroom"))
+    assert coldstart_key(demo) == coldstart_key(classroom)
+    assert demo.algos == ("rlvmr",) and demo.train_pool <= 8

@@ -98,3 +98,20 @@ def test_a_layout_played_several_times_pairs_its_kth_episodes():
     check = paired.fairness_check(before, after, l0, {"GRPO": l0}, bootstrap=200)["grpo_heldin"]
     assert (check["pairs"], check["tasks"]) == (4, 2)
     assert check["rise"] == pytest.approx(0.5) and check["per_seed"] == [pytest.approx(0.5)]
+
+
+def test_heldin_rise_on_a_hand_computed_example():
+    """The held-in rise alone (the learning demo's before/after, the fairness check's first condition). Hand-computed:
+    one seed, t0 won 0/2 before and 2/2 after, t1 won 1/2 before and 1/2 after: pairs +1, +1, 0, 0 -> rise 0.5;
+    every bootstrap draw of the 2 layouts lies in {0, 0.5, 1}, so the interval is inside [0, 1]; a rise of 0.5 with
+    only 2 layouts cannot have an interval above 0 (a draw of t1 twice gives 0), so it does not pass."""
+    before = [[_episode("t0", False, ["look"]), _episode("t1", True, ["look"]),
+               _episode("t0", False, ["look"]), _episode("t1", False, ["look"])]]
+    after = [[_episode("t0", True, ["look"]), _episode("t1", True, ["look"]),
+              _episode("t0", True, ["look"]), _episode("t1", False, ["look"])]]
+    rise = paired.heldin_rise(before, after, bootstrap=400)
+    assert rise["rise"] == pytest.approx(0.5) and (rise["pairs"], rise["tasks"]) == (4, 2)
+    assert (rise["before"], rise["after"]) == (pytest.approx(0.25), pytest.approx(0.75))
+    assert 0.0 <= rise["lo"] <= rise["hi"] <= 1.0 and rise["lo"] == 0.0 and not rise["passes"]
+    with pytest.raises(ValueError, match="no paired held-in episodes"):
+        paired.heldin_rise(before, [[_episode("t9", True, ["look"])]])

@@ -82,6 +82,11 @@ class LabConfig:
     """PPO clip range (paper Eq. 5). With ~20 updates per batch the later mini-batches are off-policy and the clip
     binds (`clip_frac` ~1-3 % in each arm's metrics.jsonl)."""
     micro_batch_size: int = 32
+    old_logprobs: str = "recompute"
+    """`TrainConfig.old_logprobs` of both arms: 'recompute' (a forward pass of the pre-update policy over the
+    batch, official) or 'sampler' (the log-probs the rollouts were sampled with, at the training temperature). With
+    one PPO pass the two differ only by the generation's numerics (mean |difference| ~0.002 per token in the lab),
+    and 'sampler' saves one of the update's forward passes over every step sample (~18 % of an iteration here)."""
     # --- evaluation (paper §2.1) ------------------------------------------------------------------
     levels: tuple[str, ...] = ("L0", "L1", "L2")
     eval_tasks: int = 20
@@ -114,6 +119,7 @@ class LabConfig:
         from ..scoring.advantages import PRESETS
 
         require_choice(self, "advantage_preset", PRESETS)
+        require_choice(self, "old_logprobs", ("recompute", "sampler"))
         if self.advantage_scope is not None:
             require_choice(self, "advantage_scope", ("batch", "group"))
         if not self.algos or not self.seeds or not self.levels:

@@ -153,6 +153,7 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
         max_new_tokens=config.max_new_tokens, max_prompt_tokens=None, lr=config.lr, temperature=config.temperature,
         advantage=lab_advantage_config(config), reward=lab_reward_config(config),
         mini_batch_size=config.mini_batch_size, ppo_epochs=config.ppo_epochs, micro_batch_size=config.micro_batch_size,
+        old_logprobs=config.old_logprobs,
         loss=LossConfig(kl_coef=config.kl_coef, clip_eps=config.clip_eps), bf16_autocast=False,
         save_every=config.iterations, keep_checkpoints=1, progress=False, generation_batch_size=config.tasks_per_iteration * config.group_size,
     )
@@ -214,13 +215,16 @@ def heldin_tasks(config: LabConfig) -> list:
     return training_pool(config)[: config.heldin_tasks]
 
 
-def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: int, model_dir: Path) -> list[Path]:
-    """Evaluate one policy on every level and on the held-in training layouts (skipping what is written). Every
-    arm of a seed plays the same tasks with the same sampling seed, so arms pair episode by episode."""
+def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: int, model_dir: Path,
+                   levels: tuple[str, ...] | None = None) -> list[Path]:
+    """Evaluate one policy on `levels` (default: every level of the configuration and the held-in training
+    layouts, `HELDIN`), skipping what is written. Every arm of a seed plays the same tasks with the same sampling
+    seed, so arms pair episode by episode."""
     from ..evaluate import evaluate_policy, write_results
     from ..runs import load_policy
 
-    todo = [level for level in (*config.levels, HELDIN) if not eval_path(out, arm, seed, level).is_file()]
+    levels = (*config.levels, HELDIN) if levels is None else tuple(levels)
+    todo = [level for level in levels if not eval_path(out, arm, seed, level).is_file()]
     if todo:
         model, tokenizer, described = load_policy(str(model_dir))
         for level in todo:
@@ -235,7 +239,7 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
                 ep.info["method"] = arm_label(arm)
             write_results(eval_path(out, arm, seed, level), summary, cfg, episodes,
                           extra={"arm": arm, "seed": seed, "policy": described})
-    return [eval_path(out, arm, seed, level) for level in (*config.levels, HELDIN)]
+    return [eval_path(out, arm, seed, level) for level in levels]
 
 
 def run_unit(config: LabConfig, out: str | os.PathLike, seed: int, arm: str,

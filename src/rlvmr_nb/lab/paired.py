@@ -212,17 +212,13 @@ def _won_by_occurrence(episodes: Sequence[Episode]) -> dict[tuple[str, int], flo
     return won
 
 
-def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence[Episode]],
-                   l0_coldstart: Sequence[Sequence[Episode]], l0_arms: Mapping[str, Sequence[Sequence[Episode]]],
-                   rise: float = 0.15, bootstrap: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Whether the run is a fair test, decided before any comparison of the arms:
-
-    1. GRPO's success on the fixed held-in training layouts, after − before (cold start), paired episode by
-       episode (same task and its k-th play, same sampling seed), must rise by >= `rise` with a 95 % interval above 0. The
-       interval is a bootstrap over the held-in tasks (each draw keeps a task's pairs of every seed together):
-       with fewer than 5 seeds a t over seeds is too wide to say anything. With 5 or more seeds the paired t
-       over seeds must exclude 0 as well.
-    2. No RL arm's unseen-L0 success may fall below the cold start's (point estimate over the same seeds)."""
+def heldin_rise(before: Sequence[Sequence[Episode]], after: Sequence[Sequence[Episode]], rise: float = 0.15,
+                bootstrap: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """How much a policy's success on fixed training layouts rose: after − before, paired episode by episode
+    (same task and its k-th play, same sampling seed; one list of episodes per seed), with a 95 % interval from a
+    bootstrap over the layouts (each draw keeps a layout's pairs of every seed together: with fewer than 5 seeds a
+    t over seeds is too wide to say anything). `passes`: the rise is >= `rise` and the interval lies above 0; with
+    5 or more seeds the paired t over seeds must exclude 0 as well."""
     per_seed = []
     pairs: dict[str, list[float]] = {}
     for b_eps, a_eps in zip(before, after):
@@ -232,6 +228,8 @@ def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence
         for k in common:
             pairs.setdefault(k[0], []).append(a_won[k] - b_won[k])
     tasks = sorted(pairs)
+    if not tasks:
+        raise ValueError("no paired held-in episodes: before and after share no (task, play)")
     rng = np.random.default_rng(seed)
     draws = [np.mean(np.concatenate([pairs[tasks[i]] for i in rng.integers(0, len(tasks), len(tasks))]))
              for _ in range(bootstrap)]
@@ -246,6 +244,18 @@ def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence
         heldin["t_over_seeds"] = paired_t(per_seed)
         passes = passes and heldin["t_over_seeds"]["lo"] > 0
     heldin["passes"] = bool(passes)
+    return heldin
+
+
+def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence[Episode]],
+                   l0_coldstart: Sequence[Sequence[Episode]], l0_arms: Mapping[str, Sequence[Sequence[Episode]]],
+                   rise: float = 0.15, bootstrap: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Whether the run is a fair test, decided before any comparison of the arms:
+
+    1. GRPO's success on the fixed held-in training layouts, after − before (cold start), paired episode by
+       episode, must rise by >= `rise` with a 95 % interval above 0 (`heldin_rise`).
+    2. No RL arm's unseen-L0 success may fall below the cold start's (point estimate over the same seeds)."""
+    heldin = heldin_rise(before, after, rise, bootstrap, seed)
     l0 = {}
     for arm, eps in l0_arms.items():
         test = paired_endpoint(eps, l0_coldstart, "success", bootstrap=bootstrap)
