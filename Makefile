@@ -45,7 +45,8 @@ UPDATE ?=
 FIGURE_FLAGS := $(if $(UPDATE),--update-figures)
 
 # The main command: the example group (seconds), then the tour and a short end-to-end SmolLM2 run on
-# real ALFWorld (cold start -> RLVMR); run folders in runs/demo/, figures in runs/figures/demo/.
+# real ALFWorld (cold start -> RLVMR), then the lab's learning demo (RLVMR learning 4 lab layouts, minutes;
+# rlvmr-nb lab-demo); run folders in runs/demo/ and runs/metalab/demo/, figures in runs/figures/demo/.
 demo: $(STAMP)
 	$(BIN)/rlvmr-nb demo --train $(FIGURE_FLAGS)
 

@@ -55,10 +55,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
                     "eval_tasks": 60, "old_logprobs": "sampler"},
     "o-8v-kl0.1-iter32": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.1,
                           "eval_tasks": 60, "old_logprobs": "sampler"},
+    "o-8v-kl0.15-iter32": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.15,
+                           "eval_tasks": 60, "old_logprobs": "sampler"},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)
-"""Disjoint from every seed of ``configs/lab/*.json`` (0-11)."""
+"""Disjoint from every seed of ``configs/lab/*.json`` (classroom 0-1, recorded 0-39, pilot 300-303)."""
 
 
 def main(argv: list[str] | None = None) -> int:
