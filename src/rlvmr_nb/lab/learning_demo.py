@@ -94,7 +94,7 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     seed = config.seeds[0]
     started = time.perf_counter()
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
-    say = print if progress else (lambda *_: None)
+    say = print if progress else (lambda *_, **__: None)
     say(f"lab demo: cold start ({'cached or ' if os.environ.get('RLVMR_LAB_COLDSTART_CACHE', '1') != '0' else ''}"
         "built: ~8 min on 2 cores the first time) ...", flush=True)
     run_coldstart(config, out, progress=progress)
