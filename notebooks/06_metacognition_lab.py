@@ -43,6 +43,7 @@
 # (`configs/ci/06_metacognition_lab.json`, kernel already started) needs ~20 s of CPU; these defaults
 # (the classroom configuration) took 10 min 19 s wall for the seeds with 2 workers, plus 7 min 51 s for the cold
 # start when it is built (cached afterwards); `make metalab` from a fresh clone: 19 min 14 s (docs/lab.md, 'Measured').
+# The learning demo's section adds 3 min 7 s (`configs/lab/demo.json`, the cold start cached).
 #
 # ## The hypothesis and its test, stated before the run (docs/lab.md, 'Pre-registration')
 #
