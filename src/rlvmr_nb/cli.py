@@ -83,6 +83,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 
 
 LAB_DEMO_CONFIG = "configs/lab/demo.json"
+"""The lab demo's settings (`lab.learning_demo`): the classroom's cold start, a pool of 4 layouts, RLVMR, one seed."""
 
 
 def _run_lab_demo(config_file: str, out: str, figures: str) -> None:

@@ -34,10 +34,6 @@ from matplotlib.ticker import MaxNLocator
 from .config import LabConfig
 from .layout import COLDSTART_ARM, HELDIN, coldstart_dir, eval_path
 
-DEMO_CONFIG = "configs/lab/demo.json"
-"""The demo's settings: the classroom's cold start, a pool of a few layouts, RLVMR, one seed."""
-
-
 @dataclass
 class LearningDemo:
     """What `run_learning_demo` measured and where it wrote it."""
@@ -81,8 +77,6 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     """Cold start (cached), `algo` trained on the pool for `config.iterations` (seed `config.seeds[0]`), the pool
     played before and after at the evaluation temperature (`heldin_episodes` plays of each layout of the pool); the figure and ``learning_demo.json`` are written
     to `figures_dir` (default ``<out>/figures``) and `out`. A rerun resumes (every stage skips what is written)."""
-    import torch
-
     from ..plots import save_figure
     from ..rollout.trajectory import read_episodes
     from .experiment import run_arm, run_coldstart, run_evaluation
@@ -93,7 +87,6 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     out = Path(out)
     seed = config.seeds[0]
     started = time.perf_counter()
-    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     say = print if progress else (lambda *_, **__: None)
     say(f"lab demo: cold start ({'cached or ' if os.environ.get('RLVMR_LAB_COLDSTART_CACHE', '1') != '0' else ''}"
         "built: ~8 min on 2 cores the first time) ...", flush=True)
