@@ -4,7 +4,7 @@ The fairness check plays the held-in layouts at the evaluation temperature (0.4,
 setting). GRPO samples its training rollouts at 1.0 and its training curves rise while the check stays flat
 (docs/lab.md, 'Budget'). This script replays the same held-in layouts (4 plays each, the same sampling seed for
 both policies) with the cold start and with GRPO's final checkpoint at each temperature, and computes the paired
-rise with the check's own statistics (`lab.paired.fairness_check`), to tell "GRPO learned nothing" from "GRPO
+rise with the check's own statistics (`lab.paired.heldin_rise`; the replays: `lab.experiment.replay`), to tell "GRPO learned nothing" from "GRPO
 learned what low-temperature decoding already gives the cold start". Descriptive: it changes no verdict.
 
     PYTHONPATH=src python benchmarks/lab_heldin_temperature.py --runs /tmp/sw3/base \
@@ -19,7 +19,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 
@@ -30,27 +29,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/lab_heldin_temperature.json")
     args = p.parse_args(argv)
 
-    from rlvmr_nb.evaluate import evaluate_policy, provenance
+    from rlvmr_nb.evaluate import provenance
     from rlvmr_nb.lab.config import LabConfig
-    from rlvmr_nb.lab.experiment import eval_config, heldin_tasks
-    from rlvmr_nb.lab.layout import coldstart_dir
-    from rlvmr_nb.lab.paired import fairness_check
-    from rlvmr_nb.runs import load_policy
+    from rlvmr_nb.lab.experiment import COLDSTART_ARM, heldin_tasks, replay
+    from rlvmr_nb.lab.paired import heldin_rise
 
     out = Path(args.runs)
     config = LabConfig.from_dict(json.loads((out / "lab_config.json").read_text()))
     tasks = heldin_tasks(config) * config.heldin_episodes
     doc: dict = {"runs": str(out), "config": config.to_dict(), "temperatures": {}}
     for temperature in args.temperatures:
-        played: dict[str, list] = {"cold start": [], "GRPO": []}
-        for seed in config.seeds:
-            cfg = replace(eval_config(config, "L0", seed), temperature=temperature)
-            for arm, folder in (("cold start", coldstart_dir(out)), ("GRPO", out / "runs" / f"grpo-seed{seed}")):
-                model, tokenizer, _ = load_policy(str(folder))
-                episodes, _ = evaluate_policy(model, tokenizer, cfg, tasks=tasks, progress=False)
-                played[arm].append(episodes)
-        check = fairness_check(played["cold start"], played["GRPO"], played["cold start"][:0], {},
-                               bootstrap=config.bootstrap)["grpo_heldin"]
+        played = [replay(config, out, seed, tasks, temperature) for seed in config.seeds]
+        check = heldin_rise([arms[COLDSTART_ARM] for arms in played], [arms["grpo"] for arms in played],
+                            bootstrap=config.bootstrap)
         doc["temperatures"][str(temperature)] = check
         print(f"T {temperature}: held-in {100 * check['before']:.1f} -> {100 * check['after']:.1f} %, rise "
               f"{100 * check['rise']:+.1f} pp [{100 * check['lo']:+.1f}, {100 * check['hi']:+.1f}] "

@@ -2,7 +2,7 @@
 
 The check asks that no RL arm fall below the cold start on unseen L0 (`lab.paired.fairness_check`); with
 `eval_tasks` 20 a seed's estimate has an SE near 15 pp. This replays all 60 L0 test layouts with the cold start
-and with GRPO's final checkpoint of a finished sweep run (same sampling seed for both) and reports the
+and with GRPO's final checkpoint of a finished sweep run (same sampling seed for both; `lab.experiment.replay`) and reports the
 difference per seed. Descriptive: it changes no verdict.
 
     PYTHONPATH=src python benchmarks/lab_l0_all_tasks.py --runs /tmp/lab-fairness-sweep/o-8visits-stable \
@@ -17,7 +17,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 
@@ -28,23 +27,18 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from rlvmr_nb.envs.lab_world import level_tasks
-    from rlvmr_nb.evaluate import evaluate_policy, provenance
+    from rlvmr_nb.evaluate import provenance
     from rlvmr_nb.lab.config import LabConfig
-    from rlvmr_nb.lab.experiment import eval_config
-    from rlvmr_nb.lab.layout import coldstart_dir
-    from rlvmr_nb.runs import load_policy
+    from rlvmr_nb.lab.experiment import COLDSTART_ARM, replay
 
     out = Path(args.runs)
     config = LabConfig.from_dict(json.loads((out / "lab_config.json").read_text()))
     tasks = level_tasks("test", "L0")
     per_seed = []
     for seed in config.seeds:
-        cfg = replace(eval_config(config, "L0", seed), max_tasks=len(tasks))
-        success = {}
-        for arm, folder in (("cold start", coldstart_dir(out)), ("GRPO", out / "runs" / f"grpo-seed{seed}")):
-            model, tokenizer, _ = load_policy(str(folder))
-            episodes, _ = evaluate_policy(model, tokenizer, cfg, tasks=tasks, progress=False)
-            success[arm] = sum(ep.won for ep in episodes) / len(episodes)
+        played = replay(config, out, seed, tasks)  # the cold start and GRPO, the same sampling seed
+        success = {label: sum(ep.won for ep in played[arm]) / len(played[arm])
+                   for label, arm in (("cold start", COLDSTART_ARM), ("GRPO", "grpo"))}
         per_seed.append({"seed": seed, **success, "difference": success["GRPO"] - success["cold start"]})
         print(per_seed[-1])
     mean = sum(r["difference"] for r in per_seed) / len(per_seed)

@@ -77,13 +77,14 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             print(f"{name}: {info['seconds']:.0f} s, executed copy {info['notebook']}")
         print(f"figures: {'figures/demo/' if args.update_figures else 'runs/figures/demo/'}")
         # the end of the demo: the method learning, in minutes, in the lab's small world (lab/learning_demo.py)
-        _run_lab_demo(LAB_DEMO_CONFIG, "runs/metalab/demo", "figures/demo" if args.update_figures else
-                      "runs/figures/demo")
+        _run_lab_demo(LAB_DEMO_CONFIG, LAB_DEMO_OUT, "figures/demo" if args.update_figures else "runs/figures/demo")
     return 0
 
 
 LAB_DEMO_CONFIG = "configs/lab/demo.json"
 """The lab demo's settings (`lab.learning_demo`): the classroom's cold start, a pool of 4 layouts, RLVMR, one seed."""
+LAB_DEMO_OUT = "runs/metalab/demo"
+"""The lab demo's run folder (git-ignored, like every run)."""
 
 
 def _run_lab_demo(config_file: str, out: str, figures: str) -> None:
@@ -356,7 +357,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                         "training layouts, training success and the layouts before/after, with "
                                         "intervals (the end of `make demo`)")
     p.add_argument("--config", default=LAB_DEMO_CONFIG, help="a LabConfig JSON file (seeds[0] is the seed)")
-    p.add_argument("--out", default="runs/metalab/demo", help="run folder; rerunning resumes")
+    p.add_argument("--out", default=LAB_DEMO_OUT, help="run folder; rerunning resumes")
     p.add_argument("--figures", default=None, help="figure folder (default <out>/figures)")
     p.set_defaults(func=_cmd_lab_demo)
 

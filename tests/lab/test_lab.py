@@ -250,6 +250,14 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert repeats > 1 and pre["fairness"]["grpo_heldin"]["pairs"] == 2 * 3 * repeats  # 2 seeds x 3 layouts
     assert [e.task_id for e in heldin["cold_start"]] == [e.task_id for e in heldin["grpo"]] == sorted(pool, key=[
         t.task_id for t in level_tasks("train", "L0")].index) * repeats
+    # `replay` (the benchmarks' re-measurement of a finished run) plays with the evaluation's own settings: given
+    # the held-in plays it reproduces the written held-in episodes of both the cold start and GRPO, action by action
+    from rlvmr_nb.lab.experiment import COLDSTART_ARM, heldin_tasks, replay
+
+    ci = load_lab_config(ROOT / "configs" / "lab" / "ci.json")
+    replayed = replay(ci, out, 1, heldin_tasks(ci) * ci.heldin_episodes)
+    for arm, folder in ((COLDSTART_ARM, "cold_start"), ("grpo", "grpo")):
+        assert [[s.action for s in e.steps] for e in replayed[arm]] == [[s.action for s in e.steps] for e in heldin[folder]]
     # a rerun resumes: nothing is retrained, the same numbers come out
     before = (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),

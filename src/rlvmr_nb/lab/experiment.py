@@ -242,6 +242,27 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
     return [eval_path(out, arm, seed, level) for level in levels]
 
 
+def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
+           temperature: float | None = None) -> dict[str, list]:
+    """The cold start and GRPO's final checkpoint of one seed of a finished run, each playing `tasks` with that
+    seed's evaluation settings (`eval_config`; `temperature` overrides the evaluation temperature) and the same
+    sampling seed, so the two pair episode by episode. Returns {arm: episodes} and writes nothing: the
+    benchmarks that re-measure a finished run (other tasks, another temperature) without touching its files."""
+    from dataclasses import replace
+
+    from ..evaluate import evaluate_policy
+    from ..runs import load_policy
+
+    cfg = eval_config(config, "L0", seed)
+    if temperature is not None:
+        cfg = replace(cfg, temperature=temperature)
+    played = {}
+    for arm, folder in ((COLDSTART_ARM, coldstart_dir(out)), ("grpo", Path(out) / "runs" / f"grpo-seed{seed}")):
+        model, tokenizer, _ = load_policy(str(folder))
+        played[arm], _ = evaluate_policy(model, tokenizer, cfg, tasks=tasks, progress=False)
+    return played
+
+
 def run_unit(config: LabConfig, out: str | os.PathLike, seed: int, arm: str,
              log: Callable[[str], None] = print) -> dict:
     """One independent piece of a seed after the cold start: the cold start's evaluation (`arm` =

@@ -54,14 +54,13 @@ class LearningDemo:
 def training_curve(run_dir: str | os.PathLike) -> list[dict[str, float]]:
     """Success per iteration of a trainer run folder, from its episodes (``episodes.jsonl``), with a Wilson
     interval over the iteration's episodes, and the per-episode repetitive-step rate."""
-    from ..rollout.trajectory import read_episodes
+    from ..rollout.trajectory import parse_episode_id, read_episodes
     from .paired import episode_repetition
     from .stats import wilson
 
     by_iteration: dict[int, list] = {}
     for ep in read_episodes(Path(run_dir) / "episodes.jsonl"):
-        iteration = int(ep.group_id.split("-")[0].removeprefix("it"))  # trainer group ids: "it<i>-g<j>"
-        by_iteration.setdefault(iteration, []).append(ep)
+        by_iteration.setdefault(parse_episode_id(ep.episode_id)[0], []).append(ep)
     curve = []
     for iteration in sorted(by_iteration):
         eps = by_iteration[iteration]
