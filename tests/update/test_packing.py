@@ -88,3 +88,18 @@ def test_packed_logprobs_equal_padded_and_generation_is_untouched(tiny_llama, sm
         before = tiny_llama(input_ids=ids, attention_mask=attn).logits
     assert model.config._attn_implementation != tiny_llama.config._attn_implementation
     assert torch.allclose(after[attn.bool()], before[attn.bool()], atol=1e-5)
+
+
+def test_per_sequence_attention_refuses_bounds_that_miss_the_row():
+    """Guards the split-based loop: bounds that stop short of the row (or start past 0) would silently leave
+    tokens unattended; `torch.split` needs lengths that cover the row exactly, so it says so instead."""
+    from rlvmr_nb.update.kernels.packed_attention import _per_sequence
+
+    q = torch.randn(1, 2, 10, 4)
+    out = _per_sequence(q, q, q, [0, 4, 10], None)
+    assert out.shape == (1, 10, 2, 4)
+    first = torch.nn.functional.scaled_dot_product_attention(q[:, :, :4], q[:, :, :4], q[:, :, :4], is_causal=True)
+    assert torch.allclose(out[:, :4], first.transpose(1, 2))
+    for ends in ([0, 4, 9], [1, 4, 10]):
+        with pytest.raises(ValueError, match="do not cover"):
+            _per_sequence(q, q, q, ends, None)
