@@ -57,6 +57,12 @@ VARIANTS: dict[str, dict[str, Any]] = {
                           "eval_tasks": 60, "old_logprobs": "sampler"},
     "o-8v-kl0.15-iter32": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.15,
                            "eval_tasks": 60, "old_logprobs": "sampler"},
+    # Does GRPO's loss on unseen L0 come from memorising 24 layouts? The same budget over 48 and 96 (the held-in
+    # check still plays the pool's first 24, now met ~5 and ~3 times instead of ~11).
+    "o-8v-kl0.1-iter32-pool48": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.1,
+                                 "eval_tasks": 60, "old_logprobs": "sampler", "train_pool": 48},
+    "o-8v-kl0.1-iter32-pool96": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.1,
+                                 "eval_tasks": 60, "old_logprobs": "sampler", "train_pool": 96},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)
