@@ -63,6 +63,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                  "eval_tasks": 60, "old_logprobs": "sampler", "train_pool": 48},
     "o-8v-kl0.1-iter32-pool96": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.1,
                                  "eval_tasks": 60, "old_logprobs": "sampler", "train_pool": 96},
+    # Stated before running it: the confirmation's L0 loss at the evaluation temperature 0.4 (-1.7 pp over 4 plays
+    # per layout) turned into +4.8 pp at the training temperature 1.0 (`lab_l0_all_tasks.py --temperature 1.0`):
+    # GRPO sharpens the policy, and 0.4 then locks it into its loops. Hypothesis: evaluated at 1.0, the same
+    # budget passes the fairness check as written (held-in rise >= 15 pp, interval above 0; L0 GRPO - cold start
+    # >= 0). Evaluation-only on the sweep seeds (training reads no evaluation setting, so their runs are reused),
+    # then trained afresh on fresh seeds 404-407.
+    "o-8v-kl0.1-iter32-T1.0": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.1,
+                               "eval_tasks": 60, "old_logprobs": "sampler", "eval_temperature": 1.0},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)
