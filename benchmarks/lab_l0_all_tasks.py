@@ -24,30 +24,46 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", required=True, help="a lab run folder (lab_config.json, coldstart/, runs/grpo-seed*)")
     p.add_argument("--out", default="benchmarks/results/lab_l0_all_tasks.json")
+    p.add_argument("--plays", type=int, default=1,
+                   help="episodes per layout and arm: play 0 with the seed's evaluation sampling seed, play k > 0 "
+                        "with sampling seed 1000 * seed + k (both arms the same, so they still pair)")
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature of both arms (default: the run's evaluation temperature)")
+    p.add_argument("--label", default=None, help="the results entry's name (default: the run folder's name)")
     args = p.parse_args(argv)
 
     from rlvmr_nb.envs.lab_world import level_tasks
     from rlvmr_nb.evaluate import provenance
     from rlvmr_nb.lab.config import LabConfig
     from rlvmr_nb.lab.experiment import COLDSTART_ARM, replay
+    from rlvmr_nb.lab.paired import paired_t
 
     out = Path(args.runs)
     config = LabConfig.from_dict(json.loads((out / "lab_config.json").read_text()))
     tasks = level_tasks("test", "L0")
     per_seed = []
     for seed in config.seeds:
-        played = replay(config, out, seed, tasks)  # the cold start and GRPO, the same sampling seed
+        played: dict[str, list] = {}
+        for play in range(args.plays):  # the cold start and GRPO, the same sampling seed
+            replayed = replay(config, out, seed, tasks, temperature=args.temperature,
+                              sampling_seed=1000 * seed + play if play else None)
+            for arm, episodes in replayed.items():
+                played.setdefault(arm, []).extend(episodes)
         success = {label: sum(ep.won for ep in played[arm]) / len(played[arm])
                    for label, arm in (("cold start", COLDSTART_ARM), ("GRPO", "grpo"))}
         per_seed.append({"seed": seed, **success, "difference": success["GRPO"] - success["cold start"]})
         print(per_seed[-1])
     mean = sum(r["difference"] for r in per_seed) / len(per_seed)
-    print(f"GRPO - cold start on all {len(tasks)} L0 test tasks: {100 * mean:+.1f} pp (mean over seeds)")
+    test = paired_t([r["difference"] for r in per_seed]) if len(per_seed) > 1 else None
+    interval = f" [{100 * test['lo']:+.1f}, {100 * test['hi']:+.1f}] (paired t over seeds)" if test else ""
+    print(f"GRPO - cold start on all {len(tasks)} L0 test tasks x {args.plays}: {100 * mean:+.1f} pp{interval}")
     result = Path(args.out)  # one entry per run folder's name (the sweep variant), earlier entries kept
     doc = json.loads(result.read_text()) if result.is_file() else {"variants": {}}
-    doc["variants"][out.name] = {"runs": str(out), "config": config.to_dict(), "tasks": len(tasks),
-                                 "per_seed": per_seed, "difference": mean, "passes": mean >= 0,
-                                 "provenance": provenance()}
+    temperature = config.eval_temperature if args.temperature is None else args.temperature
+    doc["variants"][args.label or out.name] = {
+        "runs": str(out), "config": config.to_dict(), "tasks": len(tasks), "plays": args.plays,
+        "temperature": temperature, "per_seed": per_seed, "difference": mean, "paired_t": test, "passes": mean >= 0,
+        "provenance": provenance()}
     result.write_text(json.dumps(doc, indent=2, default=float) + "\n")
     return 0
 

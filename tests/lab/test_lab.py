@@ -252,12 +252,19 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
         t.task_id for t in level_tasks("train", "L0")].index) * repeats
     # `replay` (the benchmarks' re-measurement of a finished run) plays with the evaluation's own settings: given
     # the held-in plays it reproduces the written held-in episodes of both the cold start and GRPO, action by action
-    from rlvmr_nb.lab.experiment import COLDSTART_ARM, heldin_tasks, replay
+    from rlvmr_nb.lab.experiment import COLDSTART_ARM, eval_config, heldin_tasks, replay
 
     ci = load_lab_config(ROOT / "configs" / "lab" / "ci.json")
     replayed = replay(ci, out, 1, heldin_tasks(ci) * ci.heldin_episodes)
     for arm, folder in ((COLDSTART_ARM, "cold_start"), ("grpo", "grpo")):
         assert [[s.action for s in e.steps] for e in replayed[arm]] == [[s.action for s in e.steps] for e in heldin[folder]]
+    # naming the evaluation's own sampling seed changes nothing; another seed keeps both arms on the same tasks
+    same = replay(ci, out, 1, heldin_tasks(ci), sampling_seed=eval_config(ci, "L0", 1).seed)
+    assert [[s.action for s in e.steps] for e in same["grpo"]] == [
+        [s.action for s in e.steps] for e in replay(ci, out, 1, heldin_tasks(ci))["grpo"]]
+    other = replay(ci, out, 1, heldin_tasks(ci), temperature=1.0, sampling_seed=1234)
+    assert [e.task_id for e in other[COLDSTART_ARM]] == [e.task_id for e in other["grpo"]] == [
+        t.task_id for t in heldin_tasks(ci)]
     # a rerun resumes: nothing is retrained, the same numbers come out
     before = (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),

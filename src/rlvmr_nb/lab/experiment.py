@@ -243,11 +243,12 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
 
 
 def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
-           temperature: float | None = None) -> dict[str, list]:
+           temperature: float | None = None, sampling_seed: int | None = None) -> dict[str, list]:
     """The cold start and GRPO's final checkpoint of one seed of a finished run, each playing `tasks` with that
-    seed's evaluation settings (`eval_config`; `temperature` overrides the evaluation temperature) and the same
-    sampling seed, so the two pair episode by episode. Returns {arm: episodes} and writes nothing: the
-    benchmarks that re-measure a finished run (other tasks, another temperature) without touching its files."""
+    seed's evaluation settings (`eval_config`; `temperature` overrides the evaluation temperature, `sampling_seed`
+    the sampling seed) and the same sampling seed, so the two pair episode by episode. Returns {arm: episodes} and
+    writes nothing: the benchmarks that re-measure a finished run (other tasks, another temperature, more plays)
+    without touching its files."""
     from dataclasses import replace
 
     from ..evaluate import evaluate_policy
@@ -256,6 +257,8 @@ def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
     cfg = eval_config(config, "L0", seed)
     if temperature is not None:
         cfg = replace(cfg, temperature=temperature)
+    if sampling_seed is not None:
+        cfg = replace(cfg, seed=sampling_seed)
     played = {}
     for arm, folder in ((COLDSTART_ARM, coldstart_dir(out)), ("grpo", Path(out) / "runs" / f"grpo-seed{seed}")):
         model, tokenizer, _ = load_policy(str(folder))
