@@ -25,8 +25,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", required=True, help="a lab run folder (lab_config.json, coldstart/, runs/grpo-seed*)")
     p.add_argument("--out", default="benchmarks/results/lab_l0_all_tasks.json")
     p.add_argument("--plays", type=int, default=1,
-                   help="episodes per layout and arm: play 0 with the seed's evaluation sampling seed, play k > 0 "
-                        "with sampling seed 1000 * seed + k (both arms the same, so they still pair)")
+                   help="episodes per layout and arm, play k with the lab's `play_sampling_seed(seed, k)` (play 0: "
+                        "the seed's evaluation sampling seed; both arms the same, so they still pair)")
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature of both arms (default: the run's evaluation temperature)")
     p.add_argument("--label", default=None, help="the results entry's name (default: the run folder's name)")
@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.envs.lab_world import level_tasks
     from rlvmr_nb.evaluate import provenance
     from rlvmr_nb.lab.config import LabConfig
-    from rlvmr_nb.lab.experiment import COLDSTART_ARM, replay
+    from rlvmr_nb.lab.experiment import COLDSTART_ARM, play_sampling_seed, replay
     from rlvmr_nb.lab.paired import paired_t
 
     out = Path(args.runs)
@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         played: dict[str, list] = {}
         for play in range(args.plays):  # the cold start and GRPO, the same sampling seed
             replayed = replay(config, out, seed, tasks, temperature=args.temperature,
-                              sampling_seed=1000 * seed + play if play else None)
+                              sampling_seed=play_sampling_seed(seed, play))
             for arm, episodes in replayed.items():
                 played.setdefault(arm, []).extend(episodes)
         success = {label: sum(ep.won for ep in played[arm]) / len(played[arm])

@@ -226,7 +226,7 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert len(pre["primary"]["differences"]) == 2 and pre["primary"]["power"]["target"] == 0.8
     assert set(pre["secondaries"]) == {"repetitive L2", "invalid L0+L1", "success L0", "success L1 (b)",
                                        "success L2 (b)"}
-    assert "Fairness check" in printed
+    assert "Fairness check" in printed and "must not fall below the cold start: point estimate >= 0" in printed
     assert all(r["lo"] <= r["rise"] <= r["hi"] for r in doc["training_rise"].values())
     assert {(d["level"], d["metric"]) for d in doc["differences"]} >= {("L1", "success"), ("L0", "repetitive")}
     assert len([r for r in doc["training_curves"] if r["arm"] == "RLVMR"]) == 4  # 2 iterations x 2 seeds
@@ -265,6 +265,19 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     other = replay(ci, out, 1, heldin_tasks(ci), temperature=1.0, sampling_seed=1234)
     assert [e.task_id for e in other[COLDSTART_ARM]] == [e.task_id for e in other["grpo"]] == [
         t.task_id for t in heldin_tasks(ci)]
+    # eval_episodes 2 (ci.json): each L0 test task is played twice, play 0 with the seed's own sampling seed (what
+    # one play gave), play 1 with play_sampling_seed(seed, 1); the arms play the same tasks in the same order
+    from rlvmr_nb.evaluate import eval_tasks
+    from rlvmr_nb.lab.experiment import play_sampling_seed
+
+    l0 = {arm: read_episodes(out / "eval" / f"{arm}-seed1" / "L0.episodes.jsonl") for arm in ("cold_start", "grpo")}
+    subset = [t.task_id for t in eval_tasks(eval_config(ci, "L0", 1))]
+    assert ci.eval_episodes == 2 and [e.task_id for e in l0["cold_start"]] == [e.task_id for e in l0["grpo"]] == subset * 2
+    for play in (0, 1):
+        again = replay(ci, out, 1, eval_tasks(eval_config(ci, "L0", 1)), sampling_seed=play_sampling_seed(1, play))
+        assert [[s.action for s in e.steps] for e in again["grpo"]] == [
+            [s.action for s in e.steps] for e in l0["grpo"][play * len(subset):(play + 1) * len(subset)]]
+    assert play_sampling_seed(1, 0) == 1 and len({play_sampling_seed(s, k) for s in range(50) for k in range(8)}) == 400
     # a rerun resumes: nothing is retrained, the same numbers come out
     before = (out / "runs" / "grpo-seed0" / "metrics.jsonl").read_text()
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),

@@ -115,3 +115,28 @@ def test_heldin_rise_on_a_hand_computed_example():
     assert 0.0 <= rise["lo"] <= rise["hi"] <= 1.0 and rise["lo"] == 0.0 and not rise["passes"]
     with pytest.raises(ValueError, match="no paired held-in episodes"):
         paired.heldin_rise(before, [[_episode("t9", True, ["look"])]])
+
+
+def test_the_l0_condition_as_non_inferiority_at_a_margin():
+    """`l0_margin` turns the L0 condition from 'point estimate >= 0' into non-inferiority. Hand-computed: cold start
+    wins 5 of 10 L0 episodes in each of 3 seeds; the arm wins 5, 4, 5 -> per-seed differences 0, -0.1, 0: mean
+    -0.0333, SD 0.0577, SE 0.0333, t(2) 4.3027 -> interval [-0.1768, +0.1101]. The pre-registered rule fails it
+    (mean < 0); at a margin of -0.2 it is non-inferior (-0.1768 > -0.2); at -0.1 it is not (the interval reaches
+    below). From one seed there is no interval, so the margin form cannot pass."""
+    tasks = [f"t{i}" for i in range(24)]
+    before = [[_episode(t, i < 6, ["look"]) for i, t in enumerate(tasks)] for _ in range(3)]
+    learned = [[_episode(t, i < 18, ["look"]) for i, t in enumerate(tasks)] for _ in range(3)]
+    cold = [[_episode("l", i < 5, ["look"]) for i in range(10)] for _ in range(3)]
+    arm = [[_episode("l", i < wins, ["look"]) for i in range(10)] for wins in (5, 4, 5)]
+    rule = paired.fairness_check(before, learned, cold, {"GRPO": arm}, bootstrap=200)["l0_vs_coldstart"]["GRPO"]
+    assert rule["difference"] == pytest.approx(-1 / 30) and not rule["passes"] and rule["rule"] == "point estimate >= 0"
+    assert (rule["interval"]["lo"], rule["interval"]["hi"]) == (pytest.approx(-0.1768, abs=2e-4),
+                                                                pytest.approx(0.1101, abs=2e-4))
+    wide = paired.fairness_check(before, learned, cold, {"GRPO": arm}, bootstrap=200, l0_margin=-0.2)
+    assert wide["l0_vs_coldstart"]["GRPO"]["passes"] and wide["fair_test"]
+    assert wide["l0_vs_coldstart"]["GRPO"]["rule"] == "non-inferior at -0.200"
+    narrow = paired.fairness_check(before, learned, cold, {"GRPO": arm}, bootstrap=200, l0_margin=-0.1)
+    assert not narrow["l0_vs_coldstart"]["GRPO"]["passes"] and not narrow["fair_test"]
+    one_seed = paired.fairness_check(before[:1], learned[:1], cold[:1], {"GRPO": cold[:1]}, bootstrap=200,
+                                     l0_margin=-0.2)
+    assert not one_seed["l0_vs_coldstart"]["GRPO"]["passes"]  # no interval from one seed: nothing to be sure of

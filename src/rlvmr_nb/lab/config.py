@@ -92,6 +92,16 @@ class LabConfig:
     levels: tuple[str, ...] = ("L0", "L1", "L2")
     eval_tasks: int = 20
     """Tasks per level and policy (a seeded subset of the level's 60 test tasks)."""
+    eval_episodes: int = 1
+    """Sampled episodes per test task and policy: play 0 with the seed's own sampling seed, play k with
+    `lab.experiment.play_sampling_seed` (the same for every arm, so arms still pair play by play). With one play the
+    fairness check's L0 difference had a per-seed SD of ~8 pp, mostly sampling noise; the confirmation's checkpoints
+    replayed with 4 plays gave 1.0 and 2.9 pp (two sets of sampling seeds; docs/lab.md, 'Why GRPO loses')."""
+    fairness_l0_margin: float | None = None
+    """Form of the fairness check's second condition (`lab.paired.fairness_check`). None: the pre-registered rule, no
+    RL arm's unseen-L0 success below the cold start's (point estimate over the seeds >= 0). A number m <= 0:
+    non-inferiority at margin m, as verdict (b) is tested: the paired t interval's lower end (over >= 2 seeds)
+    must lie above m. The configurations keep None; changing it is a change of the pre-registration."""
     heldin_tasks: int = 24
     """Training layouts (the first of `train_pool`) every policy plays at evaluation, with the same sampling seed
     before (cold start) and after training: the paired fairness check (`lab.paired.fairness_check`)."""
@@ -115,6 +125,10 @@ class LabConfig:
                                 "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
                                 "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks",
                                 "heldin_episodes", "bootstrap", "workers"])
+        require_positive(self, ["eval_episodes"])
+        if self.fairness_l0_margin is not None and self.fairness_l0_margin > 0:
+            raise ValueError(f"fairness_l0_margin must be <= 0 (a margin below the cold start) or None, "
+                             f"got {self.fairness_l0_margin}")
         if self.refused_penalty < 0:
             raise ValueError(f"refused_penalty must be >= 0, got {self.refused_penalty}")
         from ..scoring.advantages import PRESETS

@@ -210,6 +210,13 @@ def eval_config(config: LabConfig, level: str, seed: int) -> Any:
 
 
 
+def play_sampling_seed(seed: int, play: int) -> int:
+    """Sampling seed of a test task's `play`-th episode in seed `seed`'s evaluation (`LabConfig.eval_episodes`):
+    play 0 is the seed itself (one play = the evaluation as it always was), play k > 0 is 1,000,000 + 1000 * seed +
+    k, never another seed's play for seeds below 1000 and plays below 1000."""
+    return seed if play == 0 else 1_000_000 + 1000 * seed + play
+
+
 def heldin_tasks(config: LabConfig) -> list:
     """The fixed training layouts of the fairness check: the first `heldin_tasks` of the training pool."""
     return training_pool(config)[: config.heldin_tasks]
@@ -220,8 +227,12 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
     """Evaluate one policy on `levels` (default: every level of the configuration and the held-in training
     layouts, `HELDIN`), skipping what is written. Every arm of a seed plays the same tasks with the same sampling
     seed, so arms pair episode by episode."""
+    from dataclasses import replace
+
+    from ..evaluate import eval_tasks as eval_task_list
     from ..evaluate import evaluate_policy, write_results
     from ..runs import load_policy
+    from ..scoring.metrics import summarize
 
     levels = (*config.levels, HELDIN) if levels is None else tuple(levels)
     todo = [level for level in levels if not eval_path(out, arm, seed, level).is_file()]
@@ -234,7 +245,14 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
                 episodes, summary = evaluate_policy(model, tokenizer, cfg, tasks=plays, progress=False)
             else:
                 cfg = eval_config(config, level, seed)
-                episodes, summary = evaluate_policy(model, tokenizer, cfg, progress=False)
+                tasks = eval_task_list(cfg)  # the seed's subset: every play and every arm plays these
+                episodes = []
+                for play in range(config.eval_episodes):  # the k-th plays pair up (lab.paired)
+                    played, summary = evaluate_policy(model, tokenizer, replace(cfg, seed=play_sampling_seed(seed, play)),
+                                                      tasks=tasks, progress=False)
+                    episodes += played
+                if config.eval_episodes > 1:
+                    summary = summarize(episodes)
             for ep in episodes:
                 ep.info["method"] = arm_label(arm)
             write_results(eval_path(out, arm, seed, level), summary, cfg, episodes,

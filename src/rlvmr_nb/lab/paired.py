@@ -249,18 +249,25 @@ def heldin_rise(before: Sequence[Sequence[Episode]], after: Sequence[Sequence[Ep
 
 def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence[Episode]],
                    l0_coldstart: Sequence[Sequence[Episode]], l0_arms: Mapping[str, Sequence[Sequence[Episode]]],
-                   rise: float = 0.15, bootstrap: int = 2000, seed: int = 0) -> dict[str, Any]:
+                   rise: float = 0.15, bootstrap: int = 2000, seed: int = 0,
+                   l0_margin: float | None = None) -> dict[str, Any]:
     """Whether the run is a fair test, decided before any comparison of the arms:
 
     1. GRPO's success on the fixed held-in training layouts, after − before (cold start), paired episode by
        episode, must rise by >= `rise` with a 95 % interval above 0 (`heldin_rise`).
-    2. No RL arm's unseen-L0 success may fall below the cold start's (point estimate over the same seeds)."""
+    2. No RL arm's unseen-L0 success may fall below the cold start's: with `l0_margin` None (the pre-registered
+       rule) the point estimate over the same seeds must be >= 0; with a margin m <= 0 the arm must be
+       non-inferior at m (the paired t interval over >= 2 seeds lies above m; `LabConfig.fairness_l0_margin`)."""
     heldin = heldin_rise(before, after, rise, bootstrap, seed)
     l0 = {}
     for arm, eps in l0_arms.items():
         test = paired_endpoint(eps, l0_coldstart, "success", bootstrap=bootstrap)
         mean = float(np.mean(test["differences"])) if test["differences"] else float("nan")
-        l0[arm] = {"difference": mean, "interval": test.get("t"), "passes": bool(mean >= 0)}
+        if l0_margin is None:
+            passes, rule = mean >= 0, "point estimate >= 0"
+        else:
+            passes, rule = "t" in test and test["t"]["lo"] > l0_margin, f"non-inferior at {l0_margin:+.3f}"
+        l0[arm] = {"difference": mean, "interval": test.get("t"), "rule": rule, "passes": bool(passes)}
     fair = heldin["passes"] and all(v["passes"] for v in l0.values())
     return {"grpo_heldin": heldin, "l0_vs_coldstart": l0, "fair_test": bool(fair),
             "verdict": "fair test" if fair else "NOT a fair test: the arms' comparison says nothing about the claim"}

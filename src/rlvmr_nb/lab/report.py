@@ -94,8 +94,10 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
                      f"[{_pp(h['lo'])}, {_pp(h['hi'])}] (needs ≥ {100 * h['required_rise']:.0f} pp with the interval "
                      f"above 0): {'passes' if h['passes'] else 'FAILS'}")
         for arm, r in fair["l0_vs_coldstart"].items():
-            lines.append(f"* {arm} − cold start, unseen L0 success: {_pp(r['difference'])} pp "
-                         f"(must not be below 0): {'passes' if r['passes'] else 'FAILS'}")
+            rule = r.get("rule", "point estimate >= 0")
+            interval = f" [{_pp(r['interval']['lo'])}, {_pp(r['interval']['hi'])}]" if r.get("interval") else ""
+            lines.append(f"* {arm} − cold start, unseen L0 success: {_pp(r['difference'])} pp{interval} "
+                         f"(must not fall below the cold start: {rule}): {'passes' if r['passes'] else 'FAILS'}")
     primary = pre.get("primary")
     if primary and "t" in primary:
         t = primary["t"]

@@ -151,7 +151,7 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         result["fairness"] = paired.fairness_check(
             eps[(COLDSTART_ARM, HELDIN)], eps[("grpo", HELDIN)], eps[(COLDSTART_ARM, "L0")] if "L0" in config.levels
             else [], {arm_label(a): eps[(a, "L0")] for a in config.algos} if "L0" in config.levels else {},
-            bootstrap=config.bootstrap)
+            bootstrap=config.bootstrap, l0_margin=config.fairness_l0_margin)
     result["repetition_by_outcome"] = {
         outcome: {arm_label(a): [paired.seed_endpoint(x, "repetitive", won) for x in merged(a, config.levels)]
                   for a in (COLDSTART_ARM, *config.algos)}
