@@ -272,7 +272,8 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
 
     l0 = {arm: read_episodes(out / "eval" / f"{arm}-seed1" / "L0.episodes.jsonl") for arm in ("cold_start", "grpo")}
     subset = [t.task_id for t in eval_tasks(eval_config(ci, "L0", 1))]
-    assert ci.eval_episodes == 2 and [e.task_id for e in l0["cold_start"]] == [e.task_id for e in l0["grpo"]] == subset * 2
+    assert ci.eval_episodes == 2
+    assert [e.task_id for e in l0["cold_start"]] == [e.task_id for e in l0["grpo"]] == subset * 2
     for play in (0, 1):
         again = replay(ci, out, 1, eval_tasks(eval_config(ci, "L0", 1)), sampling_seed=play_sampling_seed(1, play))
         assert [[s.action for s in e.steps] for e in again["grpo"]] == [

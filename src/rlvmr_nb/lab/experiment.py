@@ -248,8 +248,8 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
                 tasks = eval_task_list(cfg)  # the seed's subset: every play and every arm plays these
                 episodes = []
                 for play in range(config.eval_episodes):  # the k-th plays pair up (lab.paired)
-                    played, summary = evaluate_policy(model, tokenizer, replace(cfg, seed=play_sampling_seed(seed, play)),
-                                                      tasks=tasks, progress=False)
+                    play_cfg = replace(cfg, seed=play_sampling_seed(seed, play))
+                    played, summary = evaluate_policy(model, tokenizer, play_cfg, tasks=tasks, progress=False)
                     episodes += played
                 if config.eval_episodes > 1:
                     summary = summarize(episodes)
