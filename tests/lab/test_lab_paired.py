@@ -41,6 +41,19 @@ def test_holm_adjusts_step_down():
     assert paired.holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
 
 
+def test_a_secondary_verdict_stands_only_after_holm():
+    """Three secondaries with p 0.01, 0.03, 0.04: Holm gives 0.03, 0.06, 0.06, so only the first stays
+    'supported'; the others (decisive unadjusted) become 'inconclusive after Holm'; an 'inconclusive' stays
+    as it is, and an untested one (no p) keeps its verdict and gets no adjusted p."""
+    verdicts = {"a": "supported", "b": "non-inferior", "c": "contradicted", "d": "uninformative (identical)"}
+    out = paired.holm_verdicts(verdicts, {"a": 0.01, "b": 0.04, "c": 0.03})
+    assert out["a"] == {"verdict": "supported", "p_holm": pytest.approx(0.03)}
+    assert out["b"]["verdict"] == "inconclusive after Holm (unadjusted: non-inferior)"
+    assert out["c"]["verdict"] == "inconclusive after Holm (unadjusted: contradicted)"
+    assert out["b"]["p_holm"] == pytest.approx(0.06) and out["d"] == {"verdict": "uninformative (identical)",
+                                                                        "p_holm": None}
+
+
 def test_paired_bootstrap_resamples_seeds():
     r = paired.paired_bootstrap([-0.10, -0.04, -0.07], n=4000)
     assert r["mean"] == pytest.approx(-0.07) and -0.1001 <= r["lo"] < -0.07 < r["hi"] <= -0.0399

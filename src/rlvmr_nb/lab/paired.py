@@ -114,6 +114,24 @@ def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
     return out
 
 
+HOLM_DECISIVE = ("supported", "contradicted", "non-inferior")
+"""Verdicts that rest on rejecting the tested null (superiority's two-sided p, non-inferiority's one-sided p)."""
+
+
+def holm_verdicts(verdicts: Mapping[str, str], pvalues: Mapping[str, float], alpha: float = 0.05) -> dict[str, Any]:
+    """The secondaries' verdicts after Holm: each gets its adjusted p (`holm`), and a verdict that rejects its null
+    (`HOLM_DECISIVE`) stands only when the adjusted p is below `alpha`; otherwise it reads 'inconclusive after Holm'
+    with the unadjusted verdict beside it. Without this a secondary whose unadjusted interval excludes 0 was reported
+    'supported' next to an adjusted p of 0.068 (the learning-budget pilot's invalid-step rate)."""
+    adjusted = holm(pvalues)
+    out = {}
+    for name, verdict in verdicts.items():
+        if name in adjusted and verdict in HOLM_DECISIVE and adjusted[name] >= alpha:
+            verdict = f"inconclusive after Holm (unadjusted: {verdict})"
+        out[name] = {"verdict": verdict, "p_holm": adjusted.get(name)}
+    return out
+
+
 def power_paired_t(effect: float, sd: float, n: int, alpha: float = 0.05, sims: int = 20000, seed: int = 0) -> float:
     """Simulated power of the two-sided paired t-test at level `alpha` with `n` seeds when the per-seed
     differences are Normal(`effect`, `sd`)."""

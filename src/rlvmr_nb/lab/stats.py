@@ -201,8 +201,11 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         else:
             pvalues[name] = test["t"]["p"]
             test["verdict"] = paired.superiority_verdict(test["t"], lower_is_better=not name.startswith("success"))
-    for name, adjusted in paired.holm(pvalues).items():
-        secondaries[name]["p_holm"] = adjusted
+    verdicts = {name: test["verdict"] for name, test in secondaries.items()}
+    for name, decided in paired.holm_verdicts(verdicts, pvalues).items():
+        secondaries[name]["verdict"] = decided["verdict"]
+        if decided["p_holm"] is not None:
+            secondaries[name]["p_holm"] = decided["p_holm"]
     result["secondaries"] = secondaries
     return result
 
