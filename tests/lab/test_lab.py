@@ -398,3 +398,23 @@ def test_make_demo_ends_with_the_lab_learning_demo(tmp_path, monkeypatch, capsys
     assert "paired plays" in capsys.readouterr().out
     assert (tmp_path / "runs" / "figures" / "demo" / "lab_ci_learning.png").is_file()
     assert (tmp_path / "runs" / "metalab" / "demo" / "learning_demo.json").is_file()
+
+
+def test_every_lab_configuration_loads_and_keeps_its_seeds_apart():
+    """Every file in configs/lab loads (a setting misspelt in a rarely run configuration, e.g. the pilots, would
+    otherwise surface only when someone runs it), and no two of the seeded experiments share a seed with each other
+    or with the budget sweep (a budget chosen on a seed that a reported run also uses is the winner's curse)."""
+    import sys
+
+    from rlvmr_nb.lab import load_lab_config
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lab_fairness_sweep import SWEEP_SEEDS
+
+    configs = {path.stem: load_lab_config(path) for path in sorted((ROOT / "configs" / "lab").glob("*.json"))}
+    assert {"classroom", "recorded", "pilot", "pilot_learning", "ci", "demo"} <= set(configs)
+    reported = {name: set(configs[name].seeds) for name in ("recorded", "pilot", "pilot_learning")}
+    assert not reported["pilot"] & reported["recorded"] and not reported["pilot_learning"] & reported["recorded"]
+    assert not reported["pilot"] & reported["pilot_learning"]
+    assert not set(SWEEP_SEEDS) & set().union(*reported.values(), configs["classroom"].seeds)
+    assert configs["pilot_learning"].eval_episodes == 2 and configs["pilot_learning"].fairness_l0_margin is None

@@ -249,10 +249,8 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
                 episodes = []
                 for play in range(config.eval_episodes):  # the k-th plays pair up (lab.paired)
                     play_cfg = replace(cfg, seed=play_sampling_seed(seed, play))
-                    played, summary = evaluate_policy(model, tokenizer, play_cfg, tasks=tasks, progress=False)
-                    episodes += played
-                if config.eval_episodes > 1:
-                    summary = summarize(episodes)
+                    episodes += evaluate_policy(model, tokenizer, play_cfg, tasks=tasks, progress=False)[0]
+                summary = summarize(episodes)  # evaluate_policy's own summary, over every play
             for ep in episodes:
                 ep.info["method"] = arm_label(arm)
             write_results(eval_path(out, arm, seed, level), summary, cfg, episodes,
