@@ -14,7 +14,7 @@ Only training layouts are played; no test split, and RLVMR is not trained.
 
 ``runs/metalab/classroom`` is built by ``make metalab`` (20 SFT epochs). The committed
 ``lab_diagnosis_sft10.json`` used the first cold start, 10 epochs: build one with
-``run_coldstart(load_lab_config("configs/lab/recorded.json", sft_epochs=10), "runs/lab-sft10")`` and pass
+``run_coldstart(load_lab_config("configs/lab/classroom.json", sft_epochs=10), "runs/lab-sft10")`` and pass
 ``--coldstart runs/lab-sft10``.
 """
 

@@ -224,6 +224,9 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert pre["fairness"]["grpo_heldin"]["tasks"] == 3 and set(pre["fairness"]["l0_vs_coldstart"]) == {"GRPO", "RLVMR"}
     assert pre["primary"]["metric"] == "repetitive" and pre["primary"]["levels"] == ["L0", "L1"]
     assert len(pre["primary"]["differences"]) == 2 and pre["primary"]["power"]["target"] == 0.8
+    # ci.json states a pilot SD of 3.44 pp: 6 seeds for 80 % power, and the file says its 2 seeds fall short
+    assert pre["seed_count"]["seeds"] == 6 and pre["seed_count"]["seeds_run"] == 2 and not pre["seed_count"]["meets"]
+    assert "needs 6 seeds" in printed and "this run has 2 (TOO FEW)" in printed
     assert set(pre["secondaries"]) == {"repetitive L2", "invalid L0+L1", "success L0", "success L1 (b)",
                                        "success L2 (b)"}
     assert "Fairness check" in printed and "must not fall below the cold start: point estimate >= 0" in printed
@@ -415,6 +418,16 @@ def test_every_lab_configuration_loads_and_keeps_its_seeds_apart():
     assert {"classroom", "recorded", "pilot", "pilot_learning", "ci", "demo"} <= set(configs)
     reported = {name: set(configs[name].seeds) for name in ("recorded", "pilot", "pilot_learning")}
     assert not reported["pilot"] & reported["recorded"] and not reported["pilot_learning"] & reported["recorded"]
+    # the recorded seed count rests on the learning pilot's SD, so the recorded run keeps the pilot's settings
+    # and states that SD; its seed count meets the power calculation
+    recorded, learning = configs["recorded"].to_dict(), configs["pilot_learning"].to_dict()
+    assert {k: v for k, v in recorded.items() if k not in ("name", "seeds", "power_pilot_sd")} == {
+        k: v for k, v in learning.items() if k not in ("name", "seeds", "power_pilot_sd")}
+    from rlvmr_nb.lab import paired
+    from rlvmr_nb.lab.stats import PRIMARY_EFFECT
+
+    needed = paired.seeds_for_power(PRIMARY_EFFECT, configs["recorded"].power_pilot_sd)["seeds"]
+    assert len(configs["recorded"].seeds) >= needed
     assert not reported["pilot"] & reported["pilot_learning"]
     assert not set(SWEEP_SEEDS) & set().union(*reported.values(), configs["classroom"].seeds)
     assert configs["pilot_learning"].eval_episodes == 2 and configs["pilot_learning"].fairness_l0_margin is None

@@ -1,8 +1,8 @@
 """One lab experiment's settings (`LabConfig`), read from ``configs/lab/*.json``.
 
 The defaults are the "classroom" configuration: it must finish in 20 minutes on a 2-core machine. The
-"recorded" configuration (``configs/lab/recorded.json``) has more seeds, iterations and evaluation
-episodes; the CI one (``configs/lab/ci.json``) runs end to end in well under a minute.
+"recorded" configuration (``configs/lab/recorded.json``) is the learning pilot's (``pilot_learning.json``) with
+the seeds that pilot's power calculation asks for; the CI one (``configs/lab/ci.json``) runs end to end in well under a minute.
 """
 
 from __future__ import annotations
@@ -102,6 +102,11 @@ class LabConfig:
     RL arm's unseen-L0 success below the cold start's (point estimate over the seeds >= 0). A number m <= 0:
     non-inferiority at margin m, as verdict (b) is tested: the paired t interval's lower end (over >= 2 seeds)
     must lie above m. The configurations keep None; changing it is a change of the pre-registration."""
+    power_pilot_sd: float | None = None
+    """SD of the primary endpoint's per-seed difference in the pilot that set this configuration's seed count, stated
+    before the run. The results record `lab.paired.seeds_for_power` on it at `stats.PRIMARY_EFFECT` beside the seeds
+    actually run, so the file carries the power calculation the seed count rests on (docs/lab.md, 'Seeds'). None:
+    no pilot stated; the results still give the count this run's own SD would ask for."""
     heldin_tasks: int = 24
     """Training layouts (the first of `train_pool`) every policy plays at evaluation, with the same sampling seed
     before (cold start) and after training: the paired fairness check (`lab.paired.fairness_check`)."""
@@ -126,6 +131,9 @@ class LabConfig:
                                 "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks",
                                 "heldin_episodes", "bootstrap", "workers"])
         require_positive(self, ["eval_episodes"])
+        if self.power_pilot_sd is not None and not self.power_pilot_sd > 0:
+            raise ValueError(f"power_pilot_sd must be a positive SD (a pilot's per-seed difference), got "
+                             f"{self.power_pilot_sd}")
         if self.fairness_l0_margin is not None and self.fairness_l0_margin > 0:
             raise ValueError(f"fairness_l0_margin must be <= 0 (a margin below the cold start) or None, "
                              f"got {self.fairness_l0_margin}")

@@ -98,6 +98,12 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
             interval = f" [{_pp(r['interval']['lo'])}, {_pp(r['interval']['hi'])}]" if r.get("interval") else ""
             lines.append(f"* {arm} − cold start, unseen L0 success: {_pp(r['difference'])} pp{interval} "
                          f"(must not fall below the cold start: {rule}): {'passes' if r['passes'] else 'FAILS'}")
+    count = pre.get("seed_count")
+    if count:
+        lines.append(f"Seeds, stated before the run: the pilot's SD of the per-seed primary difference "
+                     f"({100 * count['sd']:.1f} pp) needs {count['seeds']} seeds for ≥ {100 * count['target']:.0f} % "
+                     f"power at {_pp(-count['effect'])} pp; this run has {count['seeds_run']}"
+                     f"{'' if count['meets'] else ' (TOO FEW)'}.")
     primary = pre.get("primary")
     if primary and "t" in primary:
         t = primary["t"]

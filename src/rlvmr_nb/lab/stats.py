@@ -147,6 +147,10 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
 
     result: dict[str, Any] = {"seeds": list(seeds), "effect_for_power": PRIMARY_EFFECT,
                               "margin": paired.NON_INFERIORITY_MARGIN}
+    if config.power_pilot_sd is not None:  # the seed count stated before the run, from its pilot
+        needed = paired.seeds_for_power(PRIMARY_EFFECT, config.power_pilot_sd)
+        result["seed_count"] = {**needed, "basis": "pilot", "seeds_run": len(seeds),
+                                "meets": needed["seeds"] is not None and len(seeds) >= needed["seeds"]}
     if "grpo" in config.algos:
         result["fairness"] = paired.fairness_check(
             eps[(COLDSTART_ARM, HELDIN)], eps[("grpo", HELDIN)], eps[(COLDSTART_ARM, "L0")] if "L0" in config.levels
