@@ -241,15 +241,13 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # the budget (tens of iterations on a few dozen layouts instead of 100 on thousands) and the prompt are all much smaller, and with few seeds the
 # intervals stay wide. A null or reversed result here is evidence about this setting, not about the paper's.
 #
-# **Where it stands** (docs/lab.md, 'Budget'): at this configuration's budget the fairness check has not passed
-# on fresh seeds (the 4-seed pilot gave GRPO −2.1 pp on its held-in layouts), while the same trainer takes 2 layouts
-# from 70 % to 97 % training success in 16 iterations, and RLVMR takes 4 layouts up in the demo above. At 4× the
-# rollouts (8 tasks × 32 iterations, lr 1e-4, KL 0.1) GRPO learns its 24 layouts on fresh seeds (+16.7 pp
-# [+6.8, +27.3]) but stays 2.9 pp below the cold start on unseen L0: still not a fair test by the rule. Played 4
-# times per layout that gap is 1-2 pp at the evaluation temperature, GRPO is level or ahead at the training
-# temperature, and more training layouts do not remove it (docs/lab.md, 'Why GRPO loses'): the rule's form
-# (`fairness_l0_margin`) and the plays per test task (`eval_episodes`, both in `overrides`) are the
-# pre-registration's next decision. Read the verdicts below the fairness check with that in mind.
+# **Where it stands** (docs/lab.md, 'Recorded run'): at this configuration's (the classroom's) budget the fairness
+# check has not passed on fresh seeds, while the same trainer takes 2 layouts from 70 % to 97 % training success in
+# 16 iterations, and RLVMR takes 4 layouts up in the demo above. At 4× the rollouts (`configs/lab/recorded.json`:
+# 8 tasks × 32 iterations, lr 1e-4, KL 0.1, seeds 500-505) GRPO learns its 24 layouts (+21.7 pp [+13.4, +31.1])
+# and GRPO is level with the cold start on unseen L0 (+1.0 pp), but RLVMR is 1.5 pp below it [−5.1, +2.0]: not a
+# fair test by the rule, narrowly. Its verdicts: RLVMR's invalid-step rate −8.0 pp (supported), its repetition on
+# L0+L1 +2.6 pp [−0.2, +5.4] (inconclusive). Read the verdicts below the fairness check with that in mind.
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))
