@@ -426,6 +426,9 @@ def test_every_lab_configuration_loads_and_keeps_its_seeds_apart():
     from rlvmr_nb.lab import paired
     from rlvmr_nb.lab.stats import PRIMARY_EFFECT
 
+    pilot_sd = json.loads((ROOT / "benchmarks" / "results" / "lab_pilot_learning.json").read_text())[
+        "preregistered"]["primary"]["t"]["sd"]
+    assert configs["recorded"].power_pilot_sd == round(pilot_sd, 4)  # the stated SD is the pilot's measured one
     needed = paired.seeds_for_power(PRIMARY_EFFECT, configs["recorded"].power_pilot_sd)["seeds"]
     assert len(configs["recorded"].seeds) >= needed
     assert not reported["pilot"] & reported["pilot_learning"]
