@@ -71,6 +71,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # then trained afresh on fresh seeds 404-407.
     "o-8v-kl0.1-iter32-T1.0": {**OFFICIAL, "tasks_per_iteration": 8, "iterations": 32, "lr": 1e-4, "kl_coef": 0.1,
                                "eval_tasks": 60, "old_logprobs": "sampler", "eval_temperature": 1.0},
+    # The classroom (`make metalab`) must finish in 20 minutes from a fresh clone on 2 cores, venv and cold start
+    # included, with GRPO's held-in rise >= 15 pp. The recorded budget (8 x 8 x 32 over 24 layouts, 14 CPU-min per
+    # arm and seed) does not fit. Stated before running: a pool small enough that each layout is met every
+    # iteration (the diagnosis' two fixed layouts went 70 -> 97 % in 16 iterations at lr 3e-4, KL 0.01) passes the
+    # held-in condition in ~20 iterations; the cold start from the paper's ~200 expert trajectories (not 300) saves
+    # a third of the SFT. Whether unseen L0 holds up with a pool this small is what the L0 condition tests.
+    "c-pool4": {**OFFICIAL, "coldstart_trajectories": 200, "train_pool": 4, "tasks_per_iteration": 4, "iterations": 20,
+                "lr": 3e-4, "kl_coef": 0.01, "old_logprobs": "sampler", "heldin_tasks": 4, "heldin_episodes": 16},
+    "c-pool8": {**OFFICIAL, "coldstart_trajectories": 200, "train_pool": 8, "tasks_per_iteration": 4, "iterations": 24,
+                "lr": 3e-4, "kl_coef": 0.01, "old_logprobs": "sampler", "heldin_tasks": 8, "heldin_episodes": 8},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)
