@@ -177,9 +177,9 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
         LabConfig(advantage_scope="task")
     for cfg in default.values():
         assert (cfg.ppo_epochs, cfg.mini_batch_size, cfg.loss.clip_eps, cfg.max_steps) == (1, 32, 0.2, 24)
-        assert cfg.old_logprobs == "recompute"
-    sampler = train_config(LabConfig(old_logprobs="sampler"), tmp_path, "grpo", 0)
-    assert sampler.old_logprobs == "sampler"  # the lab option reaches the trainer (one forward pass fewer)
+        assert cfg.old_logprobs == "sampler"  # the classroom's (one forward pass fewer)
+    recompute = train_config(LabConfig(old_logprobs="recompute"), tmp_path, "grpo", 0)
+    assert recompute.old_logprobs == "recompute"  # the lab option reaches the trainer
     with pytest.raises(ValueError, match="old_logprobs"):
         LabConfig(old_logprobs="rollout")
     with pytest.raises(ValueError, match="advantage_preset"):
