@@ -95,8 +95,9 @@ figures: $(STAMP)
 	$(BIN)/rlvmr-nb figures $(FIGURE_FLAGS)
 
 # The metacognition lab (notebook 06's experiment): GRPO vs RLVMR from one cold start on the lab world.
-# classroom: 2 seeds, minutes on 2 cores; metalab-recorded: the learning pilot's settings with 6 seeds (its power
-# calculation, docs/lab.md), ~1.5 hours on 2 cores: LAB_FLAGS="--workers 12" on a bigger machine.
+# classroom: 2 seeds on 6 layouts, under 20 minutes on 2 cores from a fresh clone (docs/lab.md, 'Classroom
+# budget'); metalab-recorded: the learning pilot's settings with 6 seeds (its power calculation, docs/lab.md),
+# ~1.5 hours on 2 cores: LAB_FLAGS="--workers 12" on a bigger machine.
 # Results and figures quoted in docs/lab.md.
 # Results and figures go to runs/metalab/<name>/ (git-ignored); with UPDATE=1 to the tracked
 # benchmarks/results/lab_<name>.json and figures/lab/, as `make demo UPDATE=1`. (Not `make lab`: JupyterLab.)

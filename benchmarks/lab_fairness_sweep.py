@@ -26,13 +26,18 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-EARLIER = {"advantage_preset": "paper", "refused_penalty": 0.1}
+FIRST_CLASSROOM = {"train_pool": 24, "iterations": 16, "tasks_per_iteration": 4, "kl_coef": 0.01,
+                   "old_logprobs": "recompute", "heldin_tasks": 24, "heldin_episodes": 4}
+"""The classroom's budget until the `c-` variants below chose a new one: every variant of this file ran on it (the
+`--base`, ``configs/lab/classroom.json`` of its day), so each keeps it under its own overrides and still runs what it
+ran."""
+EARLIER = {**FIRST_CLASSROOM, "advantage_preset": "paper", "refused_penalty": 0.1}
 """The lab's settings before the sweep of 2026-11-26: the `paper` preset (batch-normalised) and a refused penalty."""
-OFFICIAL = {"advantage_preset": "official_code", "refused_penalty": 0.0}
+OFFICIAL = {**FIRST_CLASSROOM, "advantage_preset": "official_code", "refused_penalty": 0.0}
 """The official code's advantage (per-task groups over step samples) without the refused penalty, the
 configurations' settings since that sweep (docs/lab.md, 'Budget'); "o-" variants change one thing on top."""
 VARIANTS: dict[str, dict[str, Any]] = {
-    "base": {},
+    "base": FIRST_CLASSROOM,
     "paper-refused": EARLIER,
     "paper-refused-lr1e-4": {**EARLIER, "lr": 1e-4},
     "paper-group-refused": {**EARLIER, "advantage_scope": "group"},
@@ -108,7 +113,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)
-"""Disjoint from every seed of ``configs/lab/*.json`` (classroom 0-1, recorded 0-39, pilot 300-303)."""
+"""Disjoint from every seed of ``configs/lab/*.json`` (classroom 0-1, recorded 500-505, pilots 300-303 and 404-406;
+tests/lab/test_lab.py checks it)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -435,4 +435,12 @@ def test_every_lab_configuration_loads_and_keeps_its_seeds_apart():
     assert len(configs["recorded"].seeds) >= needed
     assert not reported["pilot"] & reported["pilot_learning"]
     assert not set(SWEEP_SEEDS) & set().union(*reported.values(), configs["classroom"].seeds)
+    # the classroom runs the sweep variant it was chosen as, on its own seeds (docs/lab.md, 'Classroom budget'), and
+    # every variant still builds on the budget it ran on, whatever the classroom file says now
+    from lab_fairness_sweep import FIRST_CLASSROOM, VARIANTS
+
+    first = load_lab_config(ROOT / "configs" / "lab" / "classroom.json", **VARIANTS["base"])
+    chosen = load_lab_config(ROOT / "configs" / "lab" / "classroom.json", **VARIANTS["c-pool6-kl0.1"])
+    assert chosen == configs["classroom"] and first != configs["classroom"]
+    assert all(set(FIRST_CLASSROOM) <= set(overrides) for overrides in VARIANTS.values())
     assert configs["pilot_learning"].eval_episodes == 2 and configs["pilot_learning"].fairness_l0_margin is None

@@ -36,6 +36,20 @@ def test_paired_t_on_a_hand_computed_example():
     assert paired.non_inferiority_verdict({"lo": -0.20, "hi": -0.06}) == "inferior"
 
 
+def test_a_difference_shared_by_every_seed_is_not_a_significant_one():
+    """Guards the classroom's 'success L0: +15.0 pp [+15.0, +15.0], Holm p = 0.000 -> supported': two seeds of 20
+    layouts gave the same difference, the SE was 0, and the t test called that certain. No spread, no test: t and
+    both p are NaN and the lab reads the endpoint as uninformative."""
+    r = paired.paired_t([0.15, 0.15])
+    assert r["sd"] == 0 and r["lo"] == r["hi"] == pytest.approx(0.15)
+    assert math.isnan(r["t"]) and math.isnan(r["p"]) and math.isnan(r["p_above"])
+    for kind in ("lower", "higher", "non-inferior"):
+        assert paired.endpoint_verdict(r, kind) == paired.IDENTICAL
+    spread = paired.paired_t([0.14, 0.16])  # the same mean with a spread is tested as before
+    assert paired.endpoint_verdict(spread, "higher") == paired.superiority_verdict(spread, lower_is_better=False)
+    assert paired.endpoint_verdict(paired.paired_t([0.01, 0.03, 0.02], margin=-0.05), "non-inferior") == "non-inferior"
+
+
 def test_holm_adjusts_step_down():
     # sorted 0.01, 0.03, 0.04 -> 3 * 0.01, max(0.03, 2 * 0.03), max(0.06, 1 * 0.04)
     assert paired.holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})

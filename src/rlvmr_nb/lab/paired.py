@@ -75,7 +75,9 @@ def t_quantile(p: float, df: float) -> float:
 def paired_t(differences: Sequence[float], confidence: float = 0.95, margin: float = 0.0) -> dict[str, float]:
     """Paired t over seeds: mean of the per-seed differences, its `confidence` interval, the two-sided p of
     mean = `margin` (`margin` = 0: superiority; a negative margin: the two-sided p is reported and `p_above`,
-    the one-sided p of H0 mean <= margin, is the non-inferiority test)."""
+    the one-sided p of H0 mean <= margin, is the non-inferiority test). When every seed gives the same difference
+    the seeds say nothing about its spread: t and both p are NaN, not the 0 a division by SE 0 would suggest (two
+    seeds of 20 tasks each share a difference by chance often; the classroom's L0 success did, +15.0 pp twice)."""
     d = np.asarray(differences, dtype=float)
     n = len(d)
     if n < 2:
@@ -84,8 +86,7 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95, margin: flo
     se = sd / math.sqrt(n)
     half = t_quantile(0.5 + confidence / 2, n - 1) * se
     if se == 0:
-        t, p, p_above = (0.0, 1.0, 0.5) if mean == margin else (math.copysign(math.inf, mean - margin), 0.0,
-                                                                 0.0 if mean > margin else 1.0)
+        t = p = p_above = math.nan
     else:
         t = (mean - margin) / se
         p = 2 * (1 - t_cdf(abs(t), n - 1))
@@ -215,6 +216,23 @@ def non_inferiority_verdict(test: Mapping[str, float], margin: float = NON_INFER
     """'non-inferior' when the interval's lower end lies above `margin`; 'inferior' when its upper end lies
     below it; else 'inconclusive'."""
     return "non-inferior" if test["lo"] > margin else "inferior" if test["hi"] < margin else "inconclusive"
+
+
+IDENTICAL = "uninformative (the same difference in every seed: no spread to test against)"
+"""Verdict of a paired endpoint whose per-seed differences are all equal: no episode of either arm won (0 every
+time), or a few seeds coincide. A paired t then has no SE; reading its zero-width interval as 'supported' turned
+two seeds at +15.0 pp each into 'Holm p = 0.000' in a classroom run."""
+
+
+def endpoint_verdict(test: Mapping[str, float], kind: str) -> str:
+    """The verdict of a paired t (`paired_t`) on an endpoint where RLVMR should be 'lower' (repetition, invalid
+    steps), 'higher' (success) or 'non-inferior' (at `NON_INFERIORITY_MARGIN`); `IDENTICAL` when the seeds give
+    no spread."""
+    if test["sd"] == 0:
+        return IDENTICAL
+    if kind == "non-inferior":
+        return non_inferiority_verdict(test)
+    return superiority_verdict(test, lower_is_better=kind == "lower")
 
 
 def _won_by_occurrence(episodes: Sequence[Episode]) -> dict[tuple[str, int], float]:

@@ -175,7 +175,7 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
     if "t" not in primary:
         primary["verdict"] = "uninformative (fewer than 2 seeds with episodes)"
         return result
-    primary["verdict"] = paired.superiority_verdict(primary["t"], lower_is_better=True)
+    primary["verdict"] = paired.endpoint_verdict(primary["t"], "lower")
     primary["power"] = paired.seeds_for_power(PRIMARY_EFFECT, max(primary["t"]["sd"], 1e-6))
     secondaries: dict[str, dict[str, Any]] = {}
     if "L2" in config.levels:
@@ -196,15 +196,10 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         if "t" not in test:
             test["verdict"] = "uninformative (fewer than 2 seeds with episodes)"
             continue
-        if test["t"]["sd"] == 0 and test["t"]["mean"] == 0:  # e.g. no episode of either arm won: nothing to test
-            test["verdict"] = "uninformative (identical in every seed)"
-            continue
-        if name.endswith("(b)"):
-            pvalues[name] = test["t"]["p_above"]
-            test["verdict"] = paired.non_inferiority_verdict(test["t"])
-        else:
-            pvalues[name] = test["t"]["p"]
-            test["verdict"] = paired.superiority_verdict(test["t"], lower_is_better=not name.startswith("success"))
+        kind = "non-inferior" if name.endswith("(b)") else "higher" if name.startswith("success") else "lower"
+        test["verdict"] = paired.endpoint_verdict(test["t"], kind)
+        if test["verdict"] != paired.IDENTICAL:  # no spread, no p: it stays out of Holm's family
+            pvalues[name] = test["t"]["p_above" if kind == "non-inferior" else "p"]
     verdicts = {name: test["verdict"] for name, test in secondaries.items()}
     for name, decided in paired.holm_verdicts(verdicts, pvalues).items():
         secondaries[name]["verdict"] = decided["verdict"]
