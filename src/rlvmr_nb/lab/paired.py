@@ -83,6 +83,8 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95, margin: flo
     if n < 2:
         raise ValueError(f"a paired t needs at least 2 seeds, got {n}")
     mean, sd = float(d.mean()), float(d.std(ddof=1))
+    if np.ptp(d) <= 1e-12:  # the same difference up to rounding (0.15 and 0.15000000000000002 are one value)
+        sd = 0.0
     se = sd / math.sqrt(n)
     half = t_quantile(0.5 + confidence / 2, n - 1) * se
     if se == 0:
