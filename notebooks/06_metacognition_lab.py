@@ -41,8 +41,9 @@
 #
 # **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/06_metacognition_lab.ipynb`
 # (`configs/ci/06_metacognition_lab.json`, kernel already started) needs ~20 s of CPU; these defaults
-# (the classroom configuration) took 10 min 19 s wall for the seeds with 2 workers, plus 7 min 51 s for the cold
-# start when it is built (cached afterwards); `make metalab` from a fresh clone: 19 min 14 s (docs/lab.md, 'Measured').
+# (the classroom configuration: 6 training layouts, 14 iterations) took 8 min 57 s wall for the seeds with 2 workers,
+# plus 8 min 8 s for the cold start when it is built (cached afterwards); `make metalab` from a fresh clone: 18 min 7 s
+# (docs/lab.md, 'Measured').
 # The learning demo's section adds 3 min 7 s (`configs/lab/demo.json`, the cold start cached).
 #
 # ## The hypothesis and its test, stated before the run (docs/lab.md, 'Pre-registration')
@@ -241,9 +242,11 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # the budget (tens of iterations on a few dozen layouts instead of 100 on thousands) and the prompt are all much smaller, and with few seeds the
 # intervals stay wide. A null or reversed result here is evidence about this setting, not about the paper's.
 #
-# **Where it stands** (docs/lab.md, 'Recorded run'): at this configuration's (the classroom's) budget the fairness
-# check has not passed on fresh seeds, while the same trainer takes 2 layouts from 70 % to 97 % training success in
-# 16 iterations, and RLVMR takes 4 layouts up in the demo above. At 4× the rollouts (`configs/lab/recorded.json`:
+# **Where it stands** (docs/lab.md, 'Classroom' and 'Recorded run'): at this configuration's (the classroom's) budget
+# GRPO learns its 6 training layouts (seeds 0-1: +31.2 pp [+15.3, +43.8] on them, the check's first condition), but
+# both arms lose unseen L0 layouts against the cold start (GRPO −25, RLVMR −10 pp from 20 layouts a seed), so the
+# classroom prints "not a fair test": 6 layouts are learnt partly by heart. At 3× the rollouts over 24 layouts
+# (`configs/lab/recorded.json`:
 # 8 tasks × 32 iterations, lr 1e-4, KL 0.1, seeds 500-505) GRPO learns its 24 layouts (+21.7 pp [+13.4, +31.1])
 # and GRPO is level with the cold start on unseen L0 (+1.0 pp), but RLVMR is 1.5 pp below it [−5.1, +2.0]: not a
 # fair test by the rule, narrowly. Its verdicts: RLVMR's invalid-step rate −8.0 pp (supported), its repetition on
