@@ -98,7 +98,6 @@ figures: $(STAMP)
 # classroom: 2 seeds on 6 layouts, under 20 minutes on 2 cores from a fresh clone (docs/lab.md, 'Classroom
 # budget'); metalab-recorded: the learning pilot's settings with 6 seeds (its power calculation, docs/lab.md),
 # ~1.5 hours on 2 cores: LAB_FLAGS="--workers 12" on a bigger machine.
-# Results and figures quoted in docs/lab.md.
 # Results and figures go to runs/metalab/<name>/ (git-ignored); with UPDATE=1 to the tracked
 # benchmarks/results/lab_<name>.json and figures/lab/, as `make demo UPDATE=1`. (Not `make lab`: JupyterLab.)
 LAB_OUTPUT = $(if $(UPDATE),--figures figures/lab --results benchmarks/results/lab_$(1).json)

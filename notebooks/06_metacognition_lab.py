@@ -245,9 +245,9 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # **Where it stands** (docs/lab.md, 'Classroom' and 'Recorded run'): at this configuration's (the classroom's) budget
 # GRPO learns its 6 training layouts (seeds 0-1: +31.2 pp [+15.3, +43.8] on them, the check's first condition), but
 # both arms lose unseen L0 layouts against the cold start (GRPO −25, RLVMR −10 pp from 20 layouts a seed; GRPO
-# −11.5 pp on all 60 layouts × 4 plays), so the classroom prints "not a fair test": 6 layouts are learnt partly by heart. At 3× the rollouts over 24 layouts
-# (`configs/lab/recorded.json`:
-# 8 tasks × 32 iterations, lr 1e-4, KL 0.1, seeds 500-505) GRPO learns its 24 layouts (+21.7 pp [+13.4, +31.1])
+# −11.5 pp on all 60 layouts × 4 plays), so the classroom prints "not a fair test": 6 layouts are learnt partly by
+# heart. At 3× the rollouts over 24 layouts (`configs/lab/recorded.json`: 8 tasks × 32 iterations, lr 1e-4, KL 0.1,
+# seeds 500-505) GRPO learns its 24 layouts (+21.7 pp [+13.4, +31.1])
 # and GRPO is level with the cold start on unseen L0 (+1.0 pp), but RLVMR is 1.5 pp below it [−5.1, +2.0]: not a
 # fair test by the rule, narrowly. Its verdicts: RLVMR's invalid-step rate −8.0 pp (supported), its repetition on
 # L0+L1 +2.6 pp [−0.2, +5.4] (inconclusive). Read the verdicts below the fairness check with that in mind.

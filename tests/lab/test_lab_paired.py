@@ -41,10 +41,15 @@ def test_a_difference_shared_by_every_seed_is_not_a_significant_one():
     layouts gave the same difference, the SE was 0, and the t test called that certain. No spread, no test: t and
     both p are NaN and the lab reads the endpoint as uninformative."""
     r = paired.paired_t([0.15, 0.45 - 0.3])  # 0.15 and 0.15000000000000002: what the classroom's seeds gave
-    assert r["sd"] == 0 and r["lo"] == r["hi"] == pytest.approx(0.15)
-    assert math.isnan(r["t"]) and math.isnan(r["p"]) and math.isnan(r["p_above"])
+    assert r["sd"] == 0 and r["mean"] == pytest.approx(0.15)
+    assert all(math.isnan(r[k]) for k in ("lo", "hi", "t", "p", "p_above"))
     for kind in ("lower", "higher", "non-inferior"):
         assert paired.endpoint_verdict(r, kind) == paired.IDENTICAL
+    # the readers of the interval decline too: the non-inferiority rule of the fairness check does not pass on it
+    assert paired.non_inferiority_verdict(r) == "inconclusive" and not r["lo"] > -0.05
+    from rlvmr_nb.lab.report import _interval
+
+    assert _interval(r) == "+15.0 pp [no interval: the same in every seed]"
     spread = paired.paired_t([0.14, 0.16])  # the same mean with a spread is tested as before
     assert paired.endpoint_verdict(spread, "higher") == paired.superiority_verdict(spread, lower_is_better=False)
     assert paired.endpoint_verdict(paired.paired_t([0.01, 0.03, 0.02], margin=-0.05), "non-inferior") == "non-inferior"

@@ -76,8 +76,10 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95, margin: flo
     """Paired t over seeds: mean of the per-seed differences, its `confidence` interval, the two-sided p of
     mean = `margin` (`margin` = 0: superiority; a negative margin: the two-sided p is reported and `p_above`,
     the one-sided p of H0 mean <= margin, is the non-inferiority test). When every seed gives the same difference
-    the seeds say nothing about its spread: t and both p are NaN, not the 0 a division by SE 0 would suggest (two
-    seeds of 20 tasks each share a difference by chance often; the classroom's L0 success did, +15.0 pp twice)."""
+    the seeds say nothing about its spread: the interval, t and both p are NaN, not the zero-width interval and p 0
+    a division by SE 0 would give (two seeds of 20 tasks share a difference by chance often; the classroom's L0
+    success did, +15.0 pp twice). Every reader of the interval (verdicts, the fairness check's margin and its t
+    over seeds) then declines to decide, instead of each checking the SD itself."""
     d = np.asarray(differences, dtype=float)
     n = len(d)
     if n < 2:
@@ -88,7 +90,7 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95, margin: flo
     se = sd / math.sqrt(n)
     half = t_quantile(0.5 + confidence / 2, n - 1) * se
     if se == 0:
-        t = p = p_above = math.nan
+        half = t = p = p_above = math.nan
     else:
         t = (mean - margin) / se
         p = 2 * (1 - t_cdf(abs(t), n - 1))

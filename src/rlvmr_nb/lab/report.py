@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Mapping
@@ -75,8 +76,14 @@ def _pp(x: float) -> str:
     return f"{100 * x:+.1f}"
 
 
+def _bounds(test: Mapping[str, Any]) -> str:
+    if math.isnan(test["lo"]):  # `paired.paired_t` with no spread over the seeds
+        return "[no interval: the same in every seed]"
+    return f"[{_pp(test['lo'])}, {_pp(test['hi'])}]"
+
+
 def _interval(test: Mapping[str, Any]) -> str:
-    return f"{_pp(test['mean'])} pp [{_pp(test['lo'])}, {_pp(test['hi'])}]"
+    return f"{_pp(test['mean'])} pp {_bounds(test)}"
 
 
 def preregistered_markdown(summary: Mapping[str, Any]) -> str:
@@ -95,7 +102,7 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
                      f"above 0): {'passes' if h['passes'] else 'FAILS'}")
         for arm, r in fair["l0_vs_coldstart"].items():
             rule = r.get("rule", "point estimate >= 0")
-            interval = f" [{_pp(r['interval']['lo'])}, {_pp(r['interval']['hi'])}]" if r.get("interval") else ""
+            interval = f" {_bounds(r['interval'])}" if r.get("interval") else ""
             lines.append(f"* {arm} − cold start, unseen L0 success: {_pp(r['difference'])} pp{interval} "
                          f"(must not fall below the cold start: {rule}): {'passes' if r['passes'] else 'FAILS'}")
     count = pre.get("seed_count")
