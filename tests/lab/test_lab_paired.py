@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 
 from rlvmr_nb.lab import paired
@@ -172,3 +173,32 @@ def test_the_l0_condition_as_non_inferiority_at_a_margin():
     one_seed = paired.fairness_check(before[:1], learned[:1], cold[:1], {"GRPO": cold[:1]}, bootstrap=200,
                                      l0_margin=-0.2)
     assert not one_seed["l0_vs_coldstart"]["GRPO"]["passes"]  # no interval from one seed: nothing to be sure of
+
+
+def test_the_vectorised_l0_condition_decides_as_the_fairness_check():
+    """`l0_condition_passes_many` (what the L0-rule calculation simulates) must decide every run as the fairness
+    check's own scalar rule does, including runs where the seeds agree exactly (no interval), so the operating
+    characteristics reported in docs/lab.md are those of the rule the runs apply."""
+    rng = np.random.default_rng(3)
+    runs = rng.normal(-0.01, 0.04, (300, 3, 2)).round(2)  # rounding makes some runs' seeds agree exactly
+    runs[0] = 0.05  # every seed the same: no interval
+    for margin in (None, -0.05, -0.03):
+        many = paired.l0_condition_passes_many(runs, margin)
+        for run, decided in zip(runs, many):
+            one = all(paired.l0_condition_passes(float(np.mean(run[:, a])), paired.paired_t(run[:, a]), margin)
+                      for a in range(run.shape[1]))
+            assert decided == one
+    assert paired.l0_condition_passes_many(runs[:1], None)[0] and not paired.l0_condition_passes_many(runs[:1], -0.05)[0]
+
+
+def test_l0_condition_power_matches_hand_computed_cases():
+    """At a true difference of 0 the point-estimate rule passes one arm half the time and two independent arms a
+    quarter of the time; perfectly correlated arms pass together (half). Non-inferiority at -5 pp with SD 4 pp
+    over 6 seeds: the lower end is mean - t(5, 0.975) * 4 / sqrt(6) = mean - 4.20 pp, so a true 0 passes one
+    arm when mean > -0.80 pp, P = Phi(0.80 / 1.633) = 0.688 (normal approximation of the simulated mean)."""
+    assert paired.l0_condition_power(0.0, 0.04, 6, arms=1) == pytest.approx(0.5, abs=0.02)
+    assert paired.l0_condition_power(0.0, 0.04, 6, arms=2) == pytest.approx(0.25, abs=0.02)
+    assert paired.l0_condition_power(0.0, 0.04, 6, arms=2, correlation=1.0) == pytest.approx(0.5, abs=0.02)
+    ni = paired.l0_condition_power(0.0, 0.04, 6, arms=1, l0_margin=-0.05)
+    assert 0.6 < ni < 0.75  # the sample SD varies too, so the exact value sits a little below 0.688
+    assert paired.l0_condition_power(-0.05, 0.04, 6, arms=1, l0_margin=-0.05) == pytest.approx(0.025, abs=0.01)

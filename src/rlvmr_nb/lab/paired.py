@@ -303,11 +303,53 @@ def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence
     for arm, eps in l0_arms.items():
         test = paired_endpoint(eps, l0_coldstart, "success", bootstrap=bootstrap)
         mean = float(np.mean(test["differences"])) if test["differences"] else float("nan")
-        if l0_margin is None:
-            passes, rule = mean >= 0, "point estimate >= 0"
-        else:
-            passes, rule = "t" in test and test["t"]["lo"] > l0_margin, f"non-inferior at {l0_margin:+.3f}"
-        l0[arm] = {"difference": mean, "interval": test.get("t"), "rule": rule, "passes": bool(passes)}
+        passes = l0_condition_passes(mean, test.get("t"), l0_margin)
+        l0[arm] = {"difference": mean, "interval": test.get("t"), "rule": l0_rule(l0_margin), "passes": passes}
     fair = heldin["passes"] and all(v["passes"] for v in l0.values())
     return {"grpo_heldin": heldin, "l0_vs_coldstart": l0, "fair_test": bool(fair),
             "verdict": "fair test" if fair else "NOT a fair test: the arms' comparison says nothing about the claim"}
+
+
+# ----- the L0 condition's form: what each would decide ----------------------------------------------------
+
+
+def l0_rule(l0_margin: float | None) -> str:
+    """The fairness check's L0 condition in words (`fairness_check`, `LabConfig.fairness_l0_margin`)."""
+    return "point estimate >= 0" if l0_margin is None else f"non-inferior at {l0_margin:+.3f}"
+
+
+def l0_condition_passes(mean: float, interval: Mapping[str, float] | None, l0_margin: float | None) -> bool:
+    """One arm's L0 condition: the mean per-seed difference from the cold start >= 0 (`l0_margin` None), or the
+    paired t interval's lower end (`paired_t`; None from one seed, NaN without spread) above the margin."""
+    if l0_margin is None:
+        return bool(mean >= 0)
+    return interval is not None and bool(interval["lo"] > l0_margin)
+
+
+def l0_condition_passes_many(differences: np.ndarray, l0_margin: float | None) -> np.ndarray:
+    """`l0_condition_passes` for many simulated runs at once: `differences` [runs, seeds, arms] of per-seed L0
+    success differences from the cold start; True where every arm passes (tests/lab/test_lab_paired.py checks it
+    against the scalar rule run by run)."""
+    d = np.asarray(differences, dtype=float)
+    mean = d.mean(axis=1)
+    if l0_margin is None:
+        return np.all(mean >= 0, axis=-1)
+    n = d.shape[1]
+    if n < 2:
+        return np.zeros(d.shape[0], dtype=bool)
+    sd = d.std(axis=1, ddof=1)
+    sd = np.where(np.ptp(d, axis=1) <= 1e-12, np.nan, sd)  # no spread, no interval (`paired_t`)
+    lo = mean - t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+    return np.all(lo > l0_margin, axis=-1)
+
+
+def l0_condition_power(effect: float, sd: float, seeds: int, arms: int = 2, correlation: float = 0.0,
+                       l0_margin: float | None = None, sims: int = 20000, seed: int = 0) -> float:
+    """Probability that the L0 condition passes for all `arms` when each arm's per-seed difference from the cold
+    start is Normal(`effect`, `sd`), the arms correlated by `correlation` within a seed (they are measured against
+    the same cold-start episodes). At `effect` 0 the point-estimate rule passes one arm half the time: the check's
+    verdict then says more about the draw than about the arms (docs/lab.md, 'The L0 condition's form')."""
+    rng = np.random.default_rng(seed)
+    cov = sd**2 * ((1 - correlation) * np.eye(arms) + correlation * np.ones((arms, arms)))
+    d = rng.multivariate_normal(np.full(arms, effect), cov, size=(sims, seeds))
+    return float(np.mean(l0_condition_passes_many(d, l0_margin)))
