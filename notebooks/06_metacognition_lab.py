@@ -251,6 +251,9 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # and GRPO is level with the cold start on unseen L0 (+1.0 pp), but RLVMR is 1.5 pp below it [−5.1, +2.0]: not a
 # fair test by the rule, narrowly. Its verdicts: RLVMR's invalid-step rate −8.0 pp (supported), its repetition on
 # L0+L1 +2.6 pp [−0.2, +5.4] (inconclusive). Read the verdicts below the fairness check with that in mind.
+# The L0 condition as written (point estimate ≥ 0) passes two arms that truly equal the cold start about one time
+# in four, and two seeds cannot show non-inferiority at any margin: what this run's check can show is a large loss,
+# not its absence (docs/lab.md, 'The L0 condition's form', and its figure `figures/lab/lab_l0_rule.png`).
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))
