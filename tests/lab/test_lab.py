@@ -444,3 +444,28 @@ def test_every_lab_configuration_loads_and_keeps_its_seeds_apart():
     assert chosen == configs["classroom"] and first != configs["classroom"]
     assert all(set(FIRST_CLASSROOM) <= set(overrides) for overrides in VARIANTS.values())
     assert configs["pilot_learning"].eval_episodes == 2 and configs["pilot_learning"].fairness_l0_margin is None
+
+
+def test_the_sweeps_prompt_patches_still_apply_and_mark_the_prompt(tmp_path):
+    """A sweep variant that ran on a patched lab prompt is reproduced by applying its patch (docs/lab.md, 'Lever (2)
+    tested'). Guards the two ways that breaks silently: the prompt's source drifts so the patch no longer applies,
+    or the patched prompt loses the text the sweep script checks before it runs such a variant."""
+    import shutil
+    import subprocess
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lab_fairness_sweep import PATCH_MARK, PATCHED, VARIANTS
+
+    if shutil.which("git") is None:
+        pytest.skip("needs git")
+    assert set(PATCHED) <= set(VARIANTS)
+    target = "src/rlvmr_nb/rollout/prompts/families.py"
+    copy = tmp_path / target
+    copy.parent.mkdir(parents=True)
+    shutil.copy(ROOT / target, copy)
+    for patch in set(PATCHED.values()):
+        assert PATCH_MARK not in copy.read_text()
+        subprocess.run(["git", "apply", str(ROOT / patch)], cwd=tmp_path, check=True)
+        assert PATCH_MARK in copy.read_text()
+        subprocess.run(["git", "apply", "-R", str(ROOT / patch)], cwd=tmp_path, check=True)
