@@ -110,6 +110,16 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "c-pool8-g4-kl0.1-iter16": {**OFFICIAL, "train_pool": 8, "tasks_per_iteration": 8, "group_size": 4,
                                 "iterations": 16, "lr": 3e-4, "kl_coef": 0.1, "old_logprobs": "sampler",
                                 "heldin_tasks": 8, "heldin_episodes": 8},
+    # Stated before it ran (branch exp/new-exits, whose lab prompt adds a line naming the current room's unvisited
+    # exits, else the way back): lever (2) of docs/lab.md. Hypothesis: when the cold start's exploration choice is a
+    # copy from its prompt, GRPO at the classroom budget reinforces the copy, which transfers, so it no longer loses
+    # unseen L0. Endpoint: GRPO - cold start on all 60 L0 layouts x 4 plays per seed (without the line, the same
+    # budget and seeds gave -5.8 pp, `lab_l0_all_tasks.json` entry c-pool6-kl0.1), and the held-in rise. Passes
+    # when the L0 mean over the 2 seeds is >= 0 and the held-in rise >= 15 pp with its interval above 0; only then
+    # does the line become a named option taken to the classroom's seeds. Reported either way.
+    "c-pool6-kl0.1-newexits": {**OFFICIAL, "train_pool": 6, "tasks_per_iteration": 6, "iterations": 14, "lr": 3e-4,
+                               "kl_coef": 0.1, "old_logprobs": "sampler", "heldin_tasks": 6, "heldin_episodes": 12,
+                               "eval_tasks": 60, "eval_episodes": 4},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 SWEEP_SEEDS = (100, 101)

@@ -159,6 +159,15 @@ def lab_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
         parts.append("Step 1.")
     record = lab_record([e.observation for e in memory.entries] + [observation], [e.action or "" for e in memory.entries])
     parts += record.lines()
+    # EXPERIMENT (branch exp/new-exits): the current room's exits not yet visited, else the way back, so the
+    # expert's exploration choice is a copy from the prompt rather than a set difference (docs/lab.md, lever 2).
+    exits = sorted(a[6:] for a in admissible if a.startswith("go to "))
+    unvisited = [e for e in exits if not record.visited(e)]
+    back = record.parents.get(record.room)
+    if unvisited:
+        parts.append("Unvisited exits: " + " ; ".join(unvisited) + " .")
+    else:
+        parts.append("Unvisited exits: none" + (f" ; back to {back} ." if back else " ."))
     parts.append(f"Now: {observation}")
     if cfg.show_admissible:
         parts.append("Admissible: " + " ; ".join(admissible) + " .")
