@@ -127,7 +127,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # as 300 x 20, so the classroom's time holds) imitates better on unseen layouts, and GRPO at the classroom budget
     # then stops losing unseen L0. Endpoint and pass rule as c-pool6-kl0.1-newexits (all 60 L0 layouts x 4 plays,
     # mean over the 2 sweep seeds >= 0; held-in rise >= 15 pp, interval above 0); reported beside: the cold start's
-    # own success and expert agreement. Only a pass takes it to the classroom's seeds.
+    # own success and expert agreement. Only a pass takes it to the classroom's seeds. (It failed: L0 -0.6 pp, from a
+    # cold start 9 pp weaker on L0; docs/lab.md, 'Lever (2) tested'.)
     "c-pool6-kl0.1-cs400e15": {**OFFICIAL, "train_pool": 6, "tasks_per_iteration": 6, "iterations": 14, "lr": 3e-4,
                                "kl_coef": 0.1, "old_logprobs": "sampler", "heldin_tasks": 6, "heldin_episodes": 12,
                                "eval_tasks": 60, "eval_episodes": 4, "coldstart_trajectories": 400,
