@@ -29,7 +29,6 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 import argparse  # noqa: E402
 import json  # noqa: E402
 import time  # noqa: E402
-from dataclasses import replace  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 SEEDS = (100, 101)
@@ -70,14 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         entry = {"sft_epochs": epochs if not args.renamed_copies else 1, "renamed_copies": args.renamed_copies,
                  "coldstart_s": round(built_s, 1), "per_seed": {}}
         for seed in SEEDS:
-            run_evaluation(replace(config), out, COLDSTART_ARM, seed, model_dir)
+            run_evaluation(config, out, COLDSTART_ARM, seed, model_dir)
             row = {}
             for level in ("L0", HELDIN):
                 path = eval_path(out, COLDSTART_ARM, seed, level)
-                episodes = [json.loads(line) for line in path.with_name(f"{level}.episodes.jsonl").read_text().splitlines()]
+                metrics = json.loads(path.read_text())["metrics"]  # `evaluate.write_results`' summary
                 agree = agreement(path.with_name(f"{level}.episodes.jsonl"))
-                row[level] = {"episodes": len(episodes),
-                              "success": sum(e["steps"][-1]["won"] for e in episodes if e["steps"]) / len(episodes),
+                row[level] = {"episodes": metrics["episodes"], "success": metrics["success"],
                               "agreement": {k: {"agree": a, "steps": n} for k, (a, n) in agree.items()}}
             entry["per_seed"][seed] = row
         sft_log = [json.loads(line) for line in (out / "coldstart" / "sft" / "sft_log.jsonl").read_text().splitlines()]
@@ -125,20 +123,19 @@ def renamer(rng, goal: str):
 
 def renamed_coldstart(config, out: Path, copies: int) -> Path:
     """The classroom's demonstrations (`coldstart.build_coldstart_dataset`, as `lab.experiment` builds them), each
-    copied `copies` times with a fresh renaming per copy and trajectory, then vocabulary, policy and one SFT pass
-    over all copies. Returns the SFT folder (skipped when built)."""
+    copied `copies` times with a fresh renaming per copy and trajectory, then the lab's own vocabulary, policy and
+    SFT step (`lab.experiment.train_coldstart_policy`) for one pass over all copies. Returns the SFT folder (skipped
+    when built)."""
     import random
     import shutil
+    from dataclasses import replace
 
-    from rlvmr_nb.coldstart import build_coldstart_dataset, load_coldstart_samples
-    from rlvmr_nb.coldstart.sft import SFTConfig, train_sft
-    from rlvmr_nb.lab.policy import LabPolicyConfig, build_lab_policy
-    from rlvmr_nb.models import load_model
+    from rlvmr_nb.coldstart import build_coldstart_dataset
+    from rlvmr_nb.lab.experiment import train_coldstart_policy
 
     root = out / "coldstart"
-    sft_dir = root / "sft"
-    if (sft_dir / "model.safetensors").is_file():
-        return sft_dir
+    if (root / "sft" / "model.safetensors").is_file():
+        return root / "sft"
     data = build_coldstart_dataset("lab", "L0", config.coldstart_trajectories, seed=0, out_dir=root / "data")
     samples = [json.loads(line) for line in (data / "samples.jsonl").read_text().splitlines()]
     goals = {s["episode_id"]: s["prompt"].split("\n", 1)[0].removeprefix("Task: ") for s in samples}
@@ -151,13 +148,7 @@ def renamed_coldstart(config, out: Path, copies: int) -> Path:
                   "episode_id": f"{s['episode_id']}#{copy}"} for s in samples]
     (renamed / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     shutil.copy(data / "manifest.json", renamed / "manifest.json")
-    init = build_lab_policy(renamed, root / "init", LabPolicyConfig(layers=config.policy_layers,
-                                                                     hidden_size=config.policy_hidden))
-    model, tokenizer = load_model(str(init))
-    sft = SFTConfig(epochs=1, lr=config.sft_lr, batch_size=config.sft_batch_size,
-                    micro_batch_size=config.sft_batch_size, weight_decay=0.0, bf16_autocast=False, max_length=512)
-    train_sft(model, tokenizer, load_coldstart_samples(renamed, tokenizer), sft, out_dir=sft_dir)
-    return sft_dir
+    return train_coldstart_policy(replace(config, sft_epochs=1), renamed, root)
 
 
 if __name__ == "__main__":

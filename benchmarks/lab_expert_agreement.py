@@ -27,17 +27,22 @@ SETS = {"heldin": "held-in layouts", "L0": "unseen L0"}
 """Evaluation files read per arm and seed (`lab.experiment.eval_path`)."""
 
 
-def decision_kind(expert: str, record: object) -> str:
-    """The kind of the expert's choice `expert` given the record it was made from (module docstring)."""
+def decision_kind(expert: str, record: object, goal: str, admissible: list[str]) -> str:
+    """The kind of the expert's choice `expert` (module docstring), read off the same inputs `expert_choice` decides
+    from: a move while it carries every target is delivery (`expert_choice` walks `path_step` then), any other move is
+    to an unvisited exit (explore) or to the room this one was entered from (back); the test pins it on the expert's
+    own episodes, where every step must agree."""
+    from rlvmr_nb.envs.lab_world import parse_goal
+
     verb = expert.split(" ", 1)[0]
     if verb in ("take", "open"):
         return verb
     if verb in ("drop", "put"):
         return "deliver"
-    room = expert[len("go to "):]
-    if not record.visited(room):  # type: ignore[attr-defined]
-        return "explore"
-    return "back" if record.parents.get(record.room) == room else "deliver"  # type: ignore[attr-defined]
+    _, targets, _ = parse_goal(goal)
+    if all(f"drop {t}" in admissible for t in targets):
+        return "deliver"
+    return "explore" if not record.visited(expert[len("go to "):]) else "back"  # type: ignore[attr-defined]
 
 
 def agreement(episodes_file: Path) -> dict[str, list[int]]:
@@ -58,7 +63,7 @@ def agreement(episodes_file: Path) -> dict[str, list[int]]:
                 counts["no expert choice"][1] += 1  # where it was seen, e.g. dropped elsewhere): no choice to match
                 actions.append(step.get("action") or "")
                 continue
-            kind = decision_kind(expert, record)
+            kind = decision_kind(expert, record, episode["task_text"], step["admissible_actions"])
             taken = " ".join((step.get("action") or "").lower().split())
             counts[kind][0] += int(taken == expert)
             counts[kind][1] += 1

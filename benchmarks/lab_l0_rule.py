@@ -82,15 +82,16 @@ def main(argv: list[str] | None = None) -> int:
     observed_summary = {arm: {k: paired_t(d)[k] for k in ("mean", "lo", "hi", "n")} for arm, d in observed.items()}
 
     curves, table = {}, []
+    noises = {design: pooled_noise(spec["files"]) for design, spec in DESIGNS.items()}
     for design, spec in DESIGNS.items():
-        noise = pooled_noise(spec["files"])
+        noise = noises[design]
         spec_out = {**noise, "plays": spec["plays"], "files": list(spec["files"])}
         for seeds in spec["seeds"]:
             for margin in RULES:
                 key = f"{design}|{seeds}|{l0_rule(margin)}"
                 rates = [l0_condition_power(e, noise["sd"], seeds, correlation=max(0.0, noise["correlation"]),
                                             l0_margin=margin, sims=args.sims) for e in EFFECTS]
-                curves[key] = {"design": spec_out, "seeds": seeds, "rule": l0_rule(margin), "margin": margin,
+                curves[key] = {"design_name": design, "design": spec_out, "seeds": seeds, "rule": l0_rule(margin), "margin": margin,
                                "pass_probability": rates}
                 at = dict(zip(EFFECTS, rates))
                 table.append({"design": design, "seeds": seeds, "rule": l0_rule(margin),
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                       + "  ".join(f"{e * 100:+.0f} pp: {at[e]:.2f}" for e in (-0.05, -0.02, 0.0, 0.02)))
 
     # seeds the recorded design needs for the condition to pass >= 80 % when both arms truly equal the cold start
-    noise = pooled_noise(DESIGNS["recorded"]["files"])
+    noise = noises["recorded"]
     needed = {}
     for margin in RULES[1:]:
         for n in range(2, 41):
@@ -138,7 +139,7 @@ def plot(out: dict, path: Path) -> None:
         for curve in out["curves"].values():
             if curve["rule"] != rule:
                 continue
-            design = "recorded" if "60 layouts" in curve["design"]["plays"] else "classroom"
+            design = curve["design_name"]
             color, line = styles[(design, curve["seeds"])]
             ax.plot(effects, curve["pass_probability"], color=color, linestyle=line,
                     label=f"{design} design, {curve['seeds']} seeds (SD {curve['design']['sd'] * 100:.1f} pp)")

@@ -255,7 +255,7 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # in four, and two seeds cannot show non-inferiority at any margin: what this run's check can show is a large loss,
 # not its absence (docs/lab.md, 'The L0 condition's form', and its figure `figures/lab/lab_l0_rule.png`).
 # Why the RL arms lose unseen layouts at all: the cold start already imitates its expert poorly there (it takes a
-# target in sight in ~30 % of those steps), and RL sharpens the routes it meets (docs/lab.md, 'Which decisions the
+# target in sight in about a third of those steps), and RL sharpens the routes it meets (docs/lab.md, 'Which decisions the
 # policies get right').
 
 # %%

@@ -469,3 +469,53 @@ def test_the_sweeps_prompt_patches_still_apply_and_mark_the_prompt(tmp_path):
         subprocess.run(["git", "apply", str(ROOT / patch)], cwd=tmp_path, check=True)
         assert PATCH_MARK in copy.read_text()
         subprocess.run(["git", "apply", "-R", str(ROOT / patch)], cwd=tmp_path, check=True)
+
+
+def test_the_expert_agrees_with_itself_in_every_decision_kind(tmp_path):
+    """`benchmarks/lab_expert_agreement.py` re-derives the expert's choice from each step's prompt inputs and sorts it
+    by kind. On the expert's own episodes every step must agree, and the kinds must all occur: a wrong record
+    (observations and actions out of step) or a kind that never fires would show here, not as a low rate in
+    docs/lab.md's table."""
+    import sys
+
+    from rlvmr_nb.envs.lab_world import LabEnv, lab_expert_actions
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lab_expert_agreement import KINDS, agreement
+
+    env, lines = LabEnv(max_steps=60), []
+    for task in level_tasks("test", "L0")[:20]:
+        reset = env.reset(task)
+        observation, admissible, steps = reset.observation, reset.admissible_actions, []
+        for action in lab_expert_actions(task):
+            steps.append({"observation": observation, "admissible_actions": admissible, "action": action})
+            result = env.step(action)
+            observation, admissible = result.observation, result.admissible_actions
+        lines.append(json.dumps({"task_text": reset.task_text, "steps": steps}))
+    path = tmp_path / "expert.episodes.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    counts = agreement(path)
+    assert set(counts) == set(KINDS)
+    assert all(agree == steps > 0 for agree, steps in counts.values())
+
+
+def test_renamed_demonstrations_stay_training_tasks():
+    """The renamed cold start (`benchmarks/lab_coldstart_epochs.py --renamed-copies`) must not train on an L1
+    combination (that would leak the unseen split), must keep the hallway every episode starts in, and must rename
+    a word everywhere it occurs, articles included."""
+    import random
+    import sys
+
+    from rlvmr_nb.envs.lab_world import HUB, combination_is_heldout, parse_goal
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lab_coldstart_epochs import renamer
+
+    for i in range(50):
+        goal = "put the apple in the box." if i % 2 else "bring the apple to the kitchen."
+        rename = renamer(random.Random(i), goal)
+        _, (target,), destination = parse_goal(rename(goal))
+        assert not combination_is_heldout(target, destination)
+        text = rename(f"You are in the {HUB}. You see an apple. Exits: kitchen.")
+        assert text == f"You are in the {HUB}. You see {'an' if target[0] in 'aeiou' else 'a'} {target}. Exits: " \
+                      f"{rename('kitchen')}."

@@ -122,21 +122,30 @@ def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = Fa
 
 
 def _build_coldstart(config: LabConfig, root: Path, progress: bool) -> None:
-    from ..coldstart import build_coldstart_dataset, load_coldstart_samples
-    from ..models import load_model
-    from ..coldstart.sft import SFTConfig, train_sft
-    from .policy import LabPolicyConfig, build_lab_policy
+    from ..coldstart import build_coldstart_dataset
 
-    sft_dir = root / "sft"
     data = build_coldstart_dataset("lab", "L0", config.coldstart_trajectories, seed=0, out_dir=root / "data",
                                    progress=progress)
+    train_coldstart_policy(config, data, root, progress)
+
+
+def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: bool = False) -> Path:
+    """A fresh lab policy with the vocabulary of the dataset folder `data` (`root`/init), trained on its samples
+    with the configuration's SFT settings (`root`/sft, returned). `_build_coldstart`'s second half; the benchmarks
+    that train a cold start on other data (`benchmarks/lab_coldstart_epochs.py`) call it too."""
+    from ..coldstart import load_coldstart_samples
+    from ..coldstart.sft import SFTConfig, train_sft
+    from ..models import load_model
+    from .policy import LabPolicyConfig, build_lab_policy
+
     init = build_lab_policy(data, root / "init", LabPolicyConfig(layers=config.policy_layers,
                                                                   hidden_size=config.policy_hidden))
     model, tokenizer = load_model(str(init))
     samples = load_coldstart_samples(data, tokenizer)
     sft = SFTConfig(epochs=config.sft_epochs, lr=config.sft_lr, batch_size=config.sft_batch_size,
                     micro_batch_size=config.sft_batch_size, weight_decay=0.0, bf16_autocast=False, max_length=512)
-    train_sft(model, tokenizer, samples, sft, out_dir=sft_dir, progress=progress)
+    train_sft(model, tokenizer, samples, sft, out_dir=root / "sft", progress=progress)
+    return root / "sft"
 
 
 def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Any:

@@ -31,6 +31,8 @@ import numpy as np
 from ..scoring.metrics import repetitive_steps
 from ..rollout.trajectory import Episode
 
+NO_SPREAD = 1e-12
+"""Per-seed differences whose range is at most this are one value (0.15 and 0.15000000000000002): no SD, no test."""
 NON_INFERIORITY_MARGIN = -0.05
 """(b): RLVMR's success may be at most 5 pp below GRPO's and still count as not lower."""
 STEP_BUDGETS: tuple[int, ...] = (8, 16, 24, 32)
@@ -85,7 +87,7 @@ def paired_t(differences: Sequence[float], confidence: float = 0.95, margin: flo
     if n < 2:
         raise ValueError(f"a paired t needs at least 2 seeds, got {n}")
     mean, sd = float(d.mean()), float(d.std(ddof=1))
-    if np.ptp(d) <= 1e-12:  # the same difference up to rounding (0.15 and 0.15000000000000002 are one value)
+    if np.ptp(d) <= NO_SPREAD:  # the same difference up to rounding
         sd = 0.0
     se = sd / math.sqrt(n)
     half = t_quantile(0.5 + confidence / 2, n - 1) * se
@@ -338,8 +340,8 @@ def l0_condition_passes_many(differences: np.ndarray, l0_margin: float | None) -
     if n < 2:
         return np.zeros(d.shape[0], dtype=bool)
     sd = d.std(axis=1, ddof=1)
-    sd = np.where(np.ptp(d, axis=1) <= 1e-12, np.nan, sd)  # no spread, no interval (`paired_t`)
-    lo = mean - t_quantile(0.975, n - 1) * sd / math.sqrt(n)
+    sd = np.where(np.ptp(d, axis=1) <= NO_SPREAD, np.nan, sd)  # no spread, no interval (`paired_t`)
+    lo = mean - t_quantile(0.975, n - 1) * sd / math.sqrt(n)  # `paired_t`'s lower end at its 95 % default
     return np.all(lo > l0_margin, axis=-1)
 
 
