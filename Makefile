@@ -17,7 +17,7 @@ export RLVMR_CACHE ?= $(HOME)/.cache/rlvmr-nb
 VLLM_VENV  := $(RLVMR_CACHE)/venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: venv vllm-venv demo demo-quick test test-fast figures data bench clean gpu-check metalab metalab-recorded
+.PHONY: venv vllm-venv demo demo-quick test test-fast figures data bench clean gpu-check metalab metalab-recorded metalab-recorded-ni
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -97,7 +97,8 @@ figures: $(STAMP)
 # The metacognition lab (notebook 06's experiment): GRPO vs RLVMR from one cold start on the lab world.
 # classroom: 2 seeds on 6 layouts, under 20 minutes on 2 cores from a fresh clone (docs/lab.md, 'Classroom
 # budget'); metalab-recorded: the learning pilot's settings with 6 seeds (its power calculation, docs/lab.md),
-# ~1.5 hours on 2 cores: LAB_FLAGS="--workers 12" on a bigger machine.
+# ~1.5 hours on 2 cores: LAB_FLAGS="--workers 12" on a bigger machine; metalab-recorded-ni: the amended rule
+# (the L0 condition as non-inferiority at -5 pp), 8 plays per test task, 5 fresh seeds, ~1.5 hours (docs/lab.md).
 # Results and figures go to runs/metalab/<name>/ (git-ignored); with UPDATE=1 to the tracked
 # benchmarks/results/lab_<name>.json and figures/lab/, as `make demo UPDATE=1`. (Not `make lab`: JupyterLab.)
 LAB_OUTPUT = $(if $(UPDATE),--figures figures/lab --results benchmarks/results/lab_$(1).json)
@@ -106,6 +107,9 @@ metalab: $(STAMP)
 
 metalab-recorded: $(STAMP)
 	$(BIN)/rlvmr-nb lab --config configs/lab/recorded.json $(call LAB_OUTPUT,recorded) $(LAB_FLAGS)
+
+metalab-recorded-ni: $(STAMP)
+	$(BIN)/rlvmr-nb lab --config configs/lab/recorded_ni.json $(call LAB_OUTPUT,recorded_ni) $(LAB_FLAGS)
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache

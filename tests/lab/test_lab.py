@@ -446,6 +446,42 @@ def test_every_lab_configuration_loads_and_keeps_its_seeds_apart():
     assert configs["pilot_learning"].eval_episodes == 2 and configs["pilot_learning"].fairness_l0_margin is None
 
 
+def test_the_amended_recorded_run_states_its_rule_plays_and_seeds_from_the_play_noise_split():
+    """`recorded_ni` changes only what the amendment names (docs/lab.md, 'Amendment'): the L0 condition as
+    non-inferiority at verdict (b)'s margin, 8 plays per test task, fresh seeds, and the two SDs its seed count
+    rests on, which must be the ones `benchmarks/lab_play_noise.py` derived for 8 plays. Guards against a run whose
+    stated power calculation is not the committed one, or whose seeds were already looked at."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lab_fairness_sweep import SWEEP_SEEDS
+
+    from rlvmr_nb.lab import LabConfig, load_lab_config, paired
+    from rlvmr_nb.lab.stats import PRIMARY_EFFECT
+
+    configs = {path.stem: load_lab_config(path) for path in sorted((ROOT / "configs" / "lab").glob("*.json"))}
+    amended, recorded = configs["recorded_ni"], configs["recorded"]
+    changed = {"name", "seeds", "eval_episodes", "fairness_l0_margin", "power_pilot_sd", "power_pilot_l0_sd"}
+    assert {k: v for k, v in amended.to_dict().items() if k not in changed} == {
+        k: v for k, v in recorded.to_dict().items() if k not in changed}
+    assert amended.fairness_l0_margin == paired.NON_INFERIORITY_MARGIN == -0.05
+    used = set(SWEEP_SEEDS).union(*(set(c.seeds) for name, c in configs.items() if name != "recorded_ni"))
+    assert not set(amended.seeds) & used
+    noise = json.loads((ROOT / "benchmarks" / "results" / "lab_play_noise.json").read_text())
+    design = next(d for d in noise["designs"] if d["plays"] == amended.eval_episodes)
+    assert amended.power_pilot_sd == round(design["sd_primary"], 4)
+    assert amended.power_pilot_l0_sd == round(design["sd_l0"], 4)
+    assert len(amended.seeds) >= paired.seeds_for_power(PRIMARY_EFFECT, amended.power_pilot_sd)["seeds"]
+    assert paired.l0_seed_power(amended.power_pilot_l0_sd, len(amended.seeds), amended.fairness_l0_margin)["meets"]
+    with pytest.raises(ValueError, match="fairness_l0_margin too"):
+        LabConfig(power_pilot_l0_sd=0.02)
+    from rlvmr_nb.lab.report import preregistered_markdown
+
+    record = paired.l0_seed_power(amended.power_pilot_l0_sd, len(amended.seeds), amended.fairness_l0_margin)
+    text = preregistered_markdown({"preregistered": {"l0_seed_count": record}})
+    assert f"probability {record['power']:.2f} at {len(amended.seeds)} seeds" in text and "TOO FEW" not in text
+
+
 def test_the_sweeps_prompt_patches_still_apply_and_mark_the_prompt(tmp_path):
     """A sweep variant that ran on a patched lab prompt is reproduced by applying its patch (docs/lab.md, 'Lever (2)
     tested'). Guards the two ways that breaks silently: the prompt's source drifts so the patch no longer applies,

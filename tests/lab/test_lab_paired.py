@@ -202,3 +202,17 @@ def test_l0_condition_power_matches_hand_computed_cases():
     ni = paired.l0_condition_power(0.0, 0.04, 6, arms=1, l0_margin=-0.05)
     assert 0.6 < ni < 0.75  # the sample SD varies too, so the exact value sits a little below 0.688
     assert paired.l0_condition_power(-0.05, 0.04, 6, arms=1, l0_margin=-0.05) == pytest.approx(0.025, abs=0.01)
+
+
+def test_l0_seed_power_names_the_smallest_seed_count_that_reaches_the_target():
+    """The record a non-inferiority run carries (`stats.preregistered`'s `l0_seed_count`): its power at the seeds
+    run, and a seed count one below which the condition would fall short. Guards against an off-by-one that would
+    let a run state fewer seeds than its own power calculation asks for."""
+    record = paired.l0_seed_power(0.0231, 5, -0.05)
+    n = record["seeds"]
+    assert paired.l0_condition_power(0.0, 0.0231, n - 1, l0_margin=-0.05) < 0.8
+    assert paired.l0_condition_power(0.0, 0.0231, n, l0_margin=-0.05) >= 0.8
+    assert record["meets"] == (5 >= n) and record["power"] == paired.l0_condition_power(0.0, 0.0231, 5, l0_margin=-0.05)
+    assert not paired.l0_seed_power(0.0231, 3, -0.05)["meets"]  # 3 seeds: t(2) makes the interval too wide
+    # a wider per-seed SD asks for more seeds (1 play per task instead of 8: 6.5 pp in the recorded run)
+    assert paired.l0_seed_power(0.065, 5, -0.05)["seeds"] > n

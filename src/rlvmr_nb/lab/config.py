@@ -107,12 +107,18 @@ class LabConfig:
     """Form of the fairness check's second condition (`lab.paired.fairness_check`). None: the pre-registered rule, no
     RL arm's unseen-L0 success below the cold start's (point estimate over the seeds >= 0). A number m <= 0:
     non-inferiority at margin m, as verdict (b) is tested: the paired t interval's lower end (over >= 2 seeds)
-    must lie above m. The configurations keep None; changing it is a change of the pre-registration."""
+    must lie above m. The classroom and the first recorded run keep None, as pre-registered; `recorded_ni` states
+    −0.05, verdict (b)'s margin, before it runs (docs/lab.md, 'Amendment: the L0 condition as non-inferiority')."""
     power_pilot_sd: float | None = None
     """SD of the primary endpoint's per-seed difference in the pilot that set this configuration's seed count, stated
     before the run. The results record `lab.paired.seeds_for_power` on it at `stats.PRIMARY_EFFECT` beside the seeds
     actually run, so the file carries the power calculation the seed count rests on (docs/lab.md, 'Seeds'). None:
     no pilot stated; the results still give the count this run's own SD would ask for."""
+    power_pilot_l0_sd: float | None = None
+    """With `fairness_l0_margin` set: the per-seed SD of an arm's L0 difference from the cold start at this
+    configuration's `eval_episodes`, from a pilot, stated before the run. The results record
+    `lab.paired.l0_seed_power` on it: the chance that both arms pass the non-inferiority condition when they truly
+    equal the cold start, at the seeds run (`benchmarks/lab_play_noise.py` derives the SD for any number of plays)."""
     heldin_tasks: int = 6
     """Training layouts (the first of `train_pool`) every policy plays at evaluation, with the same sampling seed
     before (cold start) and after training: the paired fairness check (`lab.paired.fairness_check`)."""
@@ -137,6 +143,11 @@ class LabConfig:
                                 "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks",
                                 "heldin_episodes", "bootstrap", "workers"])
         require_positive(self, ["eval_episodes"])
+        if self.power_pilot_l0_sd is not None and not self.power_pilot_l0_sd > 0:
+            raise ValueError(f"power_pilot_l0_sd must be a positive SD, got {self.power_pilot_l0_sd}")
+        if self.power_pilot_l0_sd is not None and self.fairness_l0_margin is None:
+            raise ValueError("power_pilot_l0_sd powers the non-inferiority form of the L0 condition: set "
+                             "fairness_l0_margin too (the point-estimate rule has no power to compute)")
         if self.power_pilot_sd is not None and not self.power_pilot_sd > 0:
             raise ValueError(f"power_pilot_sd must be a positive SD (a pilot's per-seed difference), got "
                              f"{self.power_pilot_sd}")

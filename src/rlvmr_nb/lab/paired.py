@@ -355,3 +355,15 @@ def l0_condition_power(effect: float, sd: float, seeds: int, arms: int = 2, corr
     cov = sd**2 * ((1 - correlation) * np.eye(arms) + correlation * np.ones((arms, arms)))
     d = rng.multivariate_normal(np.full(arms, effect), cov, size=(sims, seeds))
     return float(np.mean(l0_condition_passes_many(d, l0_margin)))
+
+
+def l0_seed_power(sd: float, seeds: int, l0_margin: float, arms: int = 2, target: float = 0.8) -> dict[str, Any]:
+    """The power record of the L0 condition's non-inferiority form for a run with `seeds` seeds: the chance that all
+    `arms` pass at `l0_margin` when each truly equals the cold start, each arm's per-seed difference Normal(0, `sd`)
+    and the arms independent (conservative: they share the cold start's episodes and correlate positively), beside
+    the smallest seed count that reaches `target`."""
+    power = l0_condition_power(0.0, sd, seeds, arms=arms, l0_margin=l0_margin)
+    needed = next((n for n in range(2, 61) if l0_condition_power(0.0, sd, n, arms=arms, l0_margin=l0_margin) >= target),
+                  None)
+    return {"sd": sd, "margin": l0_margin, "true_difference": 0.0, "arms": arms, "seeds_run": seeds,
+            "power": power, "target": target, "seeds": needed, "meets": power >= target}

@@ -111,6 +111,13 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
                      f"({100 * count['sd']:.1f} pp) needs {count['seeds']} seeds for ≥ {100 * count['target']:.0f} % "
                      f"power at {_pp(-count['effect'])} pp; this run has {count['seeds_run']}"
                      f"{'' if count['meets'] else ' (TOO FEW)'}.")
+    l0_count = pre.get("l0_seed_count")
+    if l0_count:
+        lines.append(f"L0 condition's power, stated before the run: with the pilot's per-seed SD of an arm's L0 "
+                     f"difference ({100 * l0_count['sd']:.1f} pp), arms that truly equal the cold start both pass "
+                     f"non-inferiority at {_pp(l0_count['margin'])} pp with probability {l0_count['power']:.2f} at "
+                     f"{l0_count['seeds_run']} seeds (≥ {100 * l0_count['target']:.0f} % needs {l0_count['seeds']})"
+                     f"{'' if l0_count['meets'] else ' (TOO FEW)'}.")
     primary = pre.get("primary")
     if primary and "t" in primary:
         t = primary["t"]

@@ -151,6 +151,10 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         needed = paired.seeds_for_power(PRIMARY_EFFECT, config.power_pilot_sd)
         result["seed_count"] = {**needed, "basis": "pilot", "seeds_run": len(seeds),
                                 "meets": needed["seeds"] is not None and len(seeds) >= needed["seeds"]}
+    if config.power_pilot_l0_sd is not None:  # the L0 condition's power at the seeds run, stated before the run
+        result["l0_seed_count"] = {**paired.l0_seed_power(config.power_pilot_l0_sd, len(seeds),
+                                                          config.fairness_l0_margin, arms=len(config.algos)),
+                                   "basis": "pilot"}
     if "grpo" in config.algos:
         result["fairness"] = paired.fairness_check(
             eps[(COLDSTART_ARM, HELDIN)], eps[("grpo", HELDIN)], eps[(COLDSTART_ARM, "L0")] if "L0" in config.levels
