@@ -116,7 +116,8 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
         lines.append(f"L0 condition's power, stated before the run: with the pilot's per-seed SD of an arm's L0 "
                      f"difference ({100 * l0_count['sd']:.1f} pp), arms that truly equal the cold start both pass "
                      f"non-inferiority at {_pp(l0_count['margin'])} pp with probability {l0_count['power']:.2f} at "
-                     f"{l0_count['seeds_run']} seeds (≥ {100 * l0_count['target']:.0f} % needs {l0_count['seeds']})"
+                     f"{l0_count['seeds_run']} seeds (≥ {100 * l0_count['target']:.0f} % needs "
+                     f"{l0_count['seeds'] or 'more than 60'})"
                      f"{'' if l0_count['meets'] else ' (TOO FEW)'}.")
     primary = pre.get("primary")
     if primary and "t" in primary:
