@@ -254,6 +254,9 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # The L0 condition as written (point estimate ≥ 0) passes two arms that truly equal the cold start about one time
 # in four, and two seeds cannot show non-inferiority at any margin: what this run's check can show is a large loss,
 # not its absence (docs/lab.md, 'The L0 condition's form', and its figure `figures/lab/lab_l0_rule.png`).
+# An amended recorded run (docs/lab.md, 'Amendment': the L0 condition as non-inferiority at −5 pp, each test task
+# played 8 times, fresh seeds 600-604) failed the same way: GRPO +25.0 pp held-in and −1.1 pp [−4.5, +2.3] on L0,
+# RLVMR −2.2 pp [−5.9, +1.5] on L0, 0.9 pp short of the margin; its primary +2.1 pp [−0.1, +4.2], inconclusive.
 # Why the RL arms lose unseen layouts at all: the cold start already imitates its expert poorly there (it takes a
 # target in sight in about a third of those steps), and RL sharpens the routes it meets (docs/lab.md, 'Which decisions the
 # policies get right').
