@@ -71,7 +71,7 @@
 # `rlvmr_nb.notebooks.run_notebook("06_metacognition_lab", "configs/06_metacognition_lab.json")`.
 
 # %% tags=["parameters"]
-config_file = "configs/lab/classroom.json"  # a LabConfig file: classroom, recorded (more seeds) or ci (tiny)
+config_file = "configs/lab/classroom.json"  # a LabConfig file: classroom, recorded (more seeds), recorded_ni (the amended rule) or ci (tiny)
 overrides = {}  # LabConfig fields to change, e.g. {"seeds": [0, 1, 2]}
 out_dir = "runs/metalab/classroom"  # run folder; rerunning resumes and skips finished stages
 figures_dir = "runs/metalab/classroom/figures"  # figures and case-study page (the tracked figures/lab/ holds the recorded run's)

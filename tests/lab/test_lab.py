@@ -238,6 +238,15 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert doc["provenance"]["git_sha"] and doc["timing"]["coldstart"]["cpu_s"] >= 0  # 0: copied from the cache
     assert {p.name for p in (tmp_path / "figures").iterdir()} == {
         "lab_ci_metrics.png", "lab_ci_training.png", "lab_ci_hypothesis.png", "lab_ci_case_studies.html"}
+    # the amended rule on the same finished run (recorded_ni's two settings): the check reads the margin and the
+    # results carry the L0 power calculation; the point-estimate run above carries none
+    from dataclasses import replace
+
+    amended = stats.preregistered(replace(load_lab_config(ROOT / "configs" / "lab" / "ci.json"),
+                                          fairness_l0_margin=-0.05, power_pilot_l0_sd=0.0231), out)
+    assert {r["rule"] for r in amended["fairness"]["l0_vs_coldstart"].values()} == {"non-inferior at -0.050"}
+    assert amended["l0_seed_count"]["seeds_run"] == 2 and not amended["l0_seed_count"]["meets"]
+    assert "l0_seed_count" not in pre
     pool = {t.task_id for t in level_tasks("train", "L0")[:3]}  # ci.json: train_pool 3
     played = {}
     for arm in ("grpo", "rlvmr"):  # both arms started from the one cold-start checkpoint, on the same layouts
