@@ -26,6 +26,7 @@ import os
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import argparse  # noqa: E402
+import functools  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 from pathlib import Path  # noqa: E402
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if config.eval_episodes < 2:
         raise SystemExit(f"{out}: eval_episodes is {config.eval_episodes}; the split needs >= 2 plays per task")
 
+    @functools.cache  # L0 is read for the primary and again for the L0 condition
     def plays_of(arm: str, seed: int, level: str) -> list[list]:
         """The seed's episodes of `level` split by play (each play has its own sampling seed)."""
         episodes = read_episodes(eval_path(out, arm, seed, level).with_suffix(".episodes.jsonl"))
