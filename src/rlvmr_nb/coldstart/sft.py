@@ -1,6 +1,7 @@
 """Supervised fine-tuning for the cold start (paper §3.3, App. A.2; docs/method.md, 'Cold start').
 
-Response-only next-token cross-entropy on step-level (prompt, response) pairs; the prompt is the
+Response-only next-token cross-entropy on step-level (prompt, response) pairs (the paper's; a weighted
+prompt term is an option, `SFTConfig.prompt_loss_weight`, for policies trained from scratch); the prompt is the
 chat-formatted user message, the response the tagged step (``<tag>…</tag>\\n<action>…</action>\\n``)
 followed by the end-of-turn token. Defaults are the paper's: 5 epochs, lr 1e-5, cosine schedule with
 10 % warm-up, AdamW (0.9, 0.95), weight decay 0.01, grad-clip 1.0.
@@ -73,14 +74,28 @@ def tokenize_sample(tokenizer, sample: SFTSample, max_length: int, truncate_prom
 
 def response_token_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
     """Summed CE over response tokens and their count, projecting only response positions."""
+    (loss, count), _ = token_losses(model, input_ids, attention_mask, labels_mask, with_prompt=False)
+    return loss, count
+
+
+def token_losses(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels_mask: torch.Tensor,
+                 with_prompt: bool) -> tuple[tuple[torch.Tensor, int], tuple[torch.Tensor, int] | None]:
+    """``((response CE sum, count), (prompt CE sum, count) or None)`` from one forward pass. The prompt's share
+    predicts every prompt token after the first (`SFTConfig.prompt_loss_weight`); padding predicts nothing."""
     base = model.get_decoder() if hasattr(model, "get_decoder") else model.model
     hidden = base(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
-    # position p predicts token p+1
-    predict = labels_mask[:, 1:].bool()
-    h = hidden[:, :-1][predict]
-    targets = input_ids[:, 1:][predict]
-    logits = model.get_output_embeddings()(h).float()
-    return F.cross_entropy(logits, targets, reduction="sum"), int(targets.numel())
+    head = model.get_output_embeddings()
+
+    def summed(predict: torch.Tensor) -> tuple[torch.Tensor, int]:
+        # position p predicts token p+1
+        targets = input_ids[:, 1:][predict]
+        logits = head(hidden[:, :-1][predict]).float()
+        return F.cross_entropy(logits, targets, reduction="sum"), int(targets.numel())
+
+    response = summed(labels_mask[:, 1:].bool())
+    if not with_prompt:
+        return response, None
+    return response, summed(attention_mask[:, 1:].bool() & ~labels_mask[:, 1:].bool())
 
 
 def _collate(batch: list[tuple[list[int], int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -188,13 +203,18 @@ def run_sft_loop(
         for b in range(0, len(order), config.batch_size):
             batch = [data[i] for i in order[b : b + config.batch_size]]
             n_tokens = sum(len(ids) - start for ids, start in batch)
+            n_prompt_tokens = max(1, sum(start - 1 for _, start in batch))
             t0 = time.perf_counter()
-            total_loss = 0.0
+            total_loss = total_prompt_loss = 0.0
             for m in range(0, len(batch), config.micro_batch_size):
                 ids, attn, lab = (t.to(device) for t in _collate(batch[m : m + config.micro_batch_size], pad))
                 with autocast_context(device, config.bf16_autocast):
-                    loss_sum, _ = response_token_loss(model, ids, attn, lab)
-                (loss_sum / n_tokens).backward()  # token-mean over the whole batch
+                    (loss_sum, _), prompt = token_losses(model, ids, attn, lab, with_prompt=config.prompt_loss_weight > 0)
+                loss = loss_sum / n_tokens  # token-mean over the whole batch
+                if prompt is not None:  # the prompt's own token-mean, weighted beside the response's
+                    loss = loss + config.prompt_loss_weight * prompt[0] / n_prompt_tokens
+                    total_prompt_loss += float(prompt[0].detach())
+                loss.backward()
                 total_loss += float(loss_sum.detach())
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, config.grad_clip))
             opt.step()
@@ -202,6 +222,8 @@ def run_sft_loop(
             opt.zero_grad(set_to_none=True)
             rec = {"step": step, "epoch": epoch, "loss": total_loss / n_tokens, "grad_norm": grad_norm,
                    "lr": sched.get_last_lr()[0], "tokens_per_s": n_tokens / (time.perf_counter() - t0)}
+            if config.prompt_loss_weight > 0:
+                rec["prompt_loss"] = total_prompt_loss / n_prompt_tokens
             records.append(rec)
             if log:
                 log(rec)

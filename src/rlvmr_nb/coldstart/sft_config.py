@@ -34,6 +34,11 @@ class SFTConfig:
     (truncation='error'), unless `truncate_prompt_left` is set."""
     truncate_prompt_left: bool = False
     """Drop the oldest prompt tokens instead of raising on over-long samples."""
+    prompt_loss_weight: float = 0.0
+    """Weight of the prompt tokens' next-token loss (its own token mean) added to the response's. 0 is the paper's
+    response-only SFT. A pretrained LLM already reads its prompt; a policy trained from scratch (the lab's) learns to
+    read it only through the few decision tokens of each response, and predicting the prompt is the pretraining it
+    lacks (docs/lab.md, 'Lever: the prompt in the SFT loss')."""
     lora: bool = False
     """Train LoRA adapters instead of all weights (peft)."""
     lora_r: int = 16
@@ -62,6 +67,8 @@ def check_config(config: SFTConfig) -> None:
     """Reject backend/option combinations that cannot work, before any model work."""
     from ..devices import check_device_spec
 
+    if config.prompt_loss_weight < 0:
+        raise ValueError(f"prompt_loss_weight is a weight >= 0, got {config.prompt_loss_weight}")
     if config.backend not in BACKENDS:
         raise ValueError(f"unknown SFT backend {config.backend!r}; choose one of {BACKENDS}")
     check_device_spec(config.device)

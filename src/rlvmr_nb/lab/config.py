@@ -35,6 +35,10 @@ class LabConfig:
     sft_lr: float = 3e-3
     """A freshly initialised policy needs a far larger rate than the paper's 1e-5 fine-tuning of a pretrained one."""
     sft_batch_size: int = 16
+    sft_prompt_loss_weight: float = 0.0
+    """`SFTConfig.prompt_loss_weight`: the prompt's next-token loss beside the response's in the cold start (0: the
+    paper's response-only SFT). The policy is trained from scratch, so this is its only pretraining
+    (docs/lab.md, 'Lever: the prompt in the SFT loss')."""
     format_check_tasks: int = 24
     """Unseen layouts (L0 test tasks) the cold-start model plays to measure its format validity."""
     # --- RL arms (paper §3.4, App. A.2) ---------------------------------------------------------
@@ -154,6 +158,8 @@ class LabConfig:
         if self.fairness_l0_margin is not None and self.fairness_l0_margin > 0:
             raise ValueError(f"fairness_l0_margin must be <= 0 (a margin below the cold start) or None, "
                              f"got {self.fairness_l0_margin}")
+        if self.sft_prompt_loss_weight < 0:
+            raise ValueError(f"sft_prompt_loss_weight must be >= 0, got {self.sft_prompt_loss_weight}")
         if self.refused_penalty < 0:
             raise ValueError(f"refused_penalty must be >= 0, got {self.refused_penalty}")
         from ..scoring.advantages import PRESETS

@@ -58,7 +58,7 @@ class StageTimer:
 
 
 COLDSTART_FIELDS: tuple[str, ...] = ("coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
-                                     "sft_batch_size")
+                                     "sft_batch_size", "sft_prompt_loss_weight")
 """The `LabConfig` fields a cold start depends on (its cache key)."""
 COLDSTART_SOURCES: tuple[str, ...] = ("envs/lab_world.py", "envs/lab_record.py", "envs/rooms.py",
                                       "rollout/prompts/families.py", "rollout/prompts/memory.py",
@@ -143,7 +143,8 @@ def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: 
     model, tokenizer = load_model(str(init))
     samples = load_coldstart_samples(data, tokenizer)
     sft = SFTConfig(epochs=config.sft_epochs, lr=config.sft_lr, batch_size=config.sft_batch_size,
-                    micro_batch_size=config.sft_batch_size, weight_decay=0.0, bf16_autocast=False, max_length=512)
+                    micro_batch_size=config.sft_batch_size, weight_decay=0.0, bf16_autocast=False, max_length=512,
+                    prompt_loss_weight=config.sft_prompt_loss_weight)
     train_sft(model, tokenizer, samples, sft, out_dir=root / "sft", progress=progress)
     return root / "sft"
 
