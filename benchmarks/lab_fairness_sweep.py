@@ -133,6 +133,14 @@ VARIANTS: dict[str, dict[str, Any]] = {
                                "kl_coef": 0.1, "old_logprobs": "sampler", "heldin_tasks": 6, "heldin_episodes": 12,
                                "eval_tasks": 60, "eval_episodes": 4, "coldstart_trajectories": 400,
                                "sft_epochs": 15},
+    # Stated before it ran (docs/lab.md, 'Lever: the prompt in the SFT loss'), to run only if the cold start with the
+    # prompt in its SFT loss passes its own test (`lab_coldstart_epochs.py --prompt-loss-weight 1`). Hypothesis: a
+    # cold start that reads its prompt gives GRPO habits worth reinforcing, so at the classroom budget it no longer
+    # loses unseen L0. Endpoint and pass rule as c-pool6-kl0.1-newexits (all 60 L0 layouts x 4 plays, mean over the 2
+    # sweep seeds >= 0; held-in rise >= 15 pp, interval above 0). Only a pass takes it to the classroom's seeds.
+    "c-pool6-kl0.1-prompt1": {**OFFICIAL, "train_pool": 6, "tasks_per_iteration": 6, "iterations": 14, "lr": 3e-4,
+                              "kl_coef": 0.1, "old_logprobs": "sampler", "heldin_tasks": 6, "heldin_episodes": 12,
+                              "eval_tasks": 60, "eval_episodes": 4, "sft_prompt_loss_weight": 1.0},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 PATCHED: dict[str, str] = {"c-pool6-kl0.1-newexits": "benchmarks/patches/lab_unvisited_exits.diff"}
