@@ -7,7 +7,7 @@ followed by the end-of-turn token. Defaults are the paper's: 5 epochs, lr 1e-5, 
 10 % warm-up, AdamW (0.9, 0.95), weight decay 0.01, grad-clip 1.0.
 
 Logits are computed only at response positions (the hidden states of prompt tokens never meet the
-vocabulary projection), which is what keeps SFT of long prompts in memory on CPU.
+vocabulary projection unless the prompt term is on), which is what keeps SFT of long prompts in memory on CPU.
 
 Two backends share ONE training loop (`run_sft_loop`): ``transformers`` (CPU or GPU; peft LoRA when
 asked) and ``unsloth`` (CUDA only, optional dependency: the model is loaded and LoRA-wrapped through
