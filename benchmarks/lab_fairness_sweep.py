@@ -138,6 +138,7 @@ VARIANTS: dict[str, dict[str, Any]] = {
     # cold start that reads its prompt gives GRPO habits worth reinforcing, so at the classroom budget it no longer
     # loses unseen L0. Endpoint and pass rule as c-pool6-kl0.1-newexits (all 60 L0 layouts x 4 plays, mean over the 2
     # sweep seeds >= 0; held-in rise >= 15 pp, interval above 0). Only a pass takes it to the classroom's seeds.
+    # (Not run: the cold start failed its own test, L0 wins 30.2 -> 22.7 %; docs/lab.md, 'Lever: the prompt ...'.)
     "c-pool6-kl0.1-prompt1": {**OFFICIAL, "train_pool": 6, "tasks_per_iteration": 6, "iterations": 14, "lr": 3e-4,
                               "kl_coef": 0.1, "old_logprobs": "sampler", "heldin_tasks": 6, "heldin_episodes": 12,
                               "eval_tasks": 60, "eval_episodes": 4, "sft_prompt_loss_weight": 1.0},

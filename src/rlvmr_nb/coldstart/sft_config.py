@@ -36,9 +36,9 @@ class SFTConfig:
     """Drop the oldest prompt tokens instead of raising on over-long samples."""
     prompt_loss_weight: float = 0.0
     """Weight of the prompt tokens' next-token loss (its own token mean) added to the response's. 0 is the paper's
-    response-only SFT. A pretrained LLM already reads its prompt; a policy trained from scratch (the lab's) learns to
-    read it only through the few decision tokens of each response, and predicting the prompt is the pretraining it
-    lacks (docs/lab.md, 'Lever: the prompt in the SFT loss')."""
+    response-only SFT. Meant for policies trained from scratch, which learn to read their prompt only through the few
+    decision tokens of each response. Tested on the lab (docs/lab.md, 'Lever: the prompt in the SFT loss'): at weight 1
+    it taught the training layouts' maps, raising held-in success and lowering unseen-L0 success (30.2 -> 22.7 %)."""
     lora: bool = False
     """Train LoRA adapters instead of all weights (peft)."""
     lora_r: int = 16

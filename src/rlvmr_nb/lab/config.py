@@ -37,7 +37,7 @@ class LabConfig:
     sft_batch_size: int = 16
     sft_prompt_loss_weight: float = 0.0
     """`SFTConfig.prompt_loss_weight`: the prompt's next-token loss beside the response's in the cold start (0: the
-    paper's response-only SFT). The policy is trained from scratch, so this is its only pretraining
+    paper's response-only SFT, every configuration's). At 1 the cold start learnt its layouts' maps and lost unseen L0
     (docs/lab.md, 'Lever: the prompt in the SFT loss')."""
     format_check_tasks: int = 24
     """Unseen layouts (L0 test tasks) the cold-start model plays to measure its format validity."""
