@@ -51,8 +51,11 @@ at a rate chosen for its width before seeing any result of it, 1e-3 (`--sft-lr 1
 
     PYTHONPATH=src python benchmarks/lab_coldstart_epochs.py --epochs 20 --layers 4 --hidden 256 --sft-lr 1e-3
 
-It failed as stated: stable (loss 0.024), held-in wins 44 -> 66 %, unseen L0 30.2 -> 33.5 % (+3.3 pp [-8.3, +14.8],
-paired), take-in-sight 31 % (docs/lab.md, 'What the six tests say together').
+It failed as stated: stable (loss 0.024), held-in wins 44 -> 66 %, unseen L0 30.2 -> 33.5 % (+3.3 pp [-8.3, +14.0],
+paired), take-in-sight 31 % (docs/lab.md, 'What the six tests say together'). The paired difference between two
+cold starts' L0 plays (same tasks, plays and sampling seeds), from their run folders:
+
+    PYTHONPATH=src python benchmarks/lab_coldstart_epochs.py --paired <work>/20ep <work>/20ep-4x256-lr0.001
 """
 
 from __future__ import annotations
@@ -83,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--layers", type=int, default=None, help="policy layers (default: the base configuration's)")
     p.add_argument("--hidden", type=int, default=None, help="policy hidden size (default: the base configuration's)")
     p.add_argument("--sft-lr", type=float, default=None, help="SFT peak rate (default: the base configuration's)")
+    p.add_argument("--paired", nargs=2, metavar=("BEFORE", "AFTER"),
+                   help="two cold starts' run folders: their L0 success, AFTER - BEFORE, paired by task and play with a "
+                        "bootstrap over the layouts (`lab.paired.heldin_rise`); stored under 'paired', nothing trained")
     args = p.parse_args(argv)
 
     import sys
@@ -99,6 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"purpose": __doc__.split("\n\n")[0], "seeds": list(SEEDS), "cold_starts": {}}
     if Path(args.out).is_file():  # each run adds its cold starts to the ones measured before
         doc = {**json.loads(Path(args.out).read_text()), "purpose": doc["purpose"]}
+    if args.paired:
+        return store_paired(doc, Path(args.out), *map(Path, args.paired))
     for epochs in args.epochs:
         config = LabConfig.from_dict({**base, "sft_epochs": epochs, "levels": ["L0"], "eval_tasks": 60,
                                       "eval_episodes": 4, "seeds": list(SEEDS), "name": f"coldstart-{epochs}ep",
@@ -142,6 +150,23 @@ def main(argv: list[str] | None = None) -> int:
     doc["provenance"] = provenance()
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
     print(f"wrote {args.out}")
+    return 0
+
+
+def store_paired(doc: dict, out: Path, before: Path, after: Path) -> int:
+    """L0 success of the cold start in `after` minus the one in `before` over the same plays (`heldin_rise` pairs the
+    k-th play of each task, whose sampling seed is the same in both), added to `doc` under 'paired' and written."""
+    from rlvmr_nb.lab.layout import COLDSTART_ARM
+    from rlvmr_nb.lab.paired import heldin_rise
+    from rlvmr_nb.lab.stats import load_eval_episodes
+
+    a, b = (load_eval_episodes(folder, COLDSTART_ARM, SEEDS, "L0") for folder in (before, after))
+    result = heldin_rise(a, b)
+    doc.setdefault("paired", {})[f"{before.name} -> {after.name}"] = {
+        k: result[k] for k in ("before", "after", "rise", "lo", "hi", "tasks", "pairs", "per_seed")}
+    print(f"L0 success {100 * result['before']:.1f} -> {100 * result['after']:.1f} %: {100 * result['rise']:+.1f} pp "
+          f"[{100 * result['lo']:+.1f}, {100 * result['hi']:+.1f}] ({result['pairs']} paired plays)")
+    out.write_text(json.dumps(doc, indent=2) + "\n")
     return 0
 
 

@@ -73,3 +73,24 @@ def test_negative_prompt_weight_is_refused():
         check_config(SFTConfig(prompt_loss_weight=-0.5))
     with pytest.raises(ValueError, match="sft_prompt_loss_weight"):
         LabConfig(sft_prompt_loss_weight=-1.0)
+
+
+def test_lab_cold_start_reaches_the_prompt_term(tmp_path, monkeypatch):
+    """The journey a lab user takes (`sft_prompt_loss_weight` in a LabConfig file, `rlvmr-nb lab --config`): the
+    field reaches the SFT (its log carries the prompt loss, its saved config the weight) and the cold-start cache key,
+    so a response-only cold start is never reused for it. Guards against a field that is validated but not passed on."""
+    import json
+    from dataclasses import replace
+    from pathlib import Path
+
+    from rlvmr_nb.lab.config import load_lab_config
+    from rlvmr_nb.lab.experiment import coldstart_key, run_coldstart
+
+    monkeypatch.setenv("RLVMR_LAB_COLDSTART_CACHE", "0")
+    ci = load_lab_config(Path(__file__).resolve().parents[2] / "configs" / "lab" / "ci.json")
+    config = replace(ci, sft_prompt_loss_weight=1.0)
+    assert coldstart_key(config) != coldstart_key(ci)
+    sft_dir = run_coldstart(config, tmp_path)
+    log = [json.loads(line) for line in (sft_dir / "sft_log.jsonl").read_text().splitlines()]
+    assert log and all(r["prompt_loss"] > 0 for r in log)
+    assert json.loads((sft_dir / "sft_config.json").read_text())["prompt_loss_weight"] == 1.0
