@@ -142,6 +142,15 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "c-pool6-kl0.1-prompt1": {**OFFICIAL, "train_pool": 6, "tasks_per_iteration": 6, "iterations": 14, "lr": 3e-4,
                               "kl_coef": 0.1, "old_logprobs": "sampler", "heldin_tasks": 6, "heldin_episodes": 12,
                               "eval_tasks": 60, "eval_episodes": 4, "sft_prompt_loss_weight": 1.0},
+    # Stated before it ran, with the two-round DAgger cold start's own test (`lab_coldstart_epochs.py --dagger-rounds
+    # 2`; docs/lab.md, 'Lever: DAgger') and run whatever that test shows: one DAgger round raised the cold start's
+    # take-in-sight rate on unseen L0 from 34 to 81 % and broke its delivery. Hypothesis: a cold start whose decisions
+    # follow what it sees gives GRPO habits that transfer, so at the classroom budget GRPO no longer loses unseen L0.
+    # Endpoint and pass rule as c-pool6-kl0.1-newexits (all 60 L0 layouts x 4 plays, mean over the 2 sweep seeds >= 0;
+    # held-in rise >= 15 pp with its interval above 0). Only a pass takes it to the classroom's seeds.
+    "c-pool6-kl0.1-dagger2": {**OFFICIAL, "train_pool": 6, "tasks_per_iteration": 6, "iterations": 14, "lr": 3e-4,
+                              "kl_coef": 0.1, "old_logprobs": "sampler", "heldin_tasks": 6, "heldin_episodes": 12,
+                              "eval_tasks": 60, "eval_episodes": 4, "coldstart_dagger_rounds": 2},
 }
 """Overrides of the base configuration (``configs/lab/classroom.json``)."""
 PATCHED: dict[str, str] = {"c-pool6-kl0.1-newexits": "benchmarks/patches/lab_unvisited_exits.diff"}

@@ -16,6 +16,9 @@ reflection reward counts as a failed step, `docs/method.md`, 'Meta-reasoning rew
 a container before opening it). The expert decides from its prompt's record (`envs.lab_world.expert_choice`), which
 lists the refused command, so after a mistake it simply carries on with its plan.
 
+States a policy reached (DAgger, `coldstart.lab_dagger`): `policy_state_label` tags the expert's choice there by
+the same rules, with the reflection sentence of a refused command's kind.
+
 Sentences are short and use few words: the lab policy has a word-level vocabulary built from the
 world's text (`lab.policy`).
 """
@@ -26,8 +29,10 @@ import random
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..envs.lab_world import LabWorld, build_world, is_refusal, transition, visible_objects
+from ..envs.lab_record import LabRecord
+from ..envs.lab_world import LabWorld, build_world, expert_choice, is_refusal, transition, visible_objects
 from ..envs.rooms import RoomState
+from ..rollout.tags import format_step
 from ..rollout.trajectory import Episode, Step
 from .mistakes import Mistake, order_mistakes
 from .phrasing import numbered_plan, say
@@ -179,3 +184,50 @@ def label_steps(steps: Sequence[Step], plan: LabPlan, origin: Sequence[int | Non
             visited.add(act[6:])
     return labels
 
+
+def policy_state_label(world: LabWorld, state: RoomState, record: LabRecord, goal: str, admissible_now: Sequence[str],
+                 t: int, previous: Step | None, rng: random.Random) -> tuple[str, str] | None:
+    """(tag, response) for the prompt-only expert's choice at a state a policy reached: the command `expert_choice`
+    makes from the same record, tagged as `label_steps` tags the demonstrations (planning at step 0,
+    explore while a target is being found, monitor otherwise) and, after a step the world refused, reflection with the
+    sentence of that mistake's kind when the rule teacher has one (walking to the room one is in or to a room that is
+    not an exit, taking from a closed container). None where the expert has no choice (it searched everything its
+    record shows, e.g. the target was moved out of sight)."""
+    try:
+        act = expert_choice(goal, record, admissible_now)
+    except RuntimeError:
+        return None
+    goals = subgoals(world)
+    if t == 0:
+        return "planning", format_step("planning", numbered_plan(rng, goals), act)
+    pending = [i for i, o in enumerate(world.targets) if state.location(o) not in ("agent", world.destination)]
+    if pending:
+        g = 2 * pending[0] + (1 if world.targets[pending[0]] in visible_objects(world, state) else 0)
+    else:
+        g = 2 * len(world.targets) + (1 if act.startswith(("put ", "drop ")) else 0)
+    slots = {"n": g + 1, "subgoal": goals[g], "act": act}
+    if previous is not None and is_refusal(previous.feedback.strip()):
+        kind, extra = _mistake_kind(world, state, " ".join((previous.action or "").lower().split()))
+        if kind is not None:
+            return "reflection", format_step("reflection", say(rng, _REFLECT[kind], **{**slots, **extra}), act)
+    if g % 2 == 0 and g < 2 * len(world.targets) and act.startswith(("go to ", "open ")):
+        target = world.targets[g // 2]
+        if act.startswith("go to "):
+            sentence = say(rng, _EXPLORE_BACK if record.visited(act[6:]) else _EXPLORE_GO,
+                           room=act[6:], target=target)
+        else:
+            sentence = say(rng, _EXPLORE_OPEN, container=act[5:], target=target)
+        return "explore", format_step("explore", sentence, act)
+    return "monitor", format_step("monitor", say(rng, _MONITOR, **slots), act)
+
+
+def _mistake_kind(world: LabWorld, state: RoomState, refused: str) -> tuple[str | None, dict[str, str]]:
+    """Which of the rule teacher's mistake kinds (`ERROR_KINDS`) a refused command is, with its
+    sentence slots; (None, {}) for any other refusal (a malformed step, an object not here, ...)."""
+    if refused.startswith("go to "):
+        return ("repeat_go" if refused[6:] == state.room else "not_adjacent"), {"room": state.room, "far": refused[6:]}
+    if refused.startswith("take "):
+        inside = dict(state.where).get(refused[5:])
+        if inside in dict(world.containers) and inside not in state.opened:
+            return "closed", {"container": inside}
+    return None, {}

@@ -58,14 +58,16 @@ class StageTimer:
 
 
 COLDSTART_FIELDS: tuple[str, ...] = ("coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
-                                     "sft_batch_size", "sft_prompt_loss_weight")
+                                     "sft_batch_size", "sft_prompt_loss_weight", "coldstart_dagger_rounds", "max_steps",
+                                     "max_new_tokens", "temperature")
 """The `LabConfig` fields a cold start depends on (its cache key)."""
 COLDSTART_SOURCES: tuple[str, ...] = ("envs/lab_world.py", "envs/lab_record.py", "envs/rooms.py",
                                       "rollout/prompts/families.py", "rollout/prompts/memory.py",
                                       "rollout/prompts/render.py", "rollout/prompts/budget.py",
                                       "coldstart/lab_world_rules.py", "coldstart/phrasing.py", "coldstart/mistakes.py",
                                       "coldstart/teachers.py", "coldstart/dataset.py", "lab/policy.py",
-                                      "coldstart/sft.py", "coldstart/sft_config.py", "rollout/tags.py")
+                                      "coldstart/sft.py", "coldstart/sft_config.py", "rollout/tags.py",
+                                      "coldstart/lab_dagger.py")
 """Package files whose text decides what a cold start learns (world, expert, prompt, tags, SFT): a change to any
 of them changes the cache key, so a stale checkpoint is never reused."""
 
@@ -126,7 +128,71 @@ def _build_coldstart(config: LabConfig, root: Path, progress: bool) -> None:
 
     data = build_coldstart_dataset("lab", "L0", config.coldstart_trajectories, seed=0, out_dir=root / "data",
                                    progress=progress)
-    train_coldstart_policy(config, data, root, progress)
+    if not config.coldstart_dagger_rounds:
+        train_coldstart_policy(config, data, root, progress)
+    else:
+        dagger_coldstart(config, data, root, progress)
+
+
+DAGGER_SEED = 7
+"""Sampling seed of the first DAgger round's play (round r plays with `DAGGER_SEED` + r): used by no other run."""
+
+
+def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool = False) -> Path:
+    """The cold start with `config.coldstart_dagger_rounds` DAgger rounds (`coldstart.lab_dagger`): SFT on the
+    demonstrations for half the epochs (`root`/demos), then per round a play of every demonstrated task at the
+    training temperature, its steps labelled by the expert (`root`/dagger-r<k>, a dataset folder with its counts in
+    dagger.json), and SFT over demonstrations + every labelled step so far for an equal share of the other half's
+    samples (`coldstart.lab_dagger.draw_samples`). The last round's checkpoint is `root`/sft (returned)."""
+    import shutil
+    from dataclasses import replace
+
+    from ..coldstart import load_coldstart_samples, read_samples
+    from ..coldstart.lab_dagger import dagger_samples, draw_samples
+    from ..coldstart.sft import train_sft
+    from ..envs.lab_world import level_tasks
+    from ..evaluate import EvalConfig, evaluate_policy
+    from ..models import load_model
+    from ..rollout.tags import META_TAGS
+
+    rounds = config.coldstart_dagger_rounds
+    first = config.sft_epochs // 2
+    checkpoint = train_coldstart_policy(replace(config, sft_epochs=first), data, root / "demos", progress)
+    demos = read_samples(data)
+    demo_tasks = {s["task_id"] for s in demos}
+    tasks = [t for t in level_tasks("train", "L0") if t.task_id in demo_tasks]
+    per_round = (config.sft_epochs - first) * len(demos) // rounds
+    labelled: list[dict] = []
+    for r in range(rounds):
+        model, tokenizer = load_model(str(checkpoint))
+        play = EvalConfig(env="lab", level="L0", seed=DAGGER_SEED + r, temperature=config.temperature,
+                          max_steps=config.max_steps, max_new_tokens=config.max_new_tokens, max_prompt_tokens=None,
+                          prompt_style="meta_think", batch_tasks=60, generation_batch_size=60)
+        episodes, _ = evaluate_policy(model, tokenizer, play, tasks=tasks, progress=progress)
+        rows, counts = dagger_samples(episodes)
+        labelled += rows
+        folder = root / f"dagger-r{r + 1}"
+        folder.mkdir(parents=True, exist_ok=True)
+        drawn = draw_samples([*demos, *labelled], per_round, seed=r)
+        (folder / "samples.jsonl").write_text("".join(json.dumps(row) + "\n" for row in drawn))
+        shutil.copy(data / "manifest.json", folder / "manifest.json")
+        counts.update({"round": r + 1, "play_seed": DAGGER_SEED + r, "demo_samples": len(demos),
+                       "labelled_so_far": len(labelled), "trained_samples": len(drawn),
+                       "tags": {t: sum(row["tag"] == t for row in rows) for t in META_TAGS}})
+        (folder / "dagger.json").write_text(json.dumps(counts, indent=2) + "\n")
+        checkpoint = root / "sft" if r == rounds - 1 else folder / "sft"
+        train_sft(model, tokenizer, load_coldstart_samples(folder, tokenizer), coldstart_sft_config(config, epochs=1),
+                  out_dir=checkpoint, progress=progress)
+    return checkpoint
+
+
+def coldstart_sft_config(config: LabConfig, epochs: int | None = None) -> Any:
+    """The cold start's `SFTConfig` (`epochs` overrides `config.sft_epochs`)."""
+    from ..coldstart.sft import SFTConfig
+
+    return SFTConfig(epochs=config.sft_epochs if epochs is None else epochs, lr=config.sft_lr,
+                     batch_size=config.sft_batch_size, micro_batch_size=config.sft_batch_size, weight_decay=0.0,
+                     bf16_autocast=False, max_length=512, prompt_loss_weight=config.sft_prompt_loss_weight)
 
 
 def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: bool = False) -> Path:
@@ -134,7 +200,7 @@ def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: 
     with the configuration's SFT settings (`root`/sft, returned). `_build_coldstart`'s second half; the benchmarks
     that train a cold start on other data (`benchmarks/lab_coldstart_epochs.py`) call it too."""
     from ..coldstart import load_coldstart_samples
-    from ..coldstart.sft import SFTConfig, train_sft
+    from ..coldstart.sft import train_sft
     from ..models import load_model
     from .policy import LabPolicyConfig, build_lab_policy
 
@@ -142,10 +208,7 @@ def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: 
                                                                   hidden_size=config.policy_hidden))
     model, tokenizer = load_model(str(init))
     samples = load_coldstart_samples(data, tokenizer)
-    sft = SFTConfig(epochs=config.sft_epochs, lr=config.sft_lr, batch_size=config.sft_batch_size,
-                    micro_batch_size=config.sft_batch_size, weight_decay=0.0, bf16_autocast=False, max_length=512,
-                    prompt_loss_weight=config.sft_prompt_loss_weight)
-    train_sft(model, tokenizer, samples, sft, out_dir=root / "sft", progress=progress)
+    train_sft(model, tokenizer, samples, coldstart_sft_config(config), out_dir=root / "sft", progress=progress)
     return root / "sft"
 
 
