@@ -86,6 +86,10 @@ whatever it shows here (`lab_fairness_sweep.py` variant `c-pool6-kl0.1-dagger2`,
 classroom's question is the fairness check, not the cold start's own wins.
 
     PYTHONPATH=src python benchmarks/lab_coldstart_epochs.py --epochs 20 --dagger-rounds 2   # ~15 min here
+
+It fails, and worse than one round (entry `20ep-dagger2`, built in 675 s): L0 wins 20.2 %, held-in 13.9 %, take-in-sight
+63 % on L0. The second play (the one-round policy at 1.0) won 95 of 300 tasks, so its 6,160 labelled steps again came
+mostly from long failed episodes, and with them the demonstrations fell to a fifth of what the last round trained on.
 """
 
 from __future__ import annotations
