@@ -27,8 +27,10 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 FIRST_CLASSROOM = {"train_pool": 24, "iterations": 16, "tasks_per_iteration": 4, "kl_coef": 0.01,
-                   "old_logprobs": "recompute", "heldin_tasks": 24, "heldin_episodes": 4}
-"""The classroom's budget until the `c-` variants below chose a new one: every variant of this file ran on it (the
+                   "old_logprobs": "recompute", "heldin_tasks": 24, "heldin_episodes": 4,
+                   "coldstart_dagger_rounds": 0, "sft_epochs": 20}
+"""The classroom's budget until the `c-` variants below chose a new one, and its cold start (20 epochs on the
+demonstrations, no DAgger) until `c-pool6-kl0.1-dagger2-e14` did: every variant of this file ran on it (the
 `--base`, ``configs/lab/classroom.json`` of its day), so each keeps it under its own overrides and still runs what it
 ran."""
 EARLIER = {**FIRST_CLASSROOM, "advantage_preset": "paper", "refused_penalty": 0.1}

@@ -126,7 +126,8 @@ def test_a_dagger_cold_start_is_built_cached_apart_and_spends_the_same_sft_budge
 
     monkeypatch.setenv("RLVMR_CACHE", str(tmp_path / "cache"))
     config = load_lab_config("configs/lab/ci.json", coldstart_dagger_rounds=2, sft_epochs=4)
-    assert coldstart_key(config) != coldstart_key(load_lab_config("configs/lab/ci.json", sft_epochs=4))
+    assert coldstart_key(config) != coldstart_key(load_lab_config("configs/lab/ci.json", sft_epochs=4,
+                                                                  coldstart_dagger_rounds=0))
     sft = run_coldstart(config, tmp_path / "run")
     root = tmp_path / "run" / "coldstart"
     demos = sum(1 for _ in (root / "data" / "samples.jsonl").open())

@@ -335,13 +335,15 @@ def test_a_cold_start_is_cached_per_configuration(tmp_path, monkeypatch):
     monkeypatch.setattr(experiment, "_build_coldstart", fake_build)
     experiment.run_coldstart(LabConfig(), tmp_path / "a")
     experiment.run_coldstart(LabConfig(seeds=(5, 6), iterations=3), tmp_path / "b")  # RL settings: same key
-    assert built == [20] and (tmp_path / "b" / "coldstart" / "sft" / "sft_log.jsonl").read_text() == '{"epochs": 20}\n'
+    default = LabConfig().sft_epochs
+    assert built == [default] and (tmp_path / "b" / "coldstart" / "sft" / "sft_log.jsonl").read_text() == (
+        f'{{"epochs": {default}}}\n')
     experiment.run_coldstart(LabConfig(sft_epochs=3), tmp_path / "c")  # a cold-start setting: a new key
-    assert built == [20, 3]
+    assert built == [default, 3]
     assert experiment.coldstart_key(LabConfig()) != experiment.coldstart_key(LabConfig(sft_epochs=3))
     monkeypatch.setenv("RLVMR_LAB_COLDSTART_CACHE", "0")
     experiment.run_coldstart(LabConfig(), tmp_path / "d")
-    assert built == [20, 3, 20]
+    assert built == [default, 3, default]
 
 
 def test_stage_timer_adds_a_resumed_stage_instead_of_replacing_it(tmp_path):
@@ -445,11 +447,13 @@ def test_every_lab_configuration_loads_and_keeps_its_seeds_apart():
     assert not reported["pilot"] & reported["pilot_learning"]
     assert not set(SWEEP_SEEDS) & set().union(*reported.values(), configs["classroom"].seeds)
     # the classroom runs the sweep variant it was chosen as, on its own seeds (docs/lab.md, 'Classroom budget'), and
-    # every variant still builds on the budget it ran on, whatever the classroom file says now
+    # every variant still builds on the budget it ran on, whatever the classroom file says now. The variant measured
+    # unseen L0 on all 60 layouts x 4 plays; the classroom keeps its pre-registered 20 layouts x 1 play.
     from lab_fairness_sweep import FIRST_CLASSROOM, VARIANTS
 
     first = load_lab_config(ROOT / "configs" / "lab" / "classroom.json", **VARIANTS["base"])
-    chosen = load_lab_config(ROOT / "configs" / "lab" / "classroom.json", **VARIANTS["c-pool6-kl0.1"])
+    chosen = load_lab_config(ROOT / "configs" / "lab" / "classroom.json", **{
+        **VARIANTS["c-pool6-kl0.1-dagger2-e14"], "eval_tasks": 20, "eval_episodes": 1})
     assert chosen == configs["classroom"] and first != configs["classroom"]
     assert all(set(FIRST_CLASSROOM) <= set(overrides) for overrides in VARIANTS.values())
     assert configs["pilot_learning"].eval_episodes == 2 and configs["pilot_learning"].fairness_l0_margin is None

@@ -31,7 +31,10 @@ class LabConfig:
     """Decoder layers of the lab transformer (`lab.policy.LabPolicyConfig`)."""
     policy_hidden: int = 128
     """Hidden size of the lab transformer."""
-    sft_epochs: int = 20
+    sft_epochs: int = 14
+    """SFT passes' worth of samples over the demonstrations (with DAgger rounds, half on the demonstrations, the rest
+    in the rounds). The classroom's 14 keep its run inside 20 minutes with two DAgger rounds; the recorded and pilot
+    configurations ran 20 without DAgger."""
     sft_lr: float = 3e-3
     """A freshly initialised policy needs a far larger rate than the paper's 1e-5 fine-tuning of a pretrained one."""
     sft_batch_size: int = 16
@@ -39,7 +42,7 @@ class LabConfig:
     """`SFTConfig.prompt_loss_weight`: the prompt's next-token loss beside the response's in the cold start (0: the
     paper's response-only SFT, every configuration's). At 1 the cold start learnt its layouts' maps and lost unseen L0
     (docs/lab.md, 'Lever: the prompt in the SFT loss')."""
-    coldstart_dagger_rounds: int = 0
+    coldstart_dagger_rounds: int = 2
     """DAgger rounds after the demonstrations (`coldstart.lab_dagger`; 0: the paper's cold start, SFT on demonstrations
     only). With R rounds: half of `sft_epochs` on the demonstrations, then R times: the policy plays every
     demonstrated task once at the training `temperature`, each step it took is labelled with the prompt-only

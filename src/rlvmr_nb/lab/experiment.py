@@ -157,7 +157,8 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
 
     rounds = config.coldstart_dagger_rounds
     first = config.sft_epochs // 2
-    checkpoint = train_coldstart_policy(replace(config, sft_epochs=first), data, root / "demos", progress)
+    checkpoint = train_coldstart_policy(replace(config, sft_epochs=first, coldstart_dagger_rounds=0), data,
+                                        root / "demos", progress)
     demos = read_samples(data)
     demo_tasks = {s["task_id"] for s in demos}
     tasks = [t for t in level_tasks("train", "L0") if t.task_id in demo_tasks]
