@@ -27,7 +27,8 @@
 #   (`put_two`, "put the X and the Y in the C.");
 # * **the policy** (`rlvmr_nb.lab.policy`): a ~0.5 M-parameter Llama with a word-level vocabulary
 #   built from the world's text, loaded, sampled and trained by the same code as SmolLM2;
-# * **one cold start** (paper §3.3): expert trajectories tagged by the `RuleTeacher`, SFT from scratch;
+# * **one cold start** (paper §3.3): expert trajectories tagged by the `RuleTeacher`, SFT from scratch, then
+#   DAgger rounds in which the expert labels the states the policy itself reached (a lab deviation, docs/lab.md);
 # * **two arms from that checkpoint, equal budget, several seeds**: GRPO (outcome advantage only,
 #   the paper's "w/o A^MC" from the cold start: same prompt and tags) and RLVMR (GRPO-MR, the same
 #   code as every other run of this package, `docs/method.md`, 'Advantages');
@@ -41,9 +42,9 @@
 #
 # **Time** on this project's 2 shared CPU cores: the run copy `runs/lab/06_metacognition_lab.ipynb`
 # (`configs/ci/06_metacognition_lab.json`, kernel already started) needs ~20 s of CPU; these defaults
-# (the classroom configuration: 6 training layouts, 14 iterations) took 8 min 57 s wall for the seeds with 2 workers,
-# plus 8 min 8 s for the cold start when it is built (cached afterwards); `make metalab` from a fresh clone: 18 min 7 s
-# (docs/lab.md, 'Measured').
+# (the classroom configuration: 6 training layouts, 14 iterations) took 10 min 39 s wall for the seeds with 2 workers,
+# plus 7 min 21 s for the cold start with its two DAgger rounds when it is built (cached afterwards); `make metalab`
+# from a fresh clone: 19 min 8 s (docs/lab.md, 'The third classroom').
 # The learning demo's section adds 3 min 7 s (`configs/lab/demo.json`, the cold start cached).
 #
 # ## The hypothesis and its test, stated before the run (docs/lab.md, 'Pre-registration')
@@ -127,8 +128,12 @@ print(f"horizon {config.max_steps} steps; the prompt-only expert wins within {LA
 # 1. expert trajectories of the training split, tagged by the `RuleTeacher` (planning at step 0,
 #    explore while searching, monitor while executing, reflection after an inserted, replayed mistake);
 # 2. a word-level vocabulary from the world's text and the tagged set, and a fresh small Llama;
-# 3. SFT on the tagged steps. The cold start must teach the tag format first: its format-valid rate on
-#    unseen layouts (L0 test) is measured below, with the other evaluations.
+# 3. SFT on the tagged steps (half of `sft_epochs` when there are DAgger rounds). The cold start must teach the tag
+#    format first: its format-valid rate on unseen layouts (L0 test) is measured below, with the other evaluations;
+# 4. `coldstart_dagger_rounds` DAgger rounds (`rlvmr_nb.coldstart.lab_dagger`): the policy plays the demonstrated
+#    tasks, every step it took is labelled with the expert's choice from the prompt it saw, and SFT continues over
+#    demonstrations + labelled steps. From the demonstrations alone the policy learnt routes rather than what it sees
+#    (docs/lab.md, 'Lever: DAgger').
 
 # %%
 with timer.stage("coldstart"):
@@ -138,6 +143,10 @@ model, tokenizer = load_model(str(sft_dir))
 print(f"{manifest['counts']['trajectories']} trajectories, {manifest['counts']['samples']} samples, tag shares "
       + ", ".join(f"{t} {s:.0%}" for t, s in manifest["tags"]["shares"].items()))
 print(describe_model(model), f"vocabulary {len(tokenizer)} words")
+for round_file in sorted((out / "coldstart").glob("dagger-r*/dagger.json")):
+    dagger = json.loads(round_file.read_text())
+    print(f"DAgger round {dagger['round']}: the policy won {dagger['won']} of {dagger['episodes']} demonstrated tasks; "
+          f"{dagger['samples']} of its steps labelled by the expert; SFT on {dagger['trained_samples']} samples")
 
 # %% [markdown]
 # ## First: does the method learn at all? (minutes)
@@ -242,11 +251,15 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # the budget (tens of iterations on a few dozen layouts instead of 100 on thousands) and the prompt are all much smaller, and with few seeds the
 # intervals stay wide. A null or reversed result here is evidence about this setting, not about the paper's.
 #
-# **Where it stands** (docs/lab.md, 'Classroom' and 'Recorded run'): at this configuration's (the classroom's) budget
-# GRPO learns its 6 training layouts (seeds 0-1: +31.2 pp [+15.3, +43.8] on them, the check's first condition), but
-# both arms lose unseen L0 layouts against the cold start (GRPO −25, RLVMR −10 pp from 20 layouts a seed; GRPO
-# −11.5 pp on all 60 layouts × 4 plays), so the classroom prints "not a fair test": 6 layouts are learnt partly by
-# heart. At 3× the rollouts over 24 layouts (`configs/lab/recorded.json`: 8 tasks × 32 iterations, lr 1e-4, KL 0.1,
+# **Where it stands** (docs/lab.md, 'The third classroom' and 'Recorded run'): at this configuration's (the
+# classroom's) budget, from the DAgger cold start, GRPO learns its 6 training layouts (seeds 0-1: 16.0 → 75.7 %,
+# +59.7 pp [+40.3, +76.4]) and both arms end above the cold start on unseen L0 (GRPO +10, RLVMR +5 pp from 20 layouts
+# a seed; GRPO's seeds −5 and +25 pp), so the classroom prints "fair test"; its primary is inconclusive (+1.5 pp
+# [−5.6, +8.7]). Read it with its cold start: DAgger taught the policy to act on what it sees (a target in sight is
+# taken in 81 % of those steps on unseen layouts after one round, 34 % before), and the two-round cold start the
+# classroom uses is weak on unseen layouts (14 % on all 60 × 4 plays in the sweep), where GRPO raises it; from the
+# stronger demonstrations-only cold start the same budget lost unseen L0 (−11.5 pp on all 60 layouts × 4 plays).
+# At 3× the rollouts over 24 layouts (`configs/lab/recorded.json`: 8 tasks × 32 iterations, lr 1e-4, KL 0.1,
 # seeds 500-505) GRPO learns its 24 layouts (+21.7 pp [+13.4, +31.1])
 # and GRPO is level with the cold start on unseen L0 (+1.0 pp), but RLVMR is 1.5 pp below it [−5.1, +2.0]: not a
 # fair test by the rule, narrowly. Its verdicts: RLVMR's invalid-step rate −8.0 pp (supported), its repetition on
@@ -257,9 +270,9 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # An amended recorded run (docs/lab.md, 'Amendment': the L0 condition as non-inferiority at −5 pp, each test task
 # played 8 times, fresh seeds 600-604) failed the same way: GRPO +25.0 pp held-in and −1.1 pp [−4.5, +2.3] on L0,
 # RLVMR −2.2 pp [−5.9, +1.5] on L0, 0.9 pp short of the margin; its primary +2.1 pp [−0.1, +4.2], inconclusive.
-# Why the RL arms lose unseen layouts at all: the cold start already imitates its expert poorly there (it takes a
-# target in sight in about a third of those steps), and RL sharpens the routes it meets (docs/lab.md, 'Which decisions the
-# policies get right').
+# Why the RL arms of the recorded runs lose unseen layouts at all: their demonstrations-only cold start imitates its
+# expert poorly there (it takes a target in sight in about a third of those steps), and RL sharpens the routes it
+# meets (docs/lab.md, 'Which decisions the policies get right', 'Lever: DAgger').
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))

@@ -186,9 +186,9 @@ def label_steps(steps: Sequence[Step], plan: LabPlan, origin: Sequence[int | Non
 
 
 def policy_state_label(world: LabWorld, state: RoomState, record: LabRecord, goal: str, admissible_now: Sequence[str],
-                 t: int, previous: Step | None, rng: random.Random) -> tuple[str, str] | None:
+                       t: int, previous: Step | None, rng: random.Random) -> tuple[str, str] | None:
     """(tag, response) for the prompt-only expert's choice at a state a policy reached: the command `expert_choice`
-    makes from the same record, tagged as `label_steps` tags the demonstrations (planning at step 0,
+    makes from the same record (the prompt's), tagged as `label_steps` tags the demonstrations (planning at step 0,
     explore while a target is being found, monitor otherwise) and, after a step the world refused, reflection with the
     sentence of that mistake's kind when the rule teacher has one (walking to the room one is in or to a room that is
     not an exit, taking from a closed container). None where the expert has no choice (it searched everything its
