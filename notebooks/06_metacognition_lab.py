@@ -45,7 +45,7 @@
 # (the classroom configuration: 6 training layouts, 14 iterations) took 10 min 39 s wall for the seeds with 2 workers,
 # plus 7 min 21 s for the cold start with its two DAgger rounds when it is built (cached afterwards); `make metalab`
 # from a fresh clone: 19 min 8 s (docs/lab.md, 'The third classroom').
-# The learning demo's section adds 3 min 7 s (`configs/lab/demo.json`, the cold start cached).
+# The learning demo's section adds ~3.6 min (218 s in `make demo`; `configs/lab/demo.json`, the cold start cached).
 #
 # ## The hypothesis and its test, stated before the run (docs/lab.md, 'Pre-registration')
 #

@@ -88,7 +88,7 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     started = time.perf_counter()
     say = print if progress else (lambda *_, **__: None)
     say(f"lab demo: cold start ({'cached or ' if os.environ.get('RLVMR_LAB_COLDSTART_CACHE', '1') != '0' else ''}"
-        "built: ~8 min on 2 cores the first time) ...", flush=True)
+        "built: ~7 min on 2 cores the first time) ...", flush=True)
     run_coldstart(config, out, progress=progress)
     say(f"lab demo: {algo} on {config.train_pool} training layouts, {config.iterations} iterations "
         f"of {config.tasks_per_iteration} x {config.group_size} rollouts ...", flush=True)
