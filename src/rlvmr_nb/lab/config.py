@@ -50,7 +50,9 @@ class LabConfig:
     demonstrated task once at the training `temperature`, each step it took is labelled with the prompt-only
     expert's tagged choice from the same prompt, and SFT continues over demonstrations + every labelled step so far
     for 1/R of the other half's samples, so the SFT budget is unchanged. With one round the cold start took a target in
-    sight on unseen L0 in 81 % of those steps (without: 34 %; docs/lab.md, 'Lever: DAgger')."""
+    sight on unseen L0 in 81 % of those steps (without: 34 %). The classroom's two rounds were chosen on the sweep seeds
+    (`c-pool6-kl0.1-dagger2-e14`): a cold start weak on unseen layouts that GRPO raises there (docs/lab.md, 'Lever:
+    DAgger')."""
     format_check_tasks: int = 24
     """Unseen layouts (L0 test tasks) the cold-start model plays to measure its format validity."""
     # --- RL arms (paper §3.4, App. A.2) ---------------------------------------------------------
