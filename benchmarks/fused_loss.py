@@ -66,7 +66,7 @@ OPTIONAL_MODULES = ("triton", "liger_kernel")
 FLOOR = "matmul_floor"
 CUDA_QUICK = ["--device", "cuda", "--shapes", "qwen2.5-1.5b", "--qwen-tokens", "4096", "16384", "--dtypes", "bfloat16",
               "--methods", "reference", "fused", FLOOR, *LIGER_METHODS, "--max-reference-gb", "70"]
-"""``--cuda-quick``: the shape and sizes of issue 25's H200 measurements (~90 s on one H100). The reference at
+"""``--cuda-quick``: the shape and sizes of the H200 measurements in docs/gpu.md (~90 s on one H100). The reference at
 16,384 tokens needs ~65 GiB (measured on the H200), hence the limit; Liger's columns appear where it is installed."""
 RESPONSE_LENGTH = 256
 """Tokens per sequence: N tokens are laid out as [N / 256, 256] (advantages per sequence)."""

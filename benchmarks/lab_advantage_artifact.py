@@ -1,6 +1,6 @@
 """Measure the all-fail-group artifact on a real lab batch, under each advantage preset and reward setting.
 
-The artifact (issue 24, item 4). With the `official_code` preset the format penalty (and, in the lab, the
+The artifact (docs/lab.md, 'Advantage preset'). With the `official_code` preset the format penalty (and, in the lab, the
 refused-command penalty) sits in the outcome score, which is normalised over the *step samples* of a task's
 group. In a group whose rollouts all fail, the only differences left are those penalties: the few penalised
 steps get a large negative advantage and every other step — loops included — a small positive one, so

@@ -1,4 +1,4 @@
-"""SFT backend='unsloth' (issue 5): its error messages, and its wiring into the shared SFT loop.
+"""SFT backend='unsloth': its error messages, and its wiring into the shared SFT loop.
 
 THIS PROVES THE WIRING, NOT UNSLOTH ITSELF. There is no GPU here and unsloth cannot be installed next to
 this project's transformers, so the wiring tests inject a stand-in ``unsloth`` module through

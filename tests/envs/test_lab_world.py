@@ -155,7 +155,7 @@ def test_the_expert_decides_from_its_prompt_record_alone():
 
 @pytest.mark.parametrize("level", ["L0", "L1", "L2"])
 def test_the_expert_solves_nearly_every_test_task_within_the_horizon(level):
-    """Issue 24: the horizon fits the tasks; >= 95 % of each level's test tasks are solvable by the prompt-only
+    """The horizon fits the tasks; >= 95 % of each level's test tasks are solvable by the prompt-only
     expert within `LAB_HORIZON` steps (L2, the held-out kind, included), and the configs use that horizon."""
     import json
     from pathlib import Path

@@ -267,7 +267,7 @@ def test_vllm_seeded_n_samples_and_stop(vllm_tiny, smollm2_tokenizer):
 @pytest.mark.slow
 def test_vllm_follows_trainer_updates(vllm_tiny, smollm2_tokenizer):
     """After a trainer update + update_weights, the engine's logprobs for a fixed prompt are the
-    updated model's own (weight sync proven, issue 7)."""
+    updated model's own (weight sync proven)."""
     engine, model = vllm_tiny
     tok = smollm2_tokenizer
     trainer_model = copy.deepcopy(model)
