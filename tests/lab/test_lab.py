@@ -341,6 +341,10 @@ def test_a_cold_start_is_cached_per_configuration(tmp_path, monkeypatch):
     experiment.run_coldstart(LabConfig(sft_epochs=3), tmp_path / "c")  # a cold-start setting: a new key
     assert built == [default, 3]
     assert experiment.coldstart_key(LabConfig()) != experiment.coldstart_key(LabConfig(sft_epochs=3))
+    # what a DAgger round's play reads is part of a DAgger cold start's key, and only of its
+    assert experiment.coldstart_key(LabConfig()) != experiment.coldstart_key(LabConfig(max_steps=16))
+    plain = LabConfig(coldstart_dagger_rounds=0)
+    assert experiment.coldstart_key(plain) == experiment.coldstart_key(LabConfig(coldstart_dagger_rounds=0, max_steps=16))
     monkeypatch.setenv("RLVMR_LAB_COLDSTART_CACHE", "0")
     experiment.run_coldstart(LabConfig(), tmp_path / "d")
     assert built == [default, 3, default]

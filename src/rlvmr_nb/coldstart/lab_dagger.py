@@ -21,38 +21,38 @@ from typing import Any, Sequence
 
 from ..envs.lab_record import lab_record
 from ..envs.lab_world import build_world, transition
-from ..rollout.prompts import AgentMemory, PromptConfig
+from ..rollout.prompts import PromptConfig
 from ..rollout.trajectory import Episode, Step
+from .dataset import step_samples
 from .lab_world_rules import policy_state_label
 
 
 def dagger_samples(episodes: Sequence[Episode], prompt_config: PromptConfig | None = None) -> tuple[list[dict[str, Any]], dict[str, int]]:
     """One cold-start sample (`coldstart.dataset` record format) per step a policy took in the lab `episodes`: its
-    prompt rendered as the rollout rendered it, with the policy's own earlier outputs in the history, and the
-    expert's tagged choice there as the response (`lab_world_rules.policy_state_label`). Returns the samples and
-    counts. Each episode is replayed in the world beside its steps; a replay that disagrees with the rollout raises."""
+    prompt rendered as the rollout rendered it (`dataset.step_samples`, with the policy's own earlier outputs in the
+    history), and the expert's tagged choice there as the response (`lab_world_rules.policy_state_label`). Returns the
+    samples and counts. Each episode is replayed in the world beside its steps; a replay that disagrees with the
+    rollout raises."""
     config = prompt_config or PromptConfig(env="lab", show_admissible=True, max_prompt_tokens=None)
     rows: list[dict[str, Any]] = []
     no_choice = 0
     for ep in episodes:
+        rendered = step_samples(ep, config)
+        if len(rendered) != len(ep.steps):
+            raise ValueError(f"{ep.episode_id}: every step of a policy's episode is labelled; some are marked untrained")
         world, state = build_world(ep.task_id)
-        memory = AgentMemory(task=ep.task_text, config=config)
         observations: list[str] = []
         actions: list[str] = []
         previous: Step | None = None
-        for step in ep.steps:
+        for step, sample in zip(ep.steps, rendered):
             observations.append(step.observation)
             rng = random.Random(f"dagger:{ep.task_id}:{ep.episode_id}:{step.t}")
             label = policy_state_label(world, state, lab_record(observations, actions), ep.task_text,
-                                 step.admissible_actions, step.t, previous, rng)
-            prompt = memory.render(step.observation, step.admissible_actions)
+                                       step.admissible_actions, step.t, previous, rng)
             if label is None:
                 no_choice += 1
             else:
-                rows.append({"prompt": prompt, "response": label[1], "env": "lab", "task_id": ep.task_id,
-                             "task_type": ep.task_type, "episode_id": f"dagger:{ep.episode_id}", "t": step.t,
-                             "tag": label[0]})
-            memory.record(step.observation, step.output, step.action)
+                rows.append({**sample, "response": label[1], "tag": label[0], "episode_id": f"dagger:{ep.episode_id}"})
             state, answer = transition(world, state, step.action or "")
             if answer != step.feedback:
                 raise RuntimeError(f"replaying {ep.task_id} step {step.t} in the lab world gave {answer!r}; the rollout "

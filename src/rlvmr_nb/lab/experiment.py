@@ -58,9 +58,11 @@ class StageTimer:
 
 
 COLDSTART_FIELDS: tuple[str, ...] = ("coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
-                                     "sft_batch_size", "sft_prompt_loss_weight", "coldstart_dagger_rounds", "max_steps",
-                                     "max_new_tokens", "temperature")
+                                     "sft_batch_size", "sft_prompt_loss_weight", "coldstart_dagger_rounds")
 """The `LabConfig` fields a cold start depends on (its cache key)."""
+DAGGER_FIELDS: tuple[str, ...] = ("max_steps", "max_new_tokens", "temperature")
+"""The fields a DAgger round's play reads as well: part of the key only when `coldstart_dagger_rounds` > 0, so a
+plain cold start stays shared by configurations that differ in them."""
 COLDSTART_SOURCES: tuple[str, ...] = ("envs/lab_world.py", "envs/lab_record.py", "envs/rooms.py",
                                       "rollout/prompts/families.py", "rollout/prompts/memory.py",
                                       "rollout/prompts/render.py", "rollout/prompts/budget.py",
@@ -77,7 +79,8 @@ def coldstart_key(config: LabConfig) -> str:
     import hashlib
 
     package = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256(json.dumps({f: getattr(config, f) for f in COLDSTART_FIELDS}, sort_keys=True).encode())
+    fields = COLDSTART_FIELDS + (DAGGER_FIELDS if config.coldstart_dagger_rounds else ())
+    digest = hashlib.sha256(json.dumps({f: getattr(config, f) for f in fields}, sort_keys=True).encode())
     for name in COLDSTART_SOURCES:
         path = package / name
         digest.update(name.encode() + (path.read_bytes() if path.is_file() else b"(missing)"))
@@ -136,6 +139,9 @@ def _build_coldstart(config: LabConfig, root: Path, progress: bool) -> None:
 
 DAGGER_SEED = 7
 """Sampling seed of the first DAgger round's play (round r plays with `DAGGER_SEED` + r): used by no other run."""
+DAGGER_PLAY_BATCH = 60
+"""Episodes generated side by side in a round's play. Part of what the play samples (a batch draws from one random
+stream), so changing it changes the cold start."""
 
 
 def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool = False) -> Path:
@@ -168,7 +174,8 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
         model, tokenizer = load_model(str(checkpoint))
         play = EvalConfig(env="lab", level="L0", seed=DAGGER_SEED + r, temperature=config.temperature,
                           max_steps=config.max_steps, max_new_tokens=config.max_new_tokens, max_prompt_tokens=None,
-                          prompt_style="meta_think", batch_tasks=60, generation_batch_size=60)
+                          prompt_style="meta_think", batch_tasks=DAGGER_PLAY_BATCH,
+                          generation_batch_size=DAGGER_PLAY_BATCH)
         episodes, _ = evaluate_policy(model, tokenizer, play, tasks=tasks, progress=progress)
         rows, counts = dagger_samples(episodes)
         labelled += rows
