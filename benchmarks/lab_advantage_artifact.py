@@ -32,13 +32,12 @@ from typing import Any  # noqa: E402
 
 def artifact_rows(episodes: list, lab_options: dict[str, Any]) -> list[dict[str, Any]]:
     """Per (preset, reward setting, algo): all-fail group share and mean advantages by step kind in those groups."""
-    import copy
-
     import numpy as np
 
-    from rlvmr_nb.advantages import compute_advantages, preset
-    from rlvmr_nb.metrics import repetitive_steps
-    from rlvmr_nb.rewards import RewardConfig, assign_rewards
+    from rlvmr_nb.scoring.advantages import preset
+    from rlvmr_nb.scoring.metrics import repetitive_steps
+    from rlvmr_nb.scoring.rewards import RewardConfig
+    from rlvmr_nb.scoring.scored import score_episodes
 
     groups: dict[str, list] = {}
     for ep in episodes:
@@ -48,21 +47,18 @@ def artifact_rows(episodes: list, lab_options: dict[str, Any]) -> list[dict[str,
     for preset_name in ("official_code", "paper"):
         for setting, options in (("official rewards", {}), ("lab rewards", lab_options)):
             for algo in ("grpo", "rlvmr"):
-                batch = copy.deepcopy(episodes)
-                assign_rewards(batch, RewardConfig.for_preset(preset_name, **options))
-                adv = compute_advantages(algo, batch, preset(preset_name))
+                scored = score_episodes(episodes, algo, RewardConfig.for_preset(preset_name, **options),
+                                        preset(preset_name))
                 kinds: dict[str, list[float]] = {"repetitive": [], "refused": [], "malformed": [], "other": [],
                                                  "won episodes": []}
-                i = 0
-                for ep in batch:
+                for ep in scored.episodes:  # copies whose steps carry their advantages
                     for step, rep in zip(ep.steps, repetitive_steps(ep)):
                         if ep.won:
-                            kinds["won episodes"].append(adv[i])
+                            kinds["won episodes"].append(step.advantage)
                         elif ep.group_id in all_fail:
                             kind = ("malformed" if not step.valid else "refused" if not step.admissible
                                     else "repetitive" if rep else "other")
-                            kinds[kind].append(adv[i])
-                        i += 1
+                            kinds[kind].append(step.advantage)
                 rows.append({"preset": preset_name, "rewards": setting, "algo": algo,
                              **{f"all-fail {k}" if k != "won episodes" else k:
                                 {"mean": float(np.mean(v)) if v else None, "steps": len(v)} for k, v in kinds.items()}})

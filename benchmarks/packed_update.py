@@ -28,7 +28,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import torch  # noqa: E402
 
-from rlvmr_nb import distributed as dist  # noqa: E402
+from rlvmr_nb.update import distributed as dist  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.models import resolve_tokenizer  # noqa: E402
 from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel  # noqa: E402

@@ -8,6 +8,7 @@ observations, admissible lists, feedback and wins are the engine's own. Run:
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
 
 from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks
@@ -102,6 +103,7 @@ def record() -> list[Episode]:
 
 
 if __name__ == "__main__":
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0] + f" Writes {OUT.relative_to(OUT.parents[3])}.").parse_args()
     eps = record()
     write_episodes(OUT, eps)
     for ep in eps:

@@ -19,6 +19,7 @@ Usage: ``python scripts/prepare_lab.py [REPO]`` (default: this script's reposito
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -100,7 +101,10 @@ def write_run_copies(repo: Path) -> list[str]:
 
 
 def main(argv: list[str]) -> int:
-    repo = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parents[1]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("repo", nargs="?", type=Path, default=Path(__file__).resolve().parents[1],
+                        help="the repository whose notebooks get run copies (default: this script's)")
+    repo = parser.parse_args(argv[1:]).repo
     for source in sorted((repo / "notebooks").glob("[0-9][0-9]_*.py")):
         pair_with_outputs_file(source)
     for line in write_run_copies(repo):

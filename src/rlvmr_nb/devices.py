@@ -102,6 +102,19 @@ def autocast_context(device: torch.device, enabled: bool) -> contextlib.Abstract
     return contextlib.nullcontext()
 
 
+def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype softmaxes, log-probs and losses are computed in: at least float32 (bf16 matmul outputs are
+    widened), never *lower* than the input. An unconditional ``.float()`` would round a float64 run's values to
+    float32, and float64 runs exist so that another CPU's last-bit rounding cannot flip a sampled token
+    (tests/trainer/test_golden_run.py)."""
+    return torch.promote_types(dtype, torch.float32)
+
+
+def upcast(tensor: torch.Tensor) -> torch.Tensor:
+    """`tensor` in its `accumulation_dtype` (no copy when it is already there)."""
+    return tensor.to(accumulation_dtype(tensor.dtype))
+
+
 def module_device(module: torch.nn.Module) -> torch.device:
     """The device of a module's first parameter (of its local shard, for a sharded module)."""
     return next(module.parameters()).device

@@ -138,6 +138,7 @@ def test_kill_and_resume_reproduces_uninterrupted_run(tmp_path):
     assert csv_iterations == ["0", "1", "2"]
 
 
+@pytest.mark.pinned
 @pytest.mark.slow
 @pytest.mark.parametrize("n_samples, micro", [(16, 2), (18, 2), (13, 3)])
 def test_two_process_gloo_update_equals_single_process(tmp_path, n_samples, micro):
@@ -155,10 +156,11 @@ def test_two_process_gloo_update_equals_single_process(tmp_path, n_samples, micr
     a, b = torch.load(single, weights_only=True), torch.load(double, weights_only=True)
     changed = [k for k in a["before"] if not torch.equal(a["before"][k], a["after"][k])]
     assert changed, "the update changed nothing"
-    # Equal to 1e-5 absolute (lr is 1e-3): ranks sum micro-batch gradients in another order, and AdamW turns
-    # the last-bit differences of near-zero, cancelling gradients (rarely-hit vocabulary rows) into ~1e-6 steps.
+    # In float64: ranks sum micro-batch gradients in another order, and AdamW turns the last-bit differences of
+    # near-zero, cancelling gradients (rarely-hit vocabulary rows) into steps of up to lr (1e-3); float32's last bits
+    # gave ~1e-6 on one CPU and up to 1.3e-5 with other kernels (the FSDP twin, tests/update/test_fsdp.py).
     for k in a["after"]:
-        torch.testing.assert_close(a["after"][k], b["after"][k], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(a["after"][k], b["after"][k], rtol=1e-9, atol=1e-9)
 
 
 def test_update_schedule_pads_every_rank_to_the_same_calls():

@@ -31,6 +31,7 @@ def test_fsdp_settings_are_checked():
         TrainConfig(sharding="fsdp", lora=True)
 
 
+@pytest.mark.pinned
 @pytest.mark.slow
 @pytest.mark.parametrize("n_samples, micro, checkpointing", [(18, 2, False), (13, 3, True)])
 def test_two_process_fsdp_update_equals_single_process(tmp_path, n_samples, micro, checkpointing):
@@ -51,9 +52,9 @@ def test_two_process_fsdp_update_equals_single_process(tmp_path, n_samples, micr
     a, b = a.state_dict(), b.state_dict()
     assert a.keys() == b.keys() == before.keys()
     assert all(not torch.equal(before[k], a[k]) for k in a), "the update left a parameter unchanged"
-    # as for DDP (tests/trainer/test_trainer.py): ranks sum gradients in another order, AdamW magnifies last-bit differences
+    # in float64 (the script says why): ranks sum gradients in another order, AdamW magnifies last-bit differences
     for k in a:
-        torch.testing.assert_close(b[k], a[k], rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(b[k], a[k], rtol=1e-9, atol=1e-9)
     # every rank's rollout copy was refreshed from the shards: rank 0's equals the updated weights in bf16
     for path in (single, sharded):
         rollout = torch.load(path / "rollout.pt", weights_only=True)

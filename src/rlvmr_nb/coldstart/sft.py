@@ -28,7 +28,7 @@ from typing import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ..devices import autocast_context, place
+from ..devices import autocast_context, place, upcast
 from ..runs.policy import save_pretrained_policy
 from .sft_config import BACKENDS, SFTConfig, check_config, write_sft_run_files  # noqa: F401  (re-exported)
 
@@ -89,7 +89,7 @@ def token_losses(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, l
     def summed(predict: torch.Tensor) -> tuple[torch.Tensor, int]:
         # position p predicts token p+1
         targets = input_ids[:, 1:][predict]
-        logits = head(hidden[:, :-1][predict]).float()
+        logits = upcast(head(hidden[:, :-1][predict]))
         return F.cross_entropy(logits, targets, reduction="sum"), int(targets.numel())
 
     response = summed(labels_mask[:, 1:].bool())

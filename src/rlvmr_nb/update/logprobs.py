@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..devices import autocast_context, module_device
+from ..devices import autocast_context, module_device, upcast
 from .samples import StepSample, pack, pack_flat
 
 
@@ -74,8 +74,8 @@ class ResponseLogprobModel(torch.nn.Module):
                                  cu_seq_lens_q=bounds).last_hidden_state
                 # One row: index it directly. Expanding it to [B, N, H] for `gather` made the backward zero-fill
                 # and sum a B-times-larger gradient (a sixth of a CPU update, profiled).
-                return hidden[0, index.reshape(-1)].reshape(*index.shape, -1).float(), self._lm_head_weight()
-        h = hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])).float()
+                return upcast(hidden[0, index.reshape(-1)].reshape(*index.shape, -1)), self._lm_head_weight()
+        h = upcast(hidden.gather(1, index.unsqueeze(-1).expand(-1, -1, hidden.shape[-1])))
         return h, self._lm_head_weight()
 
     def _lm_head_weight(self) -> torch.Tensor:
@@ -123,6 +123,6 @@ def response_logprobs(model: Any, samples: Sequence[StepSample], pad_id: int,
     for i in range(0, len(samples), options.micro_batch_size):
         chunk = samples[i : i + options.micro_batch_size]
         h, weight, targets, mask = micro_batch_hidden_states(logprob_model, chunk, pad_id, options, device)
-        logp = chunked_logprobs(h, weight.float(), targets, options.temperature, options.chunk_size, mask=mask)
-        out += [logp[row, : len(s.response_ids)].float().cpu().clone() for row, s in enumerate(chunk)]
+        logp = chunked_logprobs(h, upcast(weight), targets, options.temperature, options.chunk_size, mask=mask)
+        out += [logp[row, : len(s.response_ids)].cpu().clone() for row, s in enumerate(chunk)]
     return out

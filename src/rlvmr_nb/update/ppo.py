@@ -14,7 +14,7 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-from ..devices import module_device
+from ..devices import module_device, upcast
 from .distributed import MiniBatch
 from .logprobs import LogprobOptions, micro_batch_hidden_states, response_logprobs
 from .loss_terms import LossConfig
@@ -24,12 +24,14 @@ from .samples import StepSample, with_logprobs
 from .sharding import TrainingModels, full_tensor, lockstep_logprobs
 
 
-def _stack(samples: Sequence[StepSample], attr: str, width: int, device: torch.device) -> torch.Tensor:
-    out = torch.zeros((len(samples), width))
+def _stack(samples: Sequence[StepSample], attr: str, width: int, device: torch.device,
+           dtype: torch.dtype) -> torch.Tensor:
+    """[B, width] per-token values of `attr` (old, reference or sampler log-probs) in the loss's `dtype`, right-padded
+    with 0."""
+    out = torch.zeros((len(samples), width), dtype=dtype)
     for i, s in enumerate(samples):
         v = getattr(s, attr)
-        v = torch.as_tensor(np.asarray(v, dtype=np.float32)) if not isinstance(v, torch.Tensor) else v
-        out[i, : len(v)] = v
+        out[i, : len(v)] = v if isinstance(v, torch.Tensor) else torch.as_tensor(np.asarray(v, dtype=np.float64))
     return out.to(device)
 
 
@@ -44,14 +46,15 @@ def micro_batch_loss(
     device = module_device(logprob_model)
     h, weight, targets, mask = micro_batch_hidden_states(logprob_model, samples, pad_id, options, device)
     width = mask.shape[1]
-    old = _stack(samples, old_attr, width, device)
-    ref = _stack(samples, "ref_logprobs", width, device) if loss_config.kl_coef else None
-    advantage = torch.tensor([s.advantage for s in samples], dtype=torch.float32, device=device)
+    old = _stack(samples, old_attr, width, device, h.dtype)
+    ref = _stack(samples, "ref_logprobs", width, device, h.dtype) if loss_config.kl_coef else None
+    advantage = torch.tensor([s.advantage for s in samples], dtype=h.dtype, device=device)
     importance_weight = None
     if tis_cap is not None:
         from .sampler_correction import truncated_is_weights
 
-        importance_weight = truncated_is_weights(old, _stack(samples, "sampler_logprobs", width, device), tis_cap)
+        sampler = _stack(samples, "sampler_logprobs", width, device, h.dtype)
+        importance_weight = truncated_is_weights(old, sampler, tis_cap)
     if options.fused:
         from .kernels import fused_grpo_loss
 
@@ -59,7 +62,7 @@ def micro_batch_loss(
                               temperature=options.temperature, chunk_size=options.chunk_size,
                               importance_weight=importance_weight)
         return out.loss, out.metrics
-    logp, entropy = reference_logprobs_from_hidden(h, weight.float(), targets, options.temperature,
+    logp, entropy = reference_logprobs_from_hidden(h, upcast(weight), targets, options.temperature,
                                                    return_entropy=True)
     return grpo_loss(logp, old, ref, advantage, mask, entropy if loss_config.entropy_coef else None, loss_config,
                      importance_weight=importance_weight)

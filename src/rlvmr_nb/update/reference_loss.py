@@ -17,6 +17,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from rlvmr_nb.devices import accumulation_dtype
+
 from rlvmr_nb.update.loss_terms import (
     AGGREGATIONS,
     KL_LOG_RATIO_BOUND,
@@ -31,7 +33,6 @@ __all__ = [
     "AGGREGATIONS",
     "KL_LOG_RATIO_BOUND",  # defined with the k3 term in `rlvmr_nb.update.loss_terms`, public here as before
     "LossConfig",  # defined with the terms that read it, `rlvmr_nb.update.loss_terms`
-    "accumulation_dtype",
     "aggregate",
     "entropy_from_logits",
     "grpo_loss",
@@ -191,11 +192,6 @@ def token_metrics(ratio: torch.Tensor, clipped: torch.Tensor, old_minus_new: tor
 def entropy_from_logits(logits: torch.Tensor) -> torch.Tensor:
     """Entropy of ``softmax(logits)`` along the last dim: ``logsumexp(z) - sum softmax(z) * z``."""
     return torch.logsumexp(logits, dim=-1) - (torch.softmax(logits, dim=-1) * logits).sum(dim=-1)
-
-
-def accumulation_dtype(dtype: torch.dtype) -> torch.dtype:
-    """At least float32, but never *lower* than the input (an unconditional ``.float()`` would downcast fp64)."""
-    return torch.promote_types(dtype, torch.float32)
 
 
 def reference_logprobs_from_hidden(

@@ -29,8 +29,9 @@ from rlvmr_nb.rollout.generation.base import (
     sampling_preset,
 )
 
-ENGINE_DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32")
-"""Dtypes a sampling engine may run in (`EngineSettings.dtype`)."""
+ENGINE_DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32", "float64")
+"""Dtypes a sampling engine may run in (`EngineSettings.dtype`). 'float64' (HF only) is for runs whose sampled
+tokens must not depend on the CPU's rounding: the pinned runs of tests/trainer/test_golden_run.py."""
 
 SLEEP_LEVELS: tuple[int, ...] = (0, 1, 2)
 """vLLM sleep levels between rollouts: 0 never sleeps, 1 offloads the weights to host memory and drops the

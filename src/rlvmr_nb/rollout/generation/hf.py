@@ -48,6 +48,7 @@ from transformers import (
     TopPLogitsWarper,
 )
 
+from rlvmr_nb.devices import accumulation_dtype
 from rlvmr_nb.rollout.generation import shared_prefix
 from rlvmr_nb.rollout.generation.base import Generation, Generator, Prompt, SamplingConfig
 from rlvmr_nb.rollout.generation.cpu_attention import ATTENTION_NAME, register
@@ -66,16 +67,19 @@ def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
 
 
 class _LogprobRecorder(LogitsProcessor):
-    """Logits processor (placed last) recording the log-prob of each sampled token."""
+    """Logits processor (placed last) recording the log-prob of each sampled token, computed in `dtype` (the
+    model's `accumulation_dtype`: ``generate`` hands processors float32 scores even from a float64 model, and a
+    float32 log-softmax over the vocabulary sums in an order that differs between CPUs' vector kernels)."""
 
-    def __init__(self) -> None:
+    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
+        self.dtype = dtype
         self.prev_logprobs: torch.Tensor | None = None
         self.collected: list[torch.Tensor] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         if self.prev_logprobs is not None:  # input_ids now ends with the token sampled from prev
             self.collected.append(self.prev_logprobs.gather(1, input_ids[:, -1:]).squeeze(1))
-        self.prev_logprobs = torch.log_softmax(scores.float(), dim=-1)
+        self.prev_logprobs = torch.log_softmax(scores.to(self.dtype), dim=-1)
         return scores
 
     def finish(self, generated: torch.Tensor) -> torch.Tensor:
@@ -99,13 +103,13 @@ class _ExponentialRaceSampler(LogitsProcessor):
     inverse-CDF sampling, a tiny numerical change of the logits (the batched vs the one-row path)
     flips a draw only where two tokens nearly tie, so seeded samples agree across such paths."""
 
-    def __init__(self, generator: torch.Generator | None) -> None:
-        self.generator = generator
+    def __init__(self, generator: torch.Generator | None, dtype: torch.dtype = torch.float32) -> None:
+        self.generator, self.dtype = generator, dtype  # dtype: the softmax's, as `_LogprobRecorder`'s
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        probs = torch.softmax(scores.float(), dim=-1)
+        probs = torch.softmax(scores.to(self.dtype), dim=-1)
         # Exp(1); U = 0 gives inf. Drawn where the scores are (the generator lives on that device too).
-        waits = torch.rand(probs.shape, generator=self.generator, device=probs.device).log_().neg_()
+        waits = torch.rand(probs.shape, generator=self.generator, device=probs.device, dtype=probs.dtype).log_().neg_()
         tokens = probs.div_(waits).argmax(dim=-1, keepdim=True)
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
 
@@ -370,12 +374,12 @@ class HFGenerator(Generator):
                 processors.append(TopKLogitsWarper(top_k=sampling.top_k))
             if sampling.top_p < 1.0:
                 processors.append(TopPLogitsWarper(top_p=sampling.top_p))
-        recorder = _LogprobRecorder()
+        recorder = _LogprobRecorder(accumulation_dtype(self.dtype))
         processors.append(recorder)
         if not sampling.greedy:  # our sampler draws the token; generate then decodes greedily
             # A private generator: seeding never disturbs the caller's global RNG stream.
             generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
-            processors.append(_ExponentialRaceSampler(generator))
+            processors.append(_ExponentialRaceSampler(generator, accumulation_dtype(self.dtype)))
         if static:
             with torch.no_grad():
                 generated = static_decode(

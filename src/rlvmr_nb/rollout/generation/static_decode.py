@@ -22,6 +22,8 @@ from typing import Any, Callable, Sequence
 
 import torch
 
+from rlvmr_nb.devices import upcast
+
 SDPA_EQUIVALENT: set[str] = {"sdpa"}
 """Attention implementations that are transformers' sdpa on an unpacked batch, so our boolean masks mean to them
 what they mean to sdpa. A later stage's variant adds its name here (the update's packed attention does)."""
@@ -61,7 +63,7 @@ class _DecodeStep:
     def _forward(self) -> torch.Tensor:
         out = self.model(input_ids=self.ids, position_ids=self.positions, past_key_values=self.cache, use_cache=True,
                          attention_mask=self.mask)
-        return out.logits[:, -1, :].float()
+        return upcast(out.logits[:, -1, :])
 
     def _capture(self, first_column: int) -> None:
         stream = torch.cuda.Stream()
@@ -128,7 +130,7 @@ def static_decode(
     positions = (real.long().cumsum(-1) - 1).clamp_(min=0)
     out = model(input_ids=input_ids, position_ids=positions, past_key_values=cache, use_cache=True,
                 attention_mask=prefill_mask, logits_to_keep=1)
-    logits = out.logits[:, -1, :].float()
+    logits = upcast(out.logits[:, -1, :])
     del prefill_mask, out
 
     mask = key_ok[:, None, None, :].clone()  # [B, 1, 1, L]: the decode step's keys

@@ -44,6 +44,8 @@ from typing import Any, Sequence
 from rlvmr_nb.rollout.generation.base import Generation, Generator, Prompt, SamplingConfig
 
 SERVER_SCRIPT = Path(__file__).with_name("vllm_server.py")
+VLLM_DTYPES = ("bfloat16", "float16", "float32")
+"""The `ENGINE_DTYPES` vLLM runs in (it has no float64 kernels)."""
 log = logging.getLogger(__name__)
 
 
@@ -155,7 +157,7 @@ class VLLMGenerator(Generator):
         tokenizer: the main-process tokenizer (encodes text prompts, decodes outputs) — the same
             files the engine loads, so ids agree.
         python: interpreter of the vLLM environment (default `default_vllm_python()`).
-        dtype: engine dtype ('bfloat16' default; 'float32' for exact comparisons).
+        dtype: engine dtype, one of `VLLM_DTYPES` ('bfloat16' default; 'float32' for exact comparisons).
         max_model_len: prompt + response limit (docs/method.md, 'Generation settings': 6000 + 1024
             fits in 8192).
         kv_cache_gb: CPU KV-cache size in whole GiB (``VLLM_CPU_KVCACHE_SPACE``).
@@ -185,6 +187,9 @@ class VLLMGenerator(Generator):
         log_path: str | os.PathLike | None = None,
         startup_timeout: float = 900.0,
     ) -> None:
+        if dtype not in VLLM_DTYPES:
+            raise ValueError(f"rollout_dtype={dtype!r}: vLLM runs in {', '.join(VLLM_DTYPES)}; float64 sampling is "
+                             "the HF backend's ('hf')")
         check_cpu_head_size(model)
         self.tokenizer = tokenizer
         self.dtype = dtype

@@ -32,7 +32,8 @@ from torch.autograd.function import once_differentiable
 
 from rlvmr_nb.update.kernels.token_terms import ChunkedTokenTerms, aggregation_weights
 from rlvmr_nb.update.kernels.torch_ops import TorchChunkOps, accumulate_low_precision, low_precision_gemm
-from rlvmr_nb.update.reference_loss import LossConfig, accumulation_dtype, token_metrics
+from rlvmr_nb.devices import accumulation_dtype
+from rlvmr_nb.update.reference_loss import LossConfig, token_metrics
 
 STRATEGIES: tuple[str, ...] = ("forward_grad", "recompute")
 BACKENDS: tuple[str, ...] = ("auto", "torch", "triton")
