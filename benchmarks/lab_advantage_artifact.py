@@ -30,13 +30,14 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 
-def artifact_rows(episodes: list, lab_options: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per (preset, reward setting, algo): all-fail group share and mean advantages by step kind in those groups."""
+def artifact_rows(episodes: list, lab_rules: Any) -> list[dict[str, Any]]:
+    """Per (preset, reward rules, algo): all-fail group share and mean advantages by step kind in those groups;
+    `lab_rules`: the lab's `RewardDeviations` (the 'lab rewards' rows; the others follow the official rules)."""
     import numpy as np
 
-    from rlvmr_nb.scoring.advantages import preset
+    from rlvmr_nb.scoring.method import PRESETS, MethodConfig
     from rlvmr_nb.scoring.metrics import repetitive_steps
-    from rlvmr_nb.scoring.rewards import RewardConfig
+    from rlvmr_nb.scoring.rewards import OFFICIAL_RULES
     from rlvmr_nb.scoring.scored import score_episodes
 
     groups: dict[str, list] = {}
@@ -44,11 +45,10 @@ def artifact_rows(episodes: list, lab_options: dict[str, Any]) -> list[dict[str,
         groups.setdefault(ep.group_id, []).append(ep)
     all_fail = {g for g, eps in groups.items() if not any(ep.won for ep in eps)}
     rows = []
-    for preset_name in ("official_code", "paper"):
-        for setting, options in (("official rewards", {}), ("lab rewards", lab_options)):
+    for preset_name in PRESETS:
+        for setting, rules in (("official rewards", OFFICIAL_RULES), ("lab rewards", lab_rules)):
             for algo in ("grpo", "rlvmr"):
-                scored = score_episodes(episodes, algo, RewardConfig.for_preset(preset_name, **options),
-                                        preset(preset_name))
+                scored = score_episodes(episodes, MethodConfig(algo=algo, preset=preset_name, deviations=rules))
                 kinds: dict[str, list[float]] = {"repetitive": [], "refused": [], "malformed": [], "other": [],
                                                  "won episodes": []}
                 for ep in scored.episodes:  # copies whose steps carry their advantages
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/lab_advantage_artifact.json")
     args = p.parse_args(argv)
 
-    from dataclasses import replace
+    from dataclasses import asdict, replace
 
     from rlvmr_nb.evaluate import evaluate_policy, provenance
     from rlvmr_nb.lab.config import load_lab_config
@@ -87,23 +87,22 @@ def main(argv: list[str] | None = None) -> int:
     pool = training_pool(config)
     episodes = []
     for b in range(args.batches):
-        tasks = random.Random(f"{args.seed}:{b}").sample(pool, config.tasks_per_iteration)
-        repeated = [t for t in tasks for _ in range(config.group_size)]
-        cfg = replace(eval_config(config, "L0", args.seed + b), temperature=config.temperature,
-                      batch_tasks=len(repeated), generation_batch_size=len(repeated))
+        tasks = random.Random(f"{args.seed}:{b}").sample(pool, config.train.run.tasks_per_iteration)
+        repeated = [t for t in tasks for _ in range(config.train.rollout.group_size)]
+        base = eval_config(config, "L0", args.seed + b)
+        cfg = replace(base, rollout=replace(base.rollout, temperature=config.train.rollout.temperature),
+                      batch_tasks=len(repeated), engine=replace(base.engine, generation_batch_size=len(repeated)))
         batch, _ = evaluate_policy(model, tokenizer, cfg, tasks=repeated, progress=False)
         for i, ep in enumerate(batch):
             ep.group_id, ep.episode_id = f"{b}:{ep.task_id}", f"{b}:{i}"
         episodes += batch
     groups = {ep.group_id for ep in episodes}
     failed = {g for g in groups if not any(ep.won for ep in episodes if ep.group_id == g)}
-    lab_options = {"refused_penalty": config.refused_penalty,
-                   "meta_rewards_admissible_only": config.meta_rewards_admissible_only,
-                   "reflection_at_start": config.reflection_at_start}
+    lab_rules = config.train.method.deviations
     doc = {"coldstart": args.coldstart, "seed": args.seed, "groups": len(groups), "all_fail_groups": len(failed),
            "episodes": len(episodes), "success": sum(ep.won for ep in episodes) / len(episodes),
-           "steps": sum(len(ep.steps) for ep in episodes), "lab_reward_options": lab_options,
-           "rows": artifact_rows(episodes, lab_options), "provenance": provenance()}
+           "steps": sum(len(ep.steps) for ep in episodes), "lab_reward_options": asdict(lab_rules),
+           "rows": artifact_rows(episodes, lab_rules), "provenance": provenance()}
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(doc, indent=2) + "\n")

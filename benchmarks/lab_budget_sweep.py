@@ -77,13 +77,13 @@ def _run_one(base: dict, variant: str, algo: str, seed: int, coldstart: str, wor
     config = LabConfig.from_dict({**base, **VARIANTS[variant]})
     run_dir = Path(work) / variant / f"{algo}-seed{seed}"
     cfg = train_config(config, coldstart, algo, seed)
-    cfg.out_dir = str(run_dir)
+    cfg.run.out_dir = str(run_dir)
     started = time.perf_counter()
-    if len(read_metrics(run_dir)) < config.iterations:
+    if len(read_metrics(run_dir)) < config.train.run.iterations:
         train(cfg, tasks=training_pool(config))
     keys = ("iteration", "success", "invalid", "invalid_malformed", "repetitive", "episode_length", "kl", "entropy",
             "grad_norm")
-    rows = [{k: r.get(k) for k in keys} for r in read_metrics(run_dir)][: config.iterations]
+    rows = [{k: r.get(k) for k in keys} for r in read_metrics(run_dir)][: config.train.run.iterations]
     sft = json.loads((Path(coldstart) / "coldstart" / "sft" / "sft_config.json").read_text())
     return {"variant": variant, "algo": algo, "seed": seed, "overrides": VARIANTS[variant],
             "coldstart_sft_epochs": sft["epochs"],

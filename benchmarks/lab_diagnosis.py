@@ -37,7 +37,7 @@ def _train(coldstart: str, out_dir: Path, tasks: list, seed: int, **overrides) -
     from rlvmr_nb.trainer import train
 
     cfg = train_config(load_lab_config("configs/lab/classroom.json", **overrides), coldstart, "grpo", seed)
-    cfg.out_dir = str(out_dir)
+    cfg.run.out_dir = str(out_dir)
     return [{"iteration": r["iteration"], **{k: r.get(k) for k in KEYS}} for r in train(cfg, tasks=tasks)]
 
 

@@ -51,18 +51,19 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.lab.policy import LabPolicyConfig, build_lab_policy
     from rlvmr_nb.update.loss_terms import LossConfig
     from rlvmr_nb.models import describe_model, load_model
-    from rlvmr_nb.trainer import TrainConfig, train
+    from rlvmr_nb.train_config import TrainConfig
+    from rlvmr_nb.trainer import train
 
     with tempfile.TemporaryDirectory() as tmp:
         data = build_coldstart_dataset("lab", "L0", 20, seed=0, out_dir=Path(tmp) / "cs", progress=False)
         policy_dir = build_lab_policy(data, Path(tmp) / "policy", LabPolicyConfig(layers=args.layers,
                                                                                   hidden_size=args.hidden))
         model, tokenizer = load_model(str(policy_dir))
-        config = TrainConfig(algo="rlvmr", env="lab", level="L0", model=str(policy_dir), out_dir=str(Path(tmp) / "run"),
+        config = TrainConfig.from_dict(dict(algo="rlvmr", env="lab", level="L0", model=str(policy_dir), out_dir=str(Path(tmp) / "run"),
                              iterations=1, tasks_per_iteration=4, group_size=4, max_steps=6, max_new_tokens=48,
                              max_prompt_tokens=None, lr=1e-4, mini_batch_size=96, micro_batch_size=32,
                              loss=LossConfig(kl_coef=0.01), bf16_autocast=False, progress=False,
-                             generation_batch_size=16)
+                             generation_batch_size=16))
         wall, cpu = time.perf_counter(), _cpu()
         row = train(config, policy=model, tokenizer=tokenizer)[0]
         wall, cpu = time.perf_counter() - wall, _cpu() - cpu

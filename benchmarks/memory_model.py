@@ -120,20 +120,21 @@ def bytes_per_parameter() -> dict:
     from rlvmr_nb.update.logprobs import ResponseLogprobModel, response_logprobs
     from rlvmr_nb.update.ppo import micro_batch_loss
     from rlvmr_nb.update.samples import with_logprobs
-    from rlvmr_nb.trainer import TrainConfig
+    from rlvmr_nb.train_config import TrainConfig
 
     sys.path.insert(0, str(REPO / "tests"))
     from trainer_helpers import random_samples
 
     model, tok = load_model("tiny-random:qwen2", seed=0)
-    config = TrainConfig(bf16_autocast=True)
+    config = TrainConfig.from_dict(dict(bf16_autocast=True))
     n = sum(p.numel() for p in model.parameters())
     reference = frozen_copy(model)
     samples = random_samples(4)
-    logp = response_logprobs(model, samples, tok.pad_token_id, config.logprob_options)
+    logp = response_logprobs(model, samples, tok.pad_token_id, config.update, config.rollout.temperature)
     samples = with_logprobs(with_logprobs(samples, "old_logprobs", logp), "ref_logprobs", logp)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=config.weight_decay)
-    loss, _ = micro_batch_loss(ResponseLogprobModel(model, True), samples, tok.pad_token_id, config.loss, config.logprob_options)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.update.lr, weight_decay=config.update.weight_decay)
+    loss, _ = micro_batch_loss(ResponseLogprobModel(model, True), samples, tok.pad_token_id, config.loss, config.update,
+                               config.rollout.temperature)
     loss.backward()
     grads = sum(p.grad.numel() * p.grad.element_size() for p in model.parameters())
     optimizer.step()

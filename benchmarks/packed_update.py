@@ -31,7 +31,8 @@ import torch  # noqa: E402
 from rlvmr_nb.update import distributed as dist  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.models import resolve_tokenizer  # noqa: E402
-from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel  # noqa: E402
+from rlvmr_nb.update.config import UpdateConfig  # noqa: E402
+from rlvmr_nb.update.logprobs import ResponseLogprobModel  # noqa: E402
 from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
 from rlvmr_nb.update.samples import StepSample  # noqa: E402
 
@@ -77,7 +78,8 @@ def time_layouts(model, micro_batches, samples, pad_id) -> tuple[dict[str, list[
         batch = [samples[i] for i in micro.indices]
         for packed in ((False, True) if k % 2 else (True, False)):
             t0 = time.perf_counter()
-            loss, _ = micro_batch_loss(logprob_model, batch, pad_id, LossConfig(), LogprobOptions(autocast=False, packed=packed))
+            loss, _ = micro_batch_loss(logprob_model, batch, pad_id, LossConfig(),
+                                       UpdateConfig(bf16_autocast=False, packed_micro_batches=packed), 1.0)
             loss.backward()
             if k:
                 times["packed" if packed else "padded"].append(time.perf_counter() - t0)

@@ -67,14 +67,15 @@ def demo_shape(path: Path) -> dict:
 def one_iteration(backend: str, model: str, shape: dict, work: Path) -> dict:
     """`trainer.train` for one iteration with `backend` (in this process); its metrics row, wall time and load."""
     from rlvmr_nb.models import load_model
-    from rlvmr_nb.trainer import TrainConfig, train
+    from rlvmr_nb.train_config import TrainConfig
+    from rlvmr_nb.trainer import train
     from rlvmr_nb.rollout.trajectory import read_episodes
 
     load_before = os.getloadavg()
     t0 = time.perf_counter()
     policy, tokenizer = load_model(model)
-    config = TrainConfig(**shape, model=model, rollout_backend=backend, out_dir=str(work), resume="never",
-                         progress=False, rollout_options=ENGINE_OPTIONS[backend])
+    config = TrainConfig.from_dict(dict(**shape, model=model, rollout_backend=backend, out_dir=str(work), resume="never",
+                         progress=False, rollout_options=ENGINE_OPTIONS[backend]))
     (row,) = train(config, policy=policy, tokenizer=tokenizer)
     total = time.perf_counter() - t0
     steps = [s for ep in read_episodes(work / "episodes.jsonl") for s in ep.steps]

@@ -66,11 +66,13 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import Image, display
 
-from rlvmr_nb import casestudy, metrics, plots
-from rlvmr_nb.scoring.advantages import PRESETS, grpo_mr_advantages, with_advantages
+from rlvmr_nb import casestudy, plots
 from rlvmr_nb.demo import example_group_path, reparse
 from rlvmr_nb.plots import plot_preset_comparison
+from rlvmr_nb.scoring import metrics
+from rlvmr_nb.scoring.method import PRESETS, MethodConfig
 from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards
+from rlvmr_nb.scoring.scored import score_episodes
 from rlvmr_nb.rollout.tags import parse_output
 from rlvmr_nb.rollout.trajectory import read_episodes
 
@@ -154,11 +156,11 @@ casestudy.display_group(group)
 #   not admissible.
 #
 # The official code puts the format penalty into the outcome channel, `score = R − 0.1·invalid`
-# per step; the paper writes it into the step reward. `RewardConfig.format_penalty_channel`
-# selects either.
+# per step; the paper writes it into the step reward. The method's preset selects either
+# (`scoring.method.PRESETS`, below).
 
 # %%
-group = with_rewards(group, RewardConfig(format_penalty_channel="outcome"))
+group = with_rewards(group, RewardConfig(), penalty_channel="outcome")
 steps = pd.DataFrame(casestudy.step_records(group))
 steps.insert(1, "step", steps["t"] + 1)  # 1-based, as in the prompt and the figures; t counts from 0
 steps[["episode", "step", "t", "tag", "reward_class", "valid", "admissible", "action", "r_MR", "outcome_score"]]
@@ -189,10 +191,8 @@ steps.pivot_table(index="episode", columns="reward_class", values="r_MR", aggfun
 # rollout's score.
 
 # %%
-by_preset = {}
-for name in PRESETS:
-    eps = with_rewards(group, RewardConfig.for_preset(name))  # copies: `group` keeps its outcome-channel rewards
-    by_preset[name] = with_advantages(eps, grpo_mr_advantages(eps, name))
+# one method per preset: its rewards and advantages together (copies; `group` keeps its outcome-channel rewards)
+by_preset = {name: score_episodes(group, MethodConfig(algo="rlvmr", preset=name)).episodes for name in PRESETS}
 compare = pd.DataFrame(casestudy.step_records(by_preset["official_code"]))[["episode", "t", "tag", "action"]]
 compare.insert(1, "step", compare["t"] + 1)
 for name, eps in by_preset.items():

@@ -95,18 +95,22 @@ from IPython.display import Image, display
 from rlvmr_nb import casestudy, paper, plots
 from rlvmr_nb.plots import plot_training_curves, training_curve_records
 from rlvmr_nb.runs import model_label, read_metrics, read_validation
-from rlvmr_nb.trainer import TrainConfig, train
+from rlvmr_nb.runs.config import read_run_settings
+from rlvmr_nb.train_config import train_config
+from rlvmr_nb.trainer import train
 from rlvmr_nb.rollout.trajectory import read_episodes
 
 run_dir = Path(runs_root) / f"{algo}_{env}_{level}_seed{seed}"
 out_path = Path(out_dir)
 label = paper.display_method(algo)
 model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
-config = TrainConfig(algo=algo, env=env, level=level, model=model, out_dir=str(run_dir), seed=seed,
-                     iterations=iterations, tasks_per_iteration=tasks_per_iteration, group_size=group_size,
-                     max_steps=max_steps, max_new_tokens=max_new_tokens, max_prompt_tokens=max_prompt_tokens, lr=lr,
-                     device=device, validate_every=validate_every, validation_tasks=validation_tasks,
-                     rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, tis_cap=tis_cap, **train_overrides)
+# every setting by its field name; TrainConfig files and `rlvmr-nb train` name them the same way (train_config)
+config = train_config(overrides=dict(
+    algo=algo, env=env, level=level, model=model, out_dir=str(run_dir), seed=seed, iterations=iterations,
+    tasks_per_iteration=tasks_per_iteration, group_size=group_size, max_steps=max_steps, max_new_tokens=max_new_tokens,
+    max_prompt_tokens=max_prompt_tokens, lr=lr, device=device, validate_every=validate_every,
+    validation_tasks=validation_tasks, rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, tis_cap=tis_cap,
+    **train_overrides))
 stem = f"train_{algo}_{env}_{level}"
 print(f"run folder: {run_dir.resolve()}")
 print(f"{iterations} iterations x {tasks_per_iteration} tasks x {group_size} rollouts x <= {max_steps} steps")
@@ -157,7 +161,7 @@ pd.DataFrame(validations, columns=val_columns).round(4) if validations else prin
 run_dirs = {f"{label} (this run)": run_dir}
 by_method = {label: run_dir}  # for Fig. 6: one curve per method
 for other in map(Path, compare_with):
-    other_method = paper.display_method(json.loads((other / "config.json").read_text())["algo"])
+    other_method = paper.display_method(read_run_settings(other)["algo"])
     run_dirs[f"{other_method} ({other.name})"] = other
     by_method.setdefault(other_method, other)
 fig = plots.training_run_figure(run_dirs, title=f"{label} training on {env} {level}")

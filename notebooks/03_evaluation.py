@@ -107,11 +107,11 @@ print(policy_info)
 by_level, ci_by_level, episodes_by_level = {}, {}, {}
 engine = dict(rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, device=device,
               vllm_gpu_memory_utilization=vllm_gpu_memory_utilization)
-with eval_generator(policy, tokenizer, EvalConfig(env=env, seed=seeds[0], **engine)) as generator:  # one engine, every level
-    for level in levels:
-        config = EvalConfig(env=env, level=level, max_tasks=max_tasks, seed=seeds[0], temperature=temperature,
-                            max_steps=max_steps, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
-                            batch_tasks=batch_tasks, stop=stop, **engine)
+with eval_generator(policy, tokenizer, EvalConfig.from_dict(dict(env=env, seed=seeds[0], **engine))) as generator:
+    for level in levels:  # one engine, every level
+        config = EvalConfig.from_dict(dict(env=env, level=level, max_tasks=max_tasks, seed=seeds[0],
+                                           temperature=temperature, max_steps=max_steps, max_new_tokens=max_new_tokens,
+                                           prompt_style=prompt_style, batch_tasks=batch_tasks, stop=stop, **engine))
         played = evaluate_seeds(policy, tokenizer, config, seeds, generator=generator)
         _, aggregate = write_seed_results(results_path / f"{level}.json", played, config,
                                           extra={"model": policy_info, "method": method_label})

@@ -64,9 +64,9 @@ from pathlib import Path
 from IPython.display import HTML, Image, display
 
 from rlvmr_nb import casestudy, plots
-from rlvmr_nb.scoring.advantages import grpo_mr_advantages, with_advantages
+from rlvmr_nb.scoring.method import MethodConfig
 from rlvmr_nb.demo import example_group_path, reparse
-from rlvmr_nb.scoring.rewards import with_rewards
+from rlvmr_nb.scoring.scored import score_episodes
 from rlvmr_nb.rollout.trajectory import read_episodes
 
 out_path = Path(out_dir)
@@ -86,8 +86,7 @@ def page_heading(text: str) -> None:
 
 # The example group with rewards and GRPO-MR advantages (official preset), as in notebook 00.
 group = reparse(read_episodes(example_group_path()))
-group = with_rewards(group)
-group = with_advantages(group, grpo_mr_advantages(group, "official_code"))
+group = score_episodes(group, MethodConfig(algo="rlvmr", preset="official_code")).episodes
 paper_cases = casestudy.paper_case_studies()
 display(HTML(casestudy.legend_html()))
 

@@ -102,7 +102,7 @@ config = load_lab_config(config_file, **overrides)
 out = Path(out_dir)
 out.mkdir(parents=True, exist_ok=True)
 timer = StageTimer(out / "timing.json")
-pd.Series(config.to_dict()).to_frame("setting")
+pd.Series(config.flat()).to_frame("setting")  # the lab's own settings, then the arms' training settings
 
 # %% [markdown]
 # ## The world
@@ -119,7 +119,7 @@ from rlvmr_nb.envs.lab_world import LAB_HORIZON, expert_solve_rates
 from rlvmr_nb.envs.lab_record import lab_record
 
 display(pd.DataFrame([{"level": lvl, **describe_task(level_tasks("test", lvl)[0])} for lvl in config.levels]))
-print(f"horizon {config.max_steps} steps; the prompt-only expert wins within {LAB_HORIZON} steps:",
+print(f"horizon {config.train.rollout.max_steps} steps; the prompt-only expert wins within {LAB_HORIZON} steps:",
       {lvl: f"{r:.0%}" for lvl, r in expert_solve_rates(LAB_HORIZON, levels=config.levels).items()})
 
 # %% [markdown]

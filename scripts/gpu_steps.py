@@ -351,7 +351,8 @@ def step_update(check: Any) -> dict:
     import copy
 
     from rlvmr_nb.update.loss_terms import LossConfig
-    from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel
+    from rlvmr_nb.update.config import UpdateConfig
+    from rlvmr_nb.update.logprobs import ResponseLogprobModel
     from rlvmr_nb.update.ppo import micro_batch_loss
 
     if not check.dry_run and not torch.cuda.is_available():
@@ -371,13 +372,13 @@ def step_update(check: Any) -> dict:
         real = sum(len(s.prompt_ids) + len(s.response_ids) for m in micro[1:] for s in m)
         net.gradient_checkpointing_enable() if checkpointing else net.gradient_checkpointing_disable()
         logprob_model = ResponseLogprobModel(net, autocast=use_autocast)
-        options = LogprobOptions(autocast=use_autocast, packed=packed)
+        options = UpdateConfig(bf16_autocast=use_autocast, packed_micro_batches=packed)
         timer, mem = Timer(check.device), {}
         try:
             with peak_memory(mem):
                 for k, batch in enumerate(micro):
                     with timer() if k else contextlib.nullcontext():  # the first micro-batch warms up
-                        loss, _ = micro_batch_loss(logprob_model, batch, tok.pad_token_id, LossConfig(), options)
+                        loss, _ = micro_batch_loss(logprob_model, batch, tok.pad_token_id, LossConfig(), options, 1.0)
                         loss.backward()
                     if not k:  # the warm-up's loss and gradient norm: the layouts must agree (bf16 rounding aside)
                         grads = [q.grad.float().norm() for q in net.parameters() if q.grad is not None]
@@ -398,7 +399,7 @@ def step_update(check: Any) -> dict:
     measure("packed", model, per_micro, packed=True, checkpointing=False)
     record["profile_packed"] = _profile(lambda: micro_batch_loss(ResponseLogprobModel(model, autocast), by_size[per_micro][1],
                                                                  tok.pad_token_id, LossConfig(),
-                                                                 LogprobOptions(autocast=autocast))[0].backward(),
+                                                                 UpdateConfig(bf16_autocast=autocast), 1.0)[0].backward(),
                                         check.device)
     model.zero_grad(set_to_none=True)
     measure("packed_checkpointed", model, per_micro, packed=True, checkpointing=True)
@@ -472,7 +473,8 @@ def train_once(check: Any, config_fields: dict, policy: Any, tok: Any) -> tuple[
     from rlvmr_nb.rollout.trajectory import read_episodes
 
     with tempfile.TemporaryDirectory(dir=check.out) as run_dir:
-        config = trainer.TrainConfig(out_dir=run_dir, resume="never", progress=False, device=check.device, **config_fields)
+        config = trainer.TrainConfig.from_dict(dict(out_dir=run_dir, resume="never", progress=False, device=check.device,
+                                                    **config_fields))
         save = trainer.save_checkpoint
         trainer.save_checkpoint = lambda *args, **kwargs: None
         try:

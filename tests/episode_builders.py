@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from rlvmr_nb.rollout.tags import format_step, parse_output
 from rlvmr_nb.rollout.trajectory import Episode, Step
 
@@ -18,6 +20,9 @@ def step(t: int, tag: str | None, action: str, *, output: str | None = None, adm
 
 
 def episode(steps: list[Step], won: bool, group: str = "g", eid: str = "", task_type: str = "pick") -> Episode:
+    """An episode of `steps`; a won one was won at its last step, as a rollout records it (`Step.won`)."""
+    if won and steps:
+        steps = [*steps[:-1], replace(steps[-1], won=True, done=True)]
     return Episode(task_id="task", env="test", group_id=group, episode_id=eid, steps=steps, won=won,
                    task_type=task_type)
 
@@ -38,5 +43,5 @@ def score_with(episodes, config):
 
     from rlvmr_nb.scoring.scored import score_episodes
 
-    scored = score_episodes(episodes, config.algo, config.reward, config.advantage)
+    scored = score_episodes(episodes, config.method)
     return scored.episodes, np.array([s.advantage for s in scored.steps])

@@ -25,7 +25,7 @@ from rlvmr_nb.runs import save_checkpoint  # noqa: E402
 from rlvmr_nb.update.sharding import place_models  # noqa: E402
 from rlvmr_nb.update.logprobs import response_logprobs  # noqa: E402
 from rlvmr_nb.update.ppo import ppo_update, with_old_and_ref_logprobs  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 from trainer_helpers import random_samples  # noqa: E402
 
 torch.set_num_threads(1)
@@ -39,28 +39,25 @@ rank, world = dist.rank_world("gloo")
 # other kernels), in float64 ~1e-13
 model, tok = load_model("tiny-random:llama", seed=0, dtype=torch.float64)
 samples = random_samples(n_samples, seed=0)
-cfg = TrainConfig(lr=1e-3, mini_batch_size=8, micro_batch_size=micro, bf16_autocast=False, device="cpu",
-                  sharding=sharding, out_dir=out, loss=LossConfig(entropy_coef=0.001), gradient_checkpointing=checkpointing)
-unsharded_logp = response_logprobs(model, samples, tok.pad_token_id, cfg.logprob_options)
+cfg = TrainConfig.from_dict(dict(lr=1e-3, mini_batch_size=8, micro_batch_size=micro, bf16_autocast=False, device="cpu",
+                  sharding=sharding, out_dir=out, loss=LossConfig(entropy_coef=0.001), gradient_checkpointing=checkpointing))
+unsharded_logp = response_logprobs(model, samples, tok.pad_token_id, cfg.update, 1.0)
 before = {k: v.clone() for k, v in model.state_dict().items()}
 if checkpointing:  # as the trainer does, before placing the model
     model.gradient_checkpointing_enable()
-models = place_models(model, frozen_copy(model), torch.device("cpu"), world, cfg.sharding, cfg.reference_device,
-                      cfg.bf16_autocast)
-opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.lr)
-plan = dist.schedule_update(len(samples), cfg.mini_batch_size, cfg.micro_batch_size, cfg.ppo_epochs,
+models = place_models(model, frozen_copy(model), torch.device("cpu"), world, cfg.placement, cfg.update.bf16_autocast)
+opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.update.lr)
+plan = dist.schedule_update(len(samples), cfg.update.mini_batch_size, cfg.update.micro_batch_size, cfg.update.ppo_epochs,
                             random.Random(0), rank, world)
 used = dist.samples_used(plan)
-samples = with_old_and_ref_logprobs(models, samples, used, tok.pad_token_id, cfg.logprob_options,
-                                    recompute_old=cfg.old_logprobs == "recompute", reference=bool(cfg.loss.kl_coef),
-                                    rank=rank, world=world)
+samples = with_old_and_ref_logprobs(models, samples, used, tok.pad_token_id, cfg.update, 1.0,
+                                    reference=bool(cfg.loss.kl_coef), rank=rank, world=world)
 for i in used:
     torch.testing.assert_close(samples[i].old_logprobs, unsharded_logp[i], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(samples[i].ref_logprobs, unsharded_logp[i], rtol=1e-10, atol=1e-10)
     samples[i].ref_logprobs = samples[i].ref_logprobs - 0.05
 model.train()
-ppo_update(models.logprob_model, opt, samples, plan, tok.pad_token_id, cfg.loss, cfg.logprob_options,
-           old_logprobs=cfg.old_logprobs, tis_cap=cfg.tis_cap, grad_clip=cfg.grad_clip, world_size=world)
+ppo_update(models.logprob_model, opt, samples, plan, tok.pad_token_id, cfg.loss, cfg.update, 1.0, world_size=world)
 save_checkpoint(out, 0, model, opt, cfg.to_dict() | {"model": "tiny-random:llama"}, write=rank == 0)
 generator = HFGenerator(models.rollout_model, tok)  # the trainer's rollout sampler, refreshed as each iteration does
 generator.update_weights(model)

@@ -10,7 +10,7 @@ from rlvmr_nb.update.loss_terms import LossConfig
 from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig, to_chat
 from rlvmr_nb.rollout import LocalEnvs
 from rlvmr_nb.coldstart.sft import SFTConfig, SFTSample, train_sft
-from rlvmr_nb.trainer import TrainConfig
+from rlvmr_nb.train_config import TrainConfig
 
 from door_env import ACTIONS, OBS, DoorEnv
 
@@ -83,7 +83,7 @@ def small_config(out_dir, **kw) -> TrainConfig:
                 bf16_autocast=False, save_every=1, progress=False, resume="auto",
                 loss=LossConfig(kl_coef=0.01, entropy_coef=0.0))
     base.update(kw)
-    return TrainConfig(**base)
+    return TrainConfig.from_dict(base)
 
 
 def door_slots():

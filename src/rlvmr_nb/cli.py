@@ -154,11 +154,10 @@ def _cmd_model(args: argparse.Namespace) -> int:
     return 0
 
 
-TRAIN_FLAG_NAMES = {"out_dir": "--out", "tasks_per_iteration": "--tasks", "loss.kl_coef": "--kl-coef",
-                    "advantage.preset": "--preset"}
+TRAIN_FLAG_NAMES = {"out_dir": "--out", "tasks_per_iteration": "--tasks"}
 """`rlvmr-nb train` flags not named ``--field-name`` (the names they had before the flags were generated; the
-field's own name works too), and the fields of nested settings that have a flag. Every other flag of train
-and eval is a `TrainConfig` / `EvalConfig` field of the same name (`validation.setting_flags`)."""
+field's own name works too). Every other flag of train and eval is a field of the `TrainConfig` / `EvalConfig`
+tree of the same name (`settings.setting_flags`): ``--lr`` sets ``update.lr``."""
 
 
 def _setting_choices() -> dict[str, Any]:
@@ -167,19 +166,18 @@ def _setting_choices() -> dict[str, Any]:
     from .rollout.generation import BACKENDS, ENGINE_DTYPES, SLEEP_LEVELS
     from .rollout.generation.base import STOP_POLICIES
     from .rollout.prompts import STYLES
-    from .scoring.advantages import PRESETS
-    from .train_config import ALGOS
-    from .update.reference_policy import REFERENCE_DEVICES
-    from .update.sharding import SHARDINGS
+    from .scoring.method import ALGORITHMS, PRESETS
+    from .update.config import OLD_LOGPROBS, REFERENCE_DEVICES, SHARDINGS
 
-    return {"algo": ALGOS, "env": env_names(), "level": LEVELS, "prompt_style": STYLES, "stop": sorted(STOP_POLICIES),
-            "reference_device": REFERENCE_DEVICES, "sharding": SHARDINGS, "rollout_backend": list(BACKENDS),
-            "rollout_dtype": ENGINE_DTYPES, "vllm_sleep_level": SLEEP_LEVELS, "advantage.preset": sorted(PRESETS)}
+    return {"algo": list(ALGORITHMS), "env": env_names(), "level": LEVELS, "prompt_style": STYLES,
+            "stop": sorted(STOP_POLICIES), "reference_device": REFERENCE_DEVICES, "sharding": SHARDINGS,
+            "rollout_backend": list(BACKENDS), "rollout_dtype": ENGINE_DTYPES, "vllm_sleep_level": SLEEP_LEVELS,
+            "preset": sorted(PRESETS), "old_logprobs": OLD_LOGPROBS}
 
 
 def _add_train_settings(p: argparse.ArgumentParser) -> None:
     from .train_config import TrainConfig
-    from .validation import add_setting_flags, setting_flags
+    from .settings import add_setting_flags, setting_flags
 
     p.add_argument("--config", default=None, metavar="FILE.json",
                    help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
@@ -191,7 +189,7 @@ def _add_train_settings(p: argparse.ArgumentParser) -> None:
 def _add_eval_settings(p: argparse.ArgumentParser) -> None:
     from .evaluate import RESULTS_PATH, EvalConfig
     from .train_config import TrainConfig
-    from .validation import add_setting_flags, setting_flags
+    from .settings import add_setting_flags, setting_flags
 
     p.add_argument("--model", default=TrainConfig.model,
                    help="model spec, saved model folder, trainer checkpoint ckpt-XXXXX or run folder (default: the "
@@ -206,9 +204,9 @@ def _add_eval_settings(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from .settings import given_settings
     from .train_config import train_config
     from .trainer import train
-    from .validation import given_settings
 
     cfg = train_config(args.config, given_settings(args, args.flags))
     rows = train(cfg)
@@ -223,13 +221,12 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import EvalConfig, evaluate_seeds, write_seed_results
     from .runs import load_policy
     from .runs.lock import results_lock
-
-    from .validation import given_settings
+    from .settings import build_config, given_settings
 
     given = given_settings(args, args.flags)
     if args.seeds:  # the task subset is the first seed's for all of them
         given["seed"] = args.seeds[0]
-    cfg = EvalConfig(**given)
+    cfg = build_config(EvalConfig, given, source="options")
     seeds = args.seeds or [cfg.seed]
     with results_lock(args.out):
         # a damaged newest checkpoint is refused, not replaced by an older policy than the one asked for
@@ -273,8 +270,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `rlvmr-nb` parser; `command` ("train", "eval"): with that command's settings flags."""
     from .envs.registry import env_names, get_env
     from .envs.split_overlap import OVERLAP_MEASURES
-    from .scoring.advantages import PRESETS, AdvantageConfig
-    from .validation import positive_int
+    from .scoring.method import PRESETS, MethodConfig
+    from .settings import positive_int
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -282,7 +279,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="parse a real tagged ALFWorld group, compute rewards/advantages, draw it")
     p.add_argument("--out", default=None, help="folder for the figure (default: runs/demo/figures; with "
                    "--update-figures: the checked-in figures/)")
-    p.add_argument("--preset", default=AdvantageConfig.preset, choices=sorted(PRESETS),
+    p.add_argument("--preset", default=MethodConfig.preset, choices=sorted(PRESETS),
                    help="the advantage preset and its reward setting (default: %(default)s)")
     p.add_argument("--update-figures", action="store_true",
                    help="rewrite the checked-in figures (figures/, figures/demo/) instead of writing under runs/")

@@ -14,9 +14,8 @@ from pathlib import Path
 
 from .rollout.tags import parse_output
 from .rollout.trajectory import Episode, read_episodes
-from .scoring.advantages import preset as advantage_preset
+from .scoring.method import MethodConfig
 from .scoring.metrics import summarize
-from .scoring.rewards import RewardConfig
 from .scoring.scored import score_episodes
 
 EXAMPLE_GROUP = "example_alfworld_group.jsonl"
@@ -67,7 +66,7 @@ changes only when asked (``rlvmr-nb demo --update-figures``)."""
 def run_demo(out_dir: str | Path = DEMO_OUT, path: str | Path | None = None, preset: str = "official_code") -> DemoResult:
     """Parse the example group, assign RLVMR rewards and GRPO-MR advantages, draw and save the figure."""
     episodes = reparse(read_episodes(path or example_group_path()))
-    scored = score_episodes(episodes, "rlvmr", RewardConfig.for_preset(preset), advantage_preset(preset))
+    scored = score_episodes(episodes, MethodConfig(algo="rlvmr", preset=preset))
     episodes = scored.episodes
     figure = None
     try:

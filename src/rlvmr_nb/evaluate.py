@@ -14,7 +14,7 @@ import platform
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any, Mapping, Sequence
@@ -24,70 +24,82 @@ from .envs.alfworld import seeded_subset  # light import; the same nested-subset
 from .envs.base import TaskSpec
 from .devices import check_device_spec, place
 from .envs.registry import get_env
-from .rollout.generation import EngineSettings, Generator, RolloutEngineConfig, make_rollout_generator
-from .rollout.loop import EpisodeSettings
+from .rollout.generation import EngineConfig, EngineSettings, Generator, make_rollout_generator
+from .rollout.loop import RolloutConfig, run_rollouts
 from .scoring.metrics import metric_intervals, summarize
 from .scoring.stats import spread
 from .rollout.trajectory import Episode, write_episodes
+from .settings import build_config
 
 RESULTS_PATH = "runs/eval/results.json"
 """Where `rlvmr-nb eval` writes its results file unless told (--out)."""
 
 
-@dataclass
-class EvalConfig(EpisodeSettings, RolloutEngineConfig):
-    """What to evaluate and how. The fields it shares with `TrainConfig` are declared once, in its bases
-    (`EpisodeSettings`: env, level, budgets, stop, env workers; `RolloutEngineConfig`: the rollout engine)."""
+def _eval_rollout() -> RolloutConfig:
+    return RolloutConfig(group_size=1, temperature=0.4, prompt_style="meta_think")
 
-    max_tasks: int | None = None
-    """Evaluate a seeded subset of this many tasks (None: the whole split, e.g. 140 ALFWorld L0 games)."""
+
+@dataclass
+class EvalConfig:
+    """What to evaluate and how. The rollout and engine branches are the same classes a `TrainConfig` holds
+    (`rollout.RolloutConfig`, `rollout.generation.EngineConfig`), with evaluation's defaults: each task played
+    once, at temperature 0.4 (official validation), with the meta-think prompt."""
+
     seed: int = 0
     """Subset choice and sampling seed."""
-    temperature: float = 0.4
-    """Sampling temperature (official validation: 0.4)."""
-    prompt_style: str = "meta_think"
-    """'meta_think' (RLVMR), 'think' (GRPO/GiGPO) or 'react' (zero-shot)."""
-    batch_tasks: int = 8
-    """Episodes stepped together (generation is batched across them)."""
     device: str = "auto"
     """Where the policy generates (`devices`): 'auto' (CUDA when available, else CPU), 'cuda', 'cuda:N' or 'cpu'."""
     report_to: tuple[str, ...] = ()
     """Also send the summary to these services: 'wandb', 'trackio' (`runs.reporters`; off by default)."""
+    max_tasks: int | None = None
+    """Evaluate a seeded subset of this many tasks (None: the whole split, e.g. 140 ALFWorld L0 games)."""
+    batch_tasks: int = 8
+    """Episodes stepped together (generation is batched across them)."""
+    rollout: RolloutConfig = field(default_factory=_eval_rollout)
+    """World, level, budgets, prompt style (say the one the policy was trained with) and temperature."""
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    """The rollout engine."""
 
     def __post_init__(self) -> None:
-        from .rollout.prompts import STYLES
-        from .validation import require_choice, require_non_negative, require_positive
+        from .settings import require_positive
 
-        self.check_episode_settings()
         if self.report_to:  # imported only when used: the runs package loads torch
             from .runs.reporters import check_report_to
 
             self.report_to = check_report_to(self.report_to)
         self.report_to = tuple(self.report_to)
-        require_choice(self, "prompt_style", STYLES)
         require_positive(self, ["batch_tasks"])
-        require_non_negative(self, ["temperature"])
         if self.max_tasks is not None:
             require_positive(self, ["max_tasks"])
+        if self.rollout.prompt_style is None:
+            raise ValueError("EvalConfig.rollout.prompt_style must name the format the policy writes (prompts.STYLES)")
+        if self.rollout.group_size != 1:
+            raise ValueError(f"evaluation plays each task once per seed (rollout.group_size 1), got "
+                             f"{self.rollout.group_size}; several plays: several seeds (evaluate_seeds)")
         check_device_spec(self.device)
-        self.check_rollout_engine()
+
+    @classmethod
+    def from_dict(cls, settings: Mapping[str, Any], source: str = "EvalConfig") -> "EvalConfig":
+        """A config from settings named by field (``"temperature"``), dotted path (``"rollout.temperature"``) or as
+        branches (``{"rollout": {...}}``), on evaluation's defaults (`settings.build_config`)."""
+        return build_config(cls, settings, source=source)
 
     @property
     def engine_settings(self) -> EngineSettings:
         """Seeded with `seed`; no sleep: nothing else needs the engine's memory between evaluation batches."""
-        return self.engine_settings_for(seed=self.seed, sleep_level=0)
+        return self.engine.engine_settings(seed=self.seed, sleeps=False)
 
 
 def eval_generator(model: Any, tokenizer: Any, config: EvalConfig) -> Generator:
     """The rollout engine `config` names, loaded with `model`; pass it to `evaluate_policy` to share one engine
     between several calls (levels), and close it when done. `model` is moved to `config.device` first."""
     place(model, config.device)
-    return make_rollout_generator(config.rollout_backend, model, tokenizer, config.engine_settings)
+    return make_rollout_generator(config.engine.rollout_backend, model, tokenizer, config.engine_settings)
 
 
 def eval_tasks(config: EvalConfig) -> list[TaskSpec]:
     """The evaluation task list for (env, level): full split in a fixed order, or a seeded subset."""
-    tasks = get_env(config.env).tasks("test", config.level)
+    tasks = get_env(config.rollout.env).tasks("test", config.rollout.level)
     if config.max_tasks is not None and config.max_tasks < len(tasks):
         tasks = seeded_subset(tasks, config.max_tasks, config.seed)
     return tasks
@@ -105,33 +117,24 @@ def evaluate_policy(
     """Run one episode per task and return (episodes, metrics summary). `model` is moved to `config.device`.
 
     `generator`: an engine from `eval_generator` to reuse (left open); None builds `config`'s and closes it."""
-    from .rollout.generation.base import SamplingConfig, stop_strings
-    from .rollout.prompts import PromptConfig
-    from .rollout.loop import RolloutConfig, run_rollouts
-
     tasks = list(tasks if tasks is not None else eval_tasks(config))
     if not tasks:
         raise ValueError("no evaluation tasks")
     place(model, config.device)  # before any env starts: a missing GPU fails fast
-    spec = get_env(config.env)
     own_generator = generator is None
     if generator is None:
         generator = eval_generator(model, tokenizer, config)
-    env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(config.env, config.env_workers)
-    prompt_config = PromptConfig(env=spec.prompt_family, style=config.prompt_style, max_prompt_tokens=config.max_prompt_tokens)
-    sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                              stop=stop_strings(config.stop))
+    rollout = config.rollout
+    env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(rollout.env, rollout.env_workers)
     episodes: list[Episode] = []
     try:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(tasks), desc=f"eval {config.env} {config.level}", disable=not progress)
+        bar = tqdm(total=len(tasks), desc=f"eval {rollout.env} {rollout.level}", disable=not progress)
         for i in range(0, len(tasks), config.batch_tasks):
             chunk = tasks[i : i + config.batch_tasks]
-            episodes += run_rollouts(chunk, env_slots, generator, tokenizer, prompt_config, sampling,
-                                     RolloutConfig(group_size=1, max_steps=config.max_steps, seed=config.seed,
-                                                   progress=False),
-                                     iteration=0, group_indices=range(i, i + len(chunk)))
+            episodes += run_rollouts(chunk, env_slots, generator, tokenizer, rollout, seed=config.seed,
+                                     group_indices=range(i, i + len(chunk)))
             bar.update(len(chunk))
         bar.close()
     finally:
@@ -140,12 +143,12 @@ def evaluate_policy(
         if hasattr(env_slots, "close"):
             env_slots.close()
     for ep in episodes:
-        ep.info["eval"] = {"level": config.level, "temperature": config.temperature}
+        ep.info["eval"] = {"level": rollout.level, "temperature": rollout.temperature}
     summary = summarize(episodes)
     if config.report_to:
         from .runs.reporters import report_once
 
-        report_once(config.report_to, summary, run_name=f"eval-{config.env}-{config.level}", config=asdict(config))
+        report_once(config.report_to, summary, run_name=f"eval-{rollout.env}-{rollout.level}", config=asdict(config))
     return episodes, summary
 
 

@@ -2,7 +2,7 @@
 `train_config.TrainConfig`.
 
 One iteration:
-    sync the rollout engine's weights (`TrainConfig.rollout_backend`: hf | vllm)
+    sync the rollout engine's weights (`TrainConfig.engine.rollout_backend`: hf | vllm)
     → sample B training tasks → roll each out G times with the current policy (`rollout.run_rollouts`)
     → score (`scoring.score_episodes`: drop aborted episodes, rewards, advantages by rlvmr | grpo | gigpo)
     → one sample per scored step (`update.samples`)
@@ -34,13 +34,13 @@ from .envs import slots
 from .envs.base import TaskSpec
 from .envs.registry import get_env
 from .rollout.generation import get_backend, make_rollout_generator
-from .rollout.generation.base import stop_strings
 from .rollout.trajectory import Episode, append_episodes
 from .runs import MetricsLog, owns_run_folder, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
 from .runs.reporters import open_reporters
 from .scoring.metrics import summarize
 from .scoring.scored import ScoredEpisodes, score_episodes
-from .train_config import ALGOS, RESUMABLE_CHANGES, TrainConfig  # noqa: F401  (re-exported: trainer.TrainConfig)
+from .rollout.loop import run_rollouts
+from .train_config import RESUMABLE_CHANGES, TrainConfig
 from .trainer_validation import Validator
 from .update import distributed as dist
 from .update.ppo import ppo_update, with_old_and_ref_logprobs
@@ -67,19 +67,15 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
 
     Args:
         config: the run.
-        tasks: training task pool (default: the env's training split of `config.level`).
+        tasks: training task pool (default: the env's training split of `config.rollout.level`).
         make_env_slots: factory of `rollout.EnvSlots` (default: `envs.slots.make_env_slots`).
         policy, tokenizer: a preloaded model (default: `models.load_model(config.model)`).
         validation_pool: games the validation list is drawn from (default: the level's test split);
             used only with `config.validate_every` (`trainer_validation`).
     """
-    from .rollout.generation.base import SamplingConfig
-    from .rollout.prompts import PromptConfig
-    from .rollout.loop import RolloutConfig, run_rollouts
-
     device = use_device(resolve_device(config.device))  # a clear error when CUDA is asked for and absent
     rank, world = dist.rank_world(process_group_backend(device))
-    out_dir = Path(config.out_dir)
+    out_dir = Path(config.run.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     random.seed(config.seed)
     np.random.seed(config.seed)
@@ -89,54 +85,49 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         from .models import load_model
 
         policy, tokenizer = load_model(config.model)
-    reference = frozen_copy(policy) if config.loss.kl_coef and not config.lora else None
-    if config.lora:
-        policy = wrap_lora(policy, config.lora_r)
-    if config.gradient_checkpointing:
+    update = config.update
+    reference = frozen_copy(policy) if config.loss.kl_coef and not update.lora else None
+    if update.lora:
+        policy = wrap_lora(policy, update.lora_r)
+    if update.gradient_checkpointing:
         policy.gradient_checkpointing_enable()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     # on `device`, DDP-wrapped or FSDP-sharded; the optimizer is built on the placed (sharded) parameters
-    models = place_models(policy, reference, device, world, config.sharding, config.reference_device,
-                          config.bf16_autocast, rollout_copy=get_backend(config.rollout_backend).samples_live_model)
-    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=config.lr,
-                                  weight_decay=config.weight_decay, fused=fused_adamw(device, config.sharding))
-    start = restore_run(out_dir, config.resume, TrainConfig.from_dict, config, policy, optimizer, RESUMABLE_CHANGES)
+    models = place_models(policy, reference, device, world, config.placement, update.bf16_autocast,
+                          rollout_copy=get_backend(config.engine.rollout_backend).samples_live_model)
+    optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=update.lr,
+                                  weight_decay=update.weight_decay, fused=fused_adamw(device, config.placement.sharding))
+    start = restore_run(out_dir, config.run.resume, TrainConfig.from_dict, config, policy, optimizer, RESUMABLE_CHANGES)
     if rank == 0:
         truncate_logs(out_dir, start)  # a resumed run logs each iteration once
         write_config(out_dir, config.to_dict())
 
-    spec = get_env(config.env)
-    tasks = list(tasks if tasks is not None else spec.tasks("train", config.level))
+    rollout, run = config.rollout_for_run, config.run
+    tasks = list(tasks if tasks is not None else get_env(rollout.env).tasks("train", rollout.level))
     if not tasks:
-        raise ValueError(f"empty training task pool for {config.env} {config.level}")
-    env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(config.env, config.env_workers)
+        raise ValueError(f"empty training task pool for {rollout.env} {rollout.level}")
+    env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(rollout.env, rollout.env_workers)
     t_engine = time.perf_counter()
     # the policy (FSDP: its whole bf16 copy for HF; vLLM gathers the shards); LoRA samples the adapted model itself
-    generator = make_rollout_generator(config.rollout_backend, models.rollout_model, tokenizer, config.engine_settings)
+    generator = make_rollout_generator(config.engine.rollout_backend, models.rollout_model, tokenizer,
+                                       config.engine_settings)
     timings = {"engine_start_s": time.perf_counter() - t_engine}  # reported with the first iteration
-    prompt_config = PromptConfig(env=spec.prompt_family, style=config.resolved_prompt_style,
-                                 max_prompt_tokens=config.max_prompt_tokens)
-    sampling = SamplingConfig(temperature=config.temperature, max_new_tokens=config.max_new_tokens,
-                              stop=stop_strings(config.stop))
     log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start, reporters=open_reporters(
         config.report_to, run_name=out_dir.name, config=config.to_dict()) if rank == 0 else ())
     validator = Validator.for_run(config, out_dir, validation_pool, make_env_slots, rank, world)
     rows = []
     try:
-        for iteration in range(start, config.iterations):
+        for iteration in range(start, run.iterations):
             if validator:  # the policy after `iteration` updates: before the first, every k-th
                 validator.maybe_validate(iteration, policy, tokenizer, log, rank, world)
             t0 = time.perf_counter()
-            batch = _iteration_rng(config.seed, iteration, "tasks").sample(tasks, min(config.tasks_per_iteration, len(tasks)))
+            batch = _iteration_rng(config.seed, iteration, "tasks").sample(tasks, min(run.tasks_per_iteration, len(tasks)))
             policy.eval()
             generator.update_weights(policy)  # the engine samples from this iteration's policy (wakes it if asleep)
             timings["weight_sync_s"] = time.perf_counter() - t0
-            episodes = run_rollouts(
-                batch[rank::world], env_slots, generator, tokenizer, prompt_config, sampling,
-                RolloutConfig(group_size=config.group_size, max_steps=config.max_steps,
-                              success_reward=config.reward.success_reward, seed=config.seed,
-                              progress=config.progress and rank == 0),
-                iteration=iteration, group_indices=list(range(len(batch)))[rank::world])
+            episodes = run_rollouts(batch[rank::world], env_slots, generator, tokenizer, rollout, seed=config.seed,
+                                    iteration=iteration, group_indices=list(range(len(batch)))[rank::world],
+                                    progress=run.progress and rank == 0)
             t_sleep = time.perf_counter()
             generator.sleep()  # colocated engine: free its KV cache (and weights) for the update
             timings["weight_sync_s"] += time.perf_counter() - t_sleep
@@ -144,39 +135,38 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
                 episodes = dist.all_gather_episodes(episodes, world)
             t_rollout = time.perf_counter() - t0 - timings["weight_sync_s"]
 
-            scored = score_episodes(episodes, config.algo, config.reward, config.advantage)
+            scored = score_episodes(episodes, config.method)
             samples = episodes_to_samples(scored)
             shuffle_rng = _iteration_rng(config.seed, iteration, "shuffle")
-            if config.drop_to_multiple and len(samples) > config.mini_batch_size:
-                samples = shuffle_rng.sample(samples, len(samples) - len(samples) % config.mini_batch_size)
-            plan = dist.schedule_update(len(samples), config.mini_batch_size, config.micro_batch_size,
-                                        config.ppo_epochs, shuffle_rng, rank, world)
+            if update.drop_to_multiple and len(samples) > update.mini_batch_size:
+                samples = shuffle_rng.sample(samples, len(samples) - len(samples) % update.mini_batch_size)
+            plan = dist.schedule_update(len(samples), update.mini_batch_size, update.micro_batch_size,
+                                        update.ppo_epochs, shuffle_rng, rank, world)
             t_logprob = time.perf_counter()
-            samples = with_old_and_ref_logprobs(models, samples, dist.samples_used(plan), pad_id, config.logprob_options,
-                                                recompute_old=config.old_logprobs == "recompute",
-                                                reference=bool(config.loss.kl_coef), rank=rank, world=world)
+            samples = with_old_and_ref_logprobs(models, samples, dist.samples_used(plan), pad_id, update,
+                                                rollout.temperature, reference=bool(config.loss.kl_coef), rank=rank,
+                                                world=world)
             timings["logprobs_s"] = time.perf_counter() - t_logprob
             mismatch = sampler_mismatch([samples[i] for i in dist.samples_used(plan)], world)
 
             t1 = time.perf_counter()
             policy.train()
-            update = ppo_update(models.logprob_model, optimizer, samples, plan, pad_id, config.loss, config.logprob_options,
-                                old_logprobs=config.old_logprobs, tis_cap=config.tis_cap, grad_clip=config.grad_clip,
-                                world_size=world) if samples else {}
+            stats = ppo_update(models.logprob_model, optimizer, samples, plan, pad_id, config.loss, update,
+                               rollout.temperature, world_size=world) if samples else {}
             t_update = time.perf_counter() - t1
-            row = _metrics_row(iteration, episodes, scored, samples, update | mismatch, t_rollout, t_update) | timings
+            row = _metrics_row(iteration, episodes, scored, samples, stats | mismatch, t_rollout, t_update) | timings
             timings = {}
             rows.append(row)
             log.write(row)
-            if rank == 0 and config.save_episodes:
+            if rank == 0 and run.save_episodes:
                 append_episodes(out_dir / "episodes.jsonl", scored.episodes + [ep for ep in episodes if ep.aborted])
-            if (iteration + 1) % config.save_every == 0 or iteration + 1 == config.iterations:
+            if (iteration + 1) % run.save_every == 0 or iteration + 1 == run.iterations:
                 # every rank: a sharded policy's state is gathered collectively; rank 0 writes
-                save_checkpoint(out_dir, iteration, policy, optimizer, config.to_dict(), keep=config.keep_checkpoints,
+                save_checkpoint(out_dir, iteration, policy, optimizer, config.to_dict(), keep=run.keep_checkpoints,
                                 write=rank == 0)
             dist.barrier(world)
         if validator:  # the final policy
-            validator.maybe_validate(config.iterations, policy, tokenizer, log, rank, world)
+            validator.maybe_validate(run.iterations, policy, tokenizer, log, rank, world)
     finally:
         log.close()
         generator.close()

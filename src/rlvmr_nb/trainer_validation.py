@@ -1,5 +1,5 @@
 """Validation during training: the policy on a fixed, seeded list of the level's test games before the first
-iteration, every `TrainConfig.validate_every` iterations and after the last (docs/method.md, 'Training
+iteration, every `TrainConfig.validation.validate_every` iterations and after the last (docs/method.md, 'Training
 iteration' and 'Evaluation').
 
 The official runs validate on 128 episodes drawn at random, with replacement, every 5 iterations, at
@@ -23,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import random
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Sequence
 
@@ -38,6 +38,7 @@ from .evaluate import EvalConfig, evaluate_policy
 from .scoring.metrics import summarize
 from .runs import MetricsLog, read_validation
 from .scoring.stats import wilson_interval
+from .settings import require_non_negative, require_positive
 from .rollout.trajectory import Episode
 
 SCALAR_METRICS = ("episodes", "aborted", "success", "episode_length", "invalid", "invalid_malformed",
@@ -46,13 +47,32 @@ SCALAR_METRICS = ("episodes", "aborted", "success", "episode_length", "invalid",
 success per task type."""
 
 
+@dataclass
+class ValidationConfig:
+    """Validation during training (the `validation` branch of `TrainConfig`; the module docstring says how)."""
+
+    validate_every: int = 0
+    """Validate before the first iteration, every k iterations and after the last (0 = off; official: 5).
+    Rows go to out_dir/validation.jsonl, validation.csv and TensorBoard's `val/` keys."""
+    validation_tasks: int | None = 128
+    """Size of the fixed validation list: a subset of the level's test split drawn once with the run's seed
+    (official: 128 episodes drawn anew, with replacement, each time); None or more than the split: the whole split."""
+    validation_temperature: float = 0.4
+    """Sampling temperature of validation episodes (official: 0.4); steps and token budgets are training's."""
+
+    def __post_init__(self) -> None:
+        require_non_negative(self, ["validate_every", "validation_temperature"])
+        if self.validation_tasks is not None:
+            require_positive(self, ["validation_tasks"])
+
+
 def validation_task_list(config: Any, pool: Sequence[TaskSpec] | None = None) -> list[TaskSpec]:
-    """The run's fixed validation games: `config.validation_tasks` of the level's test split (or of `pool`)
-    drawn with `config.seed`, in split order; the whole split when it is smaller or the size is None."""
-    tasks = list(pool if pool is not None else get_env(config.env).tasks("test", config.level))
+    """The run's fixed validation games (`config` a `TrainConfig`): `validation_tasks` of the level's test split
+    (or of `pool`) drawn with the run's seed, in split order; the whole split when it is smaller or the size is None."""
+    tasks = list(pool if pool is not None else get_env(config.rollout.env).tasks("test", config.rollout.level))
     if not tasks:
-        raise ValueError(f"no validation tasks for {config.env} {config.level}")
-    n = config.validation_tasks
+        raise ValueError(f"no validation tasks for {config.rollout.env} {config.rollout.level}")
+    n = config.validation.validation_tasks
     return tasks if n is None or n >= len(tasks) else seeded_subset(tasks, n, config.seed)
 
 
@@ -102,17 +122,17 @@ class Validator:
     @classmethod
     def for_run(cls, config: Any, out_dir: Path, pool: Sequence[TaskSpec] | None = None,
                 make_env_slots: Callable[[], Any] | None = None, rank: int = 0, world: int = 1) -> "Validator | None":
-        """The validator of a `trainer.TrainConfig` (None when `validate_every` is 0). Episodes use the
-        training budget (steps, response and prompt tokens) and prompt, at `validation_temperature`."""
-        if not config.validate_every:
+        """The validator of a `trainer.TrainConfig` (None when `validate_every` is 0). Episodes use the run's
+        rollout settings (env, level, budgets, prompt) once per game, at `validation_temperature`, with the HF
+        engine (a vLLM engine is the trainer's; validation samples the policy object itself)."""
+        validation = config.validation
+        if not validation.validate_every:
             return None
-        eval_config = EvalConfig(
-            env=config.env, level=config.level, seed=config.seed, temperature=config.validation_temperature,
-            max_steps=config.max_steps, max_new_tokens=config.max_new_tokens, max_prompt_tokens=config.max_prompt_tokens,
-            prompt_style=config.resolved_prompt_style, batch_tasks=config.tasks_per_iteration * config.group_size,
-            env_workers=config.env_workers)
-        return cls(config.validate_every, config.iterations, validation_task_list(config, pool), eval_config,
-                   make_env_slots, _logged_iterations(out_dir, rank, world), config.progress and rank == 0)
+        rollout = replace(config.rollout_for_run, temperature=validation.validation_temperature, group_size=1)
+        eval_config = EvalConfig(seed=config.seed, device=config.device, rollout=rollout,
+                                 batch_tasks=config.run.tasks_per_iteration * config.rollout.group_size)
+        return cls(validation.validate_every, config.run.iterations, validation_task_list(config, pool), eval_config,
+                   make_env_slots, _logged_iterations(out_dir, rank, world), config.run.progress and rank == 0)
 
     def due(self, iteration: int) -> bool:
         """Validate the policy after `iteration` training iterations? (0, every k-th, the last; once each.)"""

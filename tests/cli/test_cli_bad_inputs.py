@@ -41,7 +41,7 @@ CASES = [
     ("non-integer group_size in a config file",
      lambda tmp: ["train", "--config", str(_write(tmp / "bad-type.json", '{"env": "toy", "group_size": 2.5}')),
                   "--out", str(tmp / "run")],
-     "bad-type.json: group_size must be an integer, got 2.5"),
+     "bad-type.json: rollout.group_size must be an integer, got 2.5"),
     ("config file with a syntax error",
      lambda tmp: ["train", "--config", str(_write(tmp / "syntax.json", '{"env": "toy",\n "seed": }')),
                   "--out", str(tmp / "run")],
@@ -51,7 +51,7 @@ CASES = [
      "lab.json: not valid JSON"),
     ("lab config value of the wrong type",
      lambda tmp: ["lab", "--config", str(_write(tmp / "lab.json", '{"iterations": "ten"}')), "--out", str(tmp / "lab")],
-     "lab.json: iterations must be an integer"),
+     "lab.json: train.run.iterations must be an integer"),
     ("tiny-random model with the vLLM backend",
      lambda tmp: [*TRAIN, "--model", "tiny-random:llama", "--rollout-backend", "vllm", "--out", str(tmp / "run")],
      "--rollout-backend vllm"),
@@ -86,27 +86,48 @@ def test_eval_names_the_older_checkpoint_instead_of_evaluating_it(tmp_path, caps
     assert not (tmp_path / "eval.json").exists()
 
 
+class _InterruptedToy:
+    """The toy game, interrupted (Ctrl-C) at the reset of its `at`-th episode: a world registered like any other,
+    so the interruption reaches the trainer through the command line's own path."""
+
+    resets = 0
+    at: int | None = None
+
+    def __init__(self, **kwargs):
+        from rlvmr_nb.envs.toy import ToyEnv
+
+        self.env = ToyEnv(**kwargs)
+
+    def reset(self, task):
+        type(self).resets += 1
+        if type(self).resets == self.at:
+            raise KeyboardInterrupt
+        return self.env.reset(task)
+
+    def step(self, action):
+        return self.env.step(action)
+
+    def close(self):
+        self.env.close()
+
+
 def test_ctrl_c_during_training_says_where_it_stopped_and_how_to_resume(tmp_path, capsys, monkeypatch):
     from rlvmr_nb import cli
-    from rlvmr_nb.rollout import loop
+    from rlvmr_nb.envs.registry import EnvSpec, get_env, register_env
 
-    real = loop.run_rollouts
-
-    def interrupted_at_iteration_1(*args, iteration, **kwargs):
-        if iteration == 1:
-            raise KeyboardInterrupt
-        return real(*args, iteration=iteration, **kwargs)
-
-    monkeypatch.setattr(loop, "run_rollouts", interrupted_at_iteration_1)
+    toy = get_env("toy")
+    register_env(EnvSpec(name="interrupted-toy", env_class=_InterruptedToy, task_lists=toy.task_lists,
+                         prompt_family=toy.prompt_family), replace=True)
+    monkeypatch.setattr(_InterruptedToy, "at", 3)  # iteration 1's first episode (1 task x 2 rollouts per iteration)
     run = tmp_path / "run"
-    arguments = [*TRAIN, "--model", "tiny-random:llama", "--out", str(run), "--iterations", "3", "--save-every", "1",
-                 "--no-bf16-autocast"]
+    arguments = [*TRAIN, "--env", "interrupted-toy", "--model", "tiny-random:llama", "--out", str(run),
+                 "--iterations", "3", "--save-every", "1", "--no-bf16-autocast"]
     assert cli.main(arguments) == 130
     err = capsys.readouterr().err
     assert "Traceback" not in err
     assert ("interrupted at iteration 1; rerun the same command to resume (from ckpt-00000, iteration 1)"
             in err.splitlines()[-1])
-    monkeypatch.setattr(loop, "run_rollouts", real)
+    monkeypatch.setattr(_InterruptedToy, "at", None)
     assert cli.main(arguments) == 0  # the folder lock was released on the way out
     assert "resuming from ckpt-00000 (iteration 1)" in capsys.readouterr().out
     assert [json.loads(line)["iteration"] for line in (run / "metrics.jsonl").open()] == [0, 1, 2]

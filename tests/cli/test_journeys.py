@@ -66,7 +66,7 @@ def test_train_one_iteration(trained):
     env, algo, out, code = trained
     assert code == 0
     config = json.loads((out / "config.json").read_text())
-    assert (config["env"], config["algo"], config["stop"]) == (env, algo, "none")
+    assert (config["rollout"]["env"], config["method"]["algo"], config["rollout"]["stop"]) == (env, algo, "none")
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0] and rows[0]["samples"] == 4 and rows[0]["aborted"] == 0
     episodes = read_episodes(out / "episodes.jsonl")
@@ -89,8 +89,9 @@ def test_eval_each_level(trained, level, tmp_path):
     assert main(["eval", "--model", str(model), "--env", env, "--level", level, *TINY, "--max-tasks", "1",
                  "--prompt-style", style, "--out", str(results)]) == 0
     doc = json.loads(results.read_text())
-    assert doc["metrics"]["episodes"] == 1 and doc["config"]["level"] == level and doc["config"]["stop"] == "none"
-    assert doc["config"]["prompt_style"] == style
+    rollout = doc["config"]["rollout"]
+    assert doc["metrics"]["episodes"] == 1 and rollout["level"] == level and rollout["stop"] == "none"
+    assert rollout["prompt_style"] == style
     (episode,) = read_episodes(Path(results).with_suffix(".episodes.jsonl"))
     assert episode.task_id in {t.task_id for t in get_env(env).tasks("test", level)}
     assert 1 <= episode.length <= 2 and not episode.aborted

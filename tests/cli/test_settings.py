@@ -1,6 +1,6 @@
-"""One definition of each setting: the rollout engine's and the episodes' fields shared by training and
-evaluation, the CLI's flags generated from the config dataclasses (a default is written once, in the
-dataclass), and the one rule that ties an advantage preset to its format-penalty channel."""
+"""One definition of each setting: a configuration tree whose branches are what each stage receives, shared by
+training, evaluation and the lab; the CLI's flags generated from the tree (a default is written once, in its
+dataclass); and the one rule that ties a method's preset to its format-penalty channel."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import json
 import os
 import subprocess
 import sys
-from dataclasses import MISSING, fields, replace
+import typing
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 import pytest
@@ -16,84 +17,126 @@ import pytest
 pytest.importorskip("torch")  # train_config places tensors (`devices`)
 
 from rlvmr_nb.evaluate import EvalConfig  # noqa: E402
-from rlvmr_nb.rollout.generation import RolloutEngineConfig  # noqa: E402
-from rlvmr_nb.rollout.loop import EpisodeSettings  # noqa: E402
+from rlvmr_nb.lab.config import LabConfig  # noqa: E402
+from rlvmr_nb.rollout.generation import EngineConfig  # noqa: E402
+from rlvmr_nb.rollout.loop import RolloutConfig  # noqa: E402
+from rlvmr_nb.settings import branch_type, tree_classes  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig, train_config  # noqa: E402
 
 FIXTURES = Path(__file__).parents[1] / "fixtures"
+ROOTS = (TrainConfig, EvalConfig, LabConfig)
+"""The configurations a user writes: a training run, an evaluation, a lab experiment."""
 
 
-def test_training_and_evaluation_share_one_definition_of_the_engine_settings():
-    """Each engine field is declared once, on `RolloutEngineConfig`, and each episode field once, on
-    `EpisodeSettings`; both configs inherit them (same default, same documentation) and build their engines
-    through them: training sleeps at its `vllm_sleep_level`, evaluation never sleeps."""
-    shared = {RolloutEngineConfig: {"rollout_backend", "rollout_dtype", "vllm_gpu_memory_utilization",
-                                    "generation_batch_size", "rollout_options"},
-              EpisodeSettings: {"env", "level", "max_steps", "max_new_tokens", "max_prompt_tokens", "stop",
-                                "env_workers"}}
-    for base, names in shared.items():
-        assert {f.name for f in fields(base)} == names
-        for config in (TrainConfig, EvalConfig):
-            assert issubclass(config, base)
-            assert not names & set(vars(config).get("__annotations__", {}))  # not declared again
-            assert {f.name: f.default for f in fields(config) if f.name in names} == \
-                {f.name: f.default for f in fields(base)}
-    train = TrainConfig(rollout_dtype="float32", vllm_gpu_memory_utilization=0.3, generation_batch_size=4, seed=3)
-    evaluation = EvalConfig(rollout_dtype="float32", vllm_gpu_memory_utilization=0.3, generation_batch_size=4, seed=3)
+def _redeclared(roots: tuple[type, ...]) -> list[str]:
+    """Fields declared twice: by two branch classes, or by a root and a branch (roots may share their own identity
+    fields, such as `seed` and `device`)."""
+    owners: dict[str, set[type]] = {}
+    root_fields: dict[str, set[type]] = {}
+    for root in roots:
+        for klass in tree_classes(root):
+            hints = typing.get_type_hints(klass)
+            for f in fields(klass):
+                if branch_type(hints[f.name]) is None:
+                    (root_fields if klass in roots else owners).setdefault(f.name, set()).add(klass)
+    twice = [f"{name}: {sorted(c.__name__ for c in classes)}" for name, classes in owners.items() if len(classes) > 1]
+    shadowed = [f"{name}: {sorted(c.__name__ for c in root_fields[name] | owners[name])}" for name in root_fields
+                if name in owners]
+    return sorted(twice + shadowed)
+
+
+def test_every_setting_is_declared_once_in_one_tree():
+    """Each setting has one home; training, evaluation and the lab hold the same branch classes."""
+    assert _redeclared(ROOTS) == []
+    assert len(fields(TrainConfig)) <= 12
+    assert typing.get_type_hints(EvalConfig)["rollout"] is typing.get_type_hints(TrainConfig)["rollout"] is RolloutConfig
+    assert typing.get_type_hints(EvalConfig)["engine"] is typing.get_type_hints(TrainConfig)["engine"] is EngineConfig
+    assert typing.get_type_hints(LabConfig)["train"] is TrainConfig  # the lab is a training configuration plus its own
+
+
+@dataclass
+class _Optimiser:
+    lr: float = 1e-6
+
+
+@dataclass
+class _Schedule:
+    lr: float = 1e-3  # the same setting declared a second time
+
+
+@dataclass
+class _TwoHomes:
+    optimiser: _Optimiser = field(default_factory=_Optimiser)
+    schedule: _Schedule = field(default_factory=_Schedule)
+    seed: int = 0
+
+
+@dataclass
+class _Shadowing:
+    optimiser: _Optimiser = field(default_factory=_Optimiser)
+    lr: float = 0.1  # the root repeats a branch's setting
+
+
+def test_the_redeclaration_check_can_fail():
+    assert _redeclared((_TwoHomes,)) == ["lr: ['_Optimiser', '_Schedule']"]
+    assert _redeclared((_Shadowing,)) == ["lr: ['_Optimiser', '_Shadowing']"]
+
+
+def test_training_and_evaluation_build_their_engines_from_one_branch():
+    """Training sleeps the engine at its `vllm_sleep_level` between rollouts, evaluation never sleeps; otherwise the
+    same `engine` branch gives the same settings."""
+    engine = dict(rollout_dtype="float32", vllm_gpu_memory_utilization=0.3, generation_batch_size=4, seed=3)
+    train, evaluation = TrainConfig.from_dict(engine), EvalConfig.from_dict(engine)
     assert replace(train.engine_settings, sleep_level=0) == evaluation.engine_settings
     assert (train.engine_settings.sleep_level, evaluation.engine_settings.sleep_level) == (2, 0)
-    with pytest.raises(ValueError, match="EvalConfig.rollout_dtype"):
-        EvalConfig(rollout_dtype="int8")
+    with pytest.raises(ValueError, match="EngineConfig.rollout_dtype"):
+        EvalConfig.from_dict(dict(rollout_dtype="int8"))
 
 
-def _missing_or_changed(saved: dict, loaded: dict, prefix: str = "") -> list[str]:
-    """The keys of `saved` (nested ones as ``outer.inner``) whose value `loaded` does not keep."""
-    wrong = []
-    for key, value in saved.items():
-        if isinstance(value, dict) and isinstance(loaded.get(key), dict):
-            wrong += _missing_or_changed(value, loaded[key], f"{prefix}{key}.")
-        elif key not in loaded or loaded[key] != value:
-            wrong.append(f"{prefix}{key}")
-    return wrong
-
-
-def test_a_run_config_written_before_the_engine_record_was_shared_still_loads(tmp_path):
-    """A run folder's config.json from before the shared record (the engine keys flat, in their old order)
-    loads through both doors, the file reader and `from_dict`, with every value it holds kept (fields added
-    since take their defaults)."""
+def test_a_run_config_written_before_the_tree_still_loads(tmp_path):
+    """A run folder's config.json from before the tree (every setting at the top, the advantage preset inside
+    "advantage", the penalty channel inside "reward") loads through both doors, the file reader and `from_dict`,
+    with every value it holds kept: each flat name finds its branch (fields added since take their defaults)."""
     path = FIXTURES / "run_config_flat_engine_keys.json"
     saved = json.loads(path.read_text())
     for config in (train_config(path), TrainConfig.from_dict(saved)):
-        assert _missing_or_changed(saved, json.loads(json.dumps(config.to_dict()))) == []  # later fields: defaults
+        now = {**config.flat(), **asdict(config.method.advantage_config), "preset": config.method.preset,
+               "format_penalty_channel": config.method.penalty_channel}
+        flat_saved = {k: v for section in ("advantage", "reward", "loss") for k, v in saved[section].items()}
+        flat_saved.update({k: v for k, v in saved.items() if not isinstance(v, dict) or k == "rollout_options"})
+        now = json.loads(json.dumps(now))  # as a file holds it (tuples are lists)
+        assert {k: v for k, v in flat_saved.items() if now.get(k, "missing") != v} == {}
         engine = config.engine_settings
         assert (engine.dtype, engine.gpu_memory_utilization, engine.sleep_level, engine.max_batch_size,
                 dict(engine.options)) == ("float32", 0.3, 1, 4, {"kv_cache_gb": 1})
+        assert TrainConfig.from_dict(json.loads(json.dumps(config.to_dict()))) == config  # and back, as branches
+
+
+def test_a_name_that_no_longer_exists_is_refused_naming_the_closest():
+    with pytest.raises(ValueError, match="unknown TrainConfig setting 'iteratons'; did you mean iterations"):
+        train_config(None, {"iteratons": 3})
+    with pytest.raises(ValueError, match="settings: rollout.group_size must be an integer, got 2.5"):
+        train_config(None, {"group_size": 2.5})
 
 
 # --------------------------------------------------------------------- the preset → penalty-channel rule
 
 
 def test_each_preset_puts_the_format_penalty_in_one_channel_everywhere():
-    """`penalty_channel` is the rule; the reward of a preset, the trainer's default reward, its refusal of the
-    other channel and the switch of a file's preset all follow it."""
-    from rlvmr_nb.scoring.advantages import PRESETS, AdvantageConfig, penalty_channel, preset
+    """A method's preset is the rule: the two presets put the penalty in different channels (paper §3.4.1: the step
+    reward; the official code: the outcome score), every run of a preset scores with its channel, and there is no
+    second setting that could disagree with it."""
+    from rlvmr_nb.scoring.method import PRESETS, MethodConfig
     from rlvmr_nb.scoring.rewards import PENALTY_CHANNELS, RewardConfig
-    from rlvmr_nb.train_config import switch_advantage_preset
 
-    assert {penalty_channel(name) for name in PRESETS} == set(PENALTY_CHANNELS)  # the two presets differ
-    assert (penalty_channel("official_code"), penalty_channel("paper")) == ("outcome", "step")  # paper §3.4.1
-    assert RewardConfig().format_penalty_channel == penalty_channel(AdvantageConfig().preset)
+    assert {p.penalty_channel for p in PRESETS.values()} == set(PENALTY_CHANNELS)  # the two presets differ
+    assert (PRESETS["official_code"].penalty_channel, PRESETS["paper"].penalty_channel) == ("outcome", "step")
+    assert "format_penalty_channel" not in {f.name for f in fields(RewardConfig)}
     for name in PRESETS:
-        other = next(n for n in PRESETS if n != name)
-        assert RewardConfig.for_preset(name).format_penalty_channel == penalty_channel(name)
-        assert TrainConfig(advantage=preset(name)).reward.format_penalty_channel == penalty_channel(name)
-        with pytest.raises(ValueError, match="format penalty"):
-            TrainConfig(advantage=preset(name), reward=RewardConfig.for_preset(other))
-        switched = switch_advantage_preset({"reward": {"format_penalty_channel": penalty_channel(other)},
-                                            "advantage": {"preset": other}}, name)
-        assert switched["reward"]["format_penalty_channel"] == penalty_channel(name)
-    with pytest.raises(ValueError, match="unknown advantage preset 'papers'"):
-        penalty_channel("papers")
+        assert train_config(None, {"preset": name}).method.penalty_channel == PRESETS[name].penalty_channel
+        assert MethodConfig(preset=name).advantage_config == PRESETS[name].advantage
+    with pytest.raises(ValueError, match="MethodConfig.preset must be one of"):
+        MethodConfig(preset="papers")
 
 
 def test_no_other_place_in_the_package_decides_a_channel_from_a_preset_name():
@@ -111,10 +154,7 @@ def test_no_other_place_in_the_package_decides_a_channel_from_a_preset_name():
 # --------------------------------------------------------------------- the CLI generated from the configs
 
 from rlvmr_nb import cli  # noqa: E402
-from rlvmr_nb.validation import field_docs, first_sentence, setting_flags  # noqa: E402
-
-NESTED_OR_DICT = {"advantage", "reward", "loss", "rollout_options"}
-"""Fields a command line cannot spell; a --config file sets them (loss.kl_coef and advantage.preset excepted)."""
+from rlvmr_nb.settings import field_docs, first_sentence, setting_flags  # noqa: E402
 
 FLAGS_IN_USE = {
     "train": ["--config", "--algo", "--env", "--level", "--model", "--out", "--seed", "--iterations", "--tasks",
@@ -142,16 +182,25 @@ def _flag_help(command: str) -> dict[str, str]:
 
 @pytest.mark.parametrize("command, config", [("train", TrainConfig), ("eval", EvalConfig)])
 def test_every_spellable_field_has_a_flag_with_its_docstring_and_its_default(command, config):
-    helps, docs = _flag_help(command), field_docs(config)
-    for f in fields(config):
-        if f.name in NESTED_OR_DICT:
-            continue
-        option = "--" + f.name.replace("_", "-")
-        assert option in helps, f"{config.__name__}.{f.name} has no flag"
-        default = f.default if f.default_factory is MISSING else f.default_factory()
-        shown = (" ".join(default) or "none") if isinstance(default, tuple) else str(default)
-        assert helps[option] == f"{first_sentence(docs[f.name])} (default: {shown})"
+    """Every leaf of the tree a command line can spell has one flat flag (``--lr`` sets ``update.lr``), its help the
+    first sentence of the field's docstring and the default the root gives it (evaluation's temperature is 0.4)."""
+    from rlvmr_nb.settings import tree_paths
+
+    helps, root, paths = _flag_help(command), config(), tree_paths(config)
+    for klass in tree_classes(config):
+        hints, docs = typing.get_type_hints(klass), field_docs(klass)
+        for f in fields(klass):
+            if branch_type(hints[f.name]) is not None or f.name == "rollout_options":
+                continue
+            option = "--" + f.name.replace("_", "-")
+            assert option in helps, f"{klass.__name__}.{f.name} has no flag"
+            default = root
+            for part in paths[f.name]:
+                default = getattr(default, part)
+            shown = (" ".join(default) or "none") if isinstance(default, tuple) else str(default)
+            assert helps[option] == f"{first_sentence(docs[f.name])} (default: {shown})"
     assert set(FLAGS_IN_USE[command]) <= set(helps)
+    assert "(default: 0.4)" in helps["--temperature"] if command == "eval" else "(default: 1.0)" in helps["--temperature"]
 
 
 def test_a_docstring_s_first_sentence_ends_at_a_sentence_s_full_stop():
@@ -196,10 +245,11 @@ def test_precedence_defaults_then_the_config_file_then_the_flags_given(monkeypat
     assert cli.main(["train", "--config", str(settings), "--lr", "3e-6", "--no-lora", "--tasks", "2",
                      "--kl-coef", "0", "--preset", "official_code", "--report-to", "wandb"]) == 0
     config = seen["config"]
-    assert (config.group_size, config.lr, config.lora, config.tasks_per_iteration) == (4, 3e-6, False, 2)
-    assert config.iterations == TrainConfig.iterations  # neither in the file nor given
+    assert (config.rollout.group_size, config.update.lr, config.update.lora, config.run.tasks_per_iteration) == (
+        4, 3e-6, False, 2)
+    assert config.run.iterations == TrainConfig().run.iterations  # neither in the file nor given
     assert (config.loss.kl_coef, config.loss.clip_eps) == (0.0, TrainConfig().loss.clip_eps)
-    assert (config.advantage.preset, config.advantage.alpha) == ("official_code", 0.25)  # the file's change kept
+    assert (config.method.preset, config.method.advantage_config.alpha) == ("official_code", 0.25)  # the file's change kept
     assert config.report_to == ("wandb",)
 
 
@@ -213,13 +263,14 @@ def test_eval_builds_its_config_from_the_flags_given(monkeypatch, tmp_path):
     assert cli.main(["eval", "--env", "toy", "--model", "tiny-random:llama", "--seeds", "3", "4", "--batch-tasks", "2",
                      "--max-prompt-tokens", "none", "--out", str(tmp_path / "eval.json")]) == 0
     config = seen["config"]
-    assert (config.seed, seen["seeds"], config.batch_tasks, config.max_prompt_tokens) == (3, [3, 4], 2, None)
-    assert config.temperature == EvalConfig.temperature
+    assert (config.seed, seen["seeds"], config.batch_tasks, config.rollout.max_prompt_tokens) == (3, [3, 4], 2, None)
+    assert config.rollout.temperature == EvalConfig().rollout.temperature == 0.4
 
 
 @pytest.mark.parametrize("arguments, named", [
     (["train", "--group-size", "0"], "argument --group-size: must be a finite number > 0, got 0"),
-    (["train", "--rollout-dtype", "int8"], "argument --rollout-dtype: must be one of ('bfloat16', 'float16', 'float32'), got 'int8'"),
+    (["train", "--rollout-dtype", "int8"],
+     "argument --rollout-dtype: must be one of ('bfloat16', 'float16', 'float32', 'float64'), got 'int8'"),
     (["train", "--iterations", "two"], "argument --iterations: not an integer: 'two'"),
     (["eval", "--max-steps", "0"], "argument --max-steps: must be a finite number > 0, got 0"),
     (["eval", "--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got -1.0"),
@@ -233,7 +284,7 @@ def test_a_value_its_field_refuses_alone_is_refused_at_parse_time_naming_the_fla
 def test_a_value_refused_with_other_settings_ends_in_the_one_error_line(capsys, tmp_path):
     assert cli.main(["train", "--env", "toy", "--mini-batch-size", "2", "--out", str(tmp_path / "run")]) == 2
     err = capsys.readouterr().err
-    assert "rlvmr-nb train: error: need micro_batch_size <= mini_batch_size" in err and "Traceback" not in err
+    assert "rlvmr-nb train: error: settings: need micro_batch_size <= mini_batch_size" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
 
 

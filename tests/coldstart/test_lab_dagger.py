@@ -112,9 +112,9 @@ def test_the_config_checks_its_dagger_rounds():
     from rlvmr_nb.lab.config import LabConfig
 
     with pytest.raises(ValueError, match="coldstart_dagger_rounds"):
-        LabConfig(coldstart_dagger_rounds=-1)
+        LabConfig.from_dict(dict(coldstart_dagger_rounds=-1))
     with pytest.raises(ValueError, match="sft_epochs >= 2"):
-        LabConfig(coldstart_dagger_rounds=1, sft_epochs=1)
+        LabConfig.from_dict(dict(coldstart_dagger_rounds=1, sft_epochs=1))
 
 
 def test_a_dagger_cold_start_is_built_cached_apart_and_spends_the_same_sft_budget(tmp_path, monkeypatch):

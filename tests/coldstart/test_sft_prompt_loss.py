@@ -72,7 +72,7 @@ def test_negative_prompt_weight_is_refused():
     with pytest.raises(ValueError, match="prompt_loss_weight"):
         check_config(SFTConfig(prompt_loss_weight=-0.5))
     with pytest.raises(ValueError, match="sft_prompt_loss_weight"):
-        LabConfig(sft_prompt_loss_weight=-1.0)
+        LabConfig.from_dict(dict(sft_prompt_loss_weight=-1.0))
 
 
 def test_lab_cold_start_reaches_the_prompt_term(tmp_path, monkeypatch):

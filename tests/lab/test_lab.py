@@ -50,7 +50,7 @@ def test_word_tokenizer_round_trips_what_the_parser_reads(lab_tokenizer):
 
 def test_the_vocabulary_is_built_from_training_text_only(monkeypatch):
     """Building the corpus never builds a test layout (it would fail here), yet covers the test levels' words."""
-    from rlvmr_nb.envs import lab
+    from rlvmr_nb.envs import lab_world as lab
     from rlvmr_nb.envs.base import TaskSpec
     from rlvmr_nb.lab.policy import words_of
 
@@ -155,40 +155,47 @@ def test_hypothesis_verdicts():
 
 
 def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_path):
+    """A lab configuration is the trainer's configuration (`LabConfig.train`) plus the lab's own settings: a lab file
+    names training settings as a training file does, and both arms get the same one but for the estimator."""
     from rlvmr_nb.lab import LabConfig, load_lab_config, train_config
 
-    config = LabConfig(advantage_preset="paper", temperature=0.8, lr=1e-3, iterations=3)
+    config = LabConfig.from_dict(dict(preset="paper", temperature=0.8, lr=1e-3, iterations=3))
     grpo, rlvmr = (train_config(config, tmp_path, algo, 7) for algo in ("grpo", "rlvmr"))
-    assert (grpo.advantage.outcome_unit, grpo.advantage.outcome_scope) == ("trajectory", "batch")
-    assert grpo.reward.format_penalty_channel == "step"  # the penalty channel follows the preset
-    differing = {k for k in vars(grpo) if getattr(grpo, k) != getattr(rlvmr, k)}
+    shape = grpo.method.advantage_config
+    assert (shape.outcome_unit, shape.outcome_scope) == ("trajectory", "batch")
+    assert grpo.method.penalty_channel == "step"  # the penalty channel follows the preset
+    differing = {k for k, v in grpo.flat().items() if v != rlvmr.flat()[k]}
     assert differing == {"algo", "out_dir"}  # equal budget: only the estimator (and the folder) differ
-    assert (rlvmr.temperature, rlvmr.lr, rlvmr.iterations, rlvmr.seed) == (0.8, 1e-3, 3, 7)
+    f = rlvmr.flat()
+    assert (f["temperature"], f["lr"], f["iterations"], rlvmr.seed) == (0.8, 1e-3, 3, 7)
     default = {algo: train_config(LabConfig(), tmp_path, algo, 0) for algo in ("grpo", "rlvmr")}
     # the official code's preset: per-task groups over step samples (docs/lab.md, 'Budget')
-    assert (default["grpo"].advantage.outcome_unit, default["grpo"].advantage.outcome_scope) == ("step", "group")
-    for cfg in default.values():  # the lab's reward options and PPO shape reach both arms alike (docs/lab.md)
-        assert (cfg.reward.refused_penalty, cfg.reward.meta_rewards_admissible_only, cfg.reward.reflection_at_start) == (
-            0.0, True, False)
-    grouped = train_config(LabConfig(advantage_preset="paper", advantage_scope="group"), tmp_path, "rlvmr", 0).advantage
+    assert (default["grpo"].method.advantage_config.outcome_unit,
+            default["grpo"].method.advantage_config.outcome_scope) == ("step", "group")
+    for cfg in default.values():  # the lab's reward deviations and PPO shape reach both arms alike (docs/lab.md)
+        rules = cfg.method.deviations
+        assert (rules.refused_penalty, rules.meta_rewards_admissible_only, rules.reflection_at_start) == (0.0, True, False)
+    grouped = train_config(LabConfig.from_dict(dict(advantage_preset="paper", advantage_scope="group")), tmp_path,
+                           "rlvmr", 0).method.advantage_config  # an earlier lab file's names still load
     assert (grouped.outcome_unit, grouped.outcome_scope, grouped.mr_scope, grouped.combine) == (
         "trajectory", "group", "group", "convex")  # the scope is set on top of the preset, nothing else changes
-    with pytest.raises(ValueError, match="advantage_scope"):
-        LabConfig(advantage_scope="task")
+    with pytest.raises(ValueError, match="outcome_scope"):
+        LabConfig.from_dict(dict(advantage_scope="task"))
     for cfg in default.values():
-        assert (cfg.ppo_epochs, cfg.mini_batch_size, cfg.loss.clip_eps, cfg.max_steps) == (1, 32, 0.2, 24)
-        assert cfg.old_logprobs == "sampler"  # the classroom's (one forward pass fewer)
-    recompute = train_config(LabConfig(old_logprobs="recompute"), tmp_path, "grpo", 0)
-    assert recompute.old_logprobs == "recompute"  # the lab option reaches the trainer
+        f = cfg.flat()
+        assert (f["ppo_epochs"], f["mini_batch_size"], f["clip_eps"], f["max_steps"]) == (1, 32, 0.2, 24)
+        assert f["old_logprobs"] == "sampler"  # the classroom's (one forward pass fewer)
+    recompute = train_config(LabConfig.from_dict(dict(old_logprobs="recompute")), tmp_path, "grpo", 0)
+    assert recompute.update.old_logprobs == "recompute"  # the lab option reaches the trainer
     with pytest.raises(ValueError, match="old_logprobs"):
-        LabConfig(old_logprobs="rollout")
-    with pytest.raises(ValueError, match="advantage_preset"):
-        LabConfig(advantage_preset="papr")
+        LabConfig.from_dict(dict(old_logprobs="rollout"))
+    with pytest.raises(ValueError, match="preset"):
+        LabConfig.from_dict(dict(preset="papr"))
     from rlvmr_nb.lab.experiment import training_pool
 
-    assert [t.task_id for t in training_pool(LabConfig(train_pool=2))] == ["put:s:0", "bring:s:1"]
+    assert [t.task_id for t in training_pool(LabConfig.from_dict(dict(train_pool=2)))] == ["put:s:0", "bring:s:1"]
     with pytest.raises(ValueError, match="train_pool 401 exceeds"):
-        training_pool(LabConfig(train_pool=401))
+        training_pool(LabConfig.from_dict(dict(train_pool=401)))
     classroom = load_lab_config(ROOT / "configs" / "lab" / "classroom.json")
     assert classroom == LabConfig()  # the defaults are the classroom configuration (lab/config.py says so)
     for name in ("ci", "classroom", "recorded", "pilot"):  # the shipped configurations train both arms alike
@@ -197,9 +204,12 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
     pilot, recorded = (load_lab_config(ROOT / "configs" / "lab" / f"{n}.json") for n in ("pilot", "recorded"))
     assert not set(pilot.seeds) & (set(recorded.seeds) | set(classroom.seeds))  # the power pilot uses its own seeds
     # the power pilot's file still runs what its results record (it ran the classroom's settings of its day)
-    ran = json.loads((ROOT / "benchmarks" / "results" / "lab_pilot.json").read_text())["config"]
-    assert {k: v for k, v in pilot.to_dict().items() if k in ran and k != "workers"} == {
-        k: (tuple(v) if isinstance(v, list) else v) for k, v in ran.items() if k in pilot.to_dict() and k != "workers"}
+    ran = json.loads((ROOT / "benchmarks" / "results" / "lab_pilot.json").read_text())["config"]  # flat, as then
+    ran = {("preset" if k == "advantage_preset" else k): v for k, v in ran.items() if k != "workers"}
+    now = {**{k: v for k, v in pilot.to_dict().items() if k != "train"}, **pilot.train.flat(),
+           "preset": pilot.train.method.preset}
+    assert {k: now[k] for k in ran if k in now} == {k: (tuple(v) if isinstance(v, list) else v) for k, v in ran.items()
+                                                      if k in now}
 
 
 @pytest.mark.slow
@@ -251,7 +261,7 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     played = {}
     for arm in ("grpo", "rlvmr"):  # both arms started from the one cold-start checkpoint, on the same layouts
         config = json.loads((out / "runs" / f"{arm}-seed0" / "config.json").read_text())
-        assert config["model"] == str(out / "coldstart" / "sft") and config["prompt_style"] == "meta_think"
+        assert config["model"] == str(out / "coldstart" / "sft") and config["rollout"]["prompt_style"] == "meta_think"
         episodes = [json.loads(line) for line in (out / "runs" / f"{arm}-seed0" / "episodes.jsonl").open()]
         played[arm] = sorted(ep["task_id"] for ep in episodes)
         assert set(played[arm]) <= pool
@@ -334,17 +344,17 @@ def test_a_cold_start_is_cached_per_configuration(tmp_path, monkeypatch):
 
     monkeypatch.setattr(experiment, "_build_coldstart", fake_build)
     experiment.run_coldstart(LabConfig(), tmp_path / "a")
-    experiment.run_coldstart(LabConfig(seeds=(5, 6), iterations=3), tmp_path / "b")  # RL settings: same key
+    experiment.run_coldstart(LabConfig.from_dict(dict(seeds=(5, 6), iterations=3)), tmp_path / "b")  # RL settings: same key
     default = LabConfig().sft_epochs
     assert built == [default] and (tmp_path / "b" / "coldstart" / "sft" / "sft_log.jsonl").read_text() == (
         f'{{"epochs": {default}}}\n')
-    experiment.run_coldstart(LabConfig(sft_epochs=3), tmp_path / "c")  # a cold-start setting: a new key
+    experiment.run_coldstart(LabConfig.from_dict(dict(sft_epochs=3)), tmp_path / "c")  # a cold-start setting: a new key
     assert built == [default, 3]
-    assert experiment.coldstart_key(LabConfig()) != experiment.coldstart_key(LabConfig(sft_epochs=3))
+    assert experiment.coldstart_key(LabConfig()) != experiment.coldstart_key(LabConfig.from_dict(dict(sft_epochs=3)))
     # what a DAgger round's play reads is part of a DAgger cold start's key, and only of its
-    assert experiment.coldstart_key(LabConfig()) != experiment.coldstart_key(LabConfig(max_steps=16))
-    plain = LabConfig(coldstart_dagger_rounds=0)
-    assert experiment.coldstart_key(plain) == experiment.coldstart_key(LabConfig(coldstart_dagger_rounds=0, max_steps=16))
+    assert experiment.coldstart_key(LabConfig()) != experiment.coldstart_key(LabConfig.from_dict(dict(max_steps=16)))
+    plain = LabConfig.from_dict(dict(coldstart_dagger_rounds=0))
+    assert experiment.coldstart_key(plain) == experiment.coldstart_key(LabConfig.from_dict(dict(coldstart_dagger_rounds=0, max_steps=16)))
     monkeypatch.setenv("RLVMR_LAB_COLDSTART_CACHE", "0")
     experiment.run_coldstart(LabConfig(), tmp_path / "d")
     assert built == [default, 3, default]
@@ -491,7 +501,7 @@ def test_the_amended_recorded_run_states_its_rule_plays_and_seeds_from_the_play_
     assert len(amended.seeds) >= paired.seeds_for_power(PRIMARY_EFFECT, amended.power_pilot_sd)["seeds"]
     assert paired.l0_seed_power(amended.power_pilot_l0_sd, len(amended.seeds), amended.fairness_l0_margin)["meets"]
     with pytest.raises(ValueError, match="fairness_l0_margin too"):
-        LabConfig(power_pilot_l0_sd=0.02)
+        LabConfig.from_dict(dict(power_pilot_l0_sd=0.02))
     from rlvmr_nb.lab.report import preregistered_markdown
 
     record = paired.l0_seed_power(amended.power_pilot_l0_sd, len(amended.seeds), amended.fairness_l0_margin)

@@ -183,7 +183,7 @@ def test_plan_shown_once_and_reward_class_only_when_it_differs():
     two_tags = step(1, None, "go to b", output="<explore>b?</explore><monitor>hm</monitor><action>go to b</action>")
     ep = episode([plan_step, two_tags, step(2, "monitor", "look")], won=False)
     for s, cls in zip(ep.steps, ("planning", "none", "none")):
-        s.tag_type = cls
+        s.tag_class = cls
     markup = cs.episode_html(ep)
     assert "→ becomes the plan" in markup and "new plan" not in markup
     assert markup.count("reward class: none") == 1  # the malformed explore step, not the monitor one

@@ -122,17 +122,14 @@ def test_training_curve_records_map_trainer_rows_to_fig6_metrics():
 def test_preset_comparison_and_coldstart_figures():
     import copy
 
-    from rlvmr_nb.scoring.advantages import grpo_mr_advantages, with_advantages
     from rlvmr_nb.demo import example_group_path, reparse
-    from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards
     from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.scoring.method import MethodConfig
+    from rlvmr_nb.scoring.scored import score_episodes
 
     group = reparse(read_episodes(example_group_path()))
-    group = with_rewards(group)
-    a = with_advantages(group, grpo_mr_advantages(group, "official_code"))
-    b = copy.deepcopy(group)
-    b = with_rewards(b, RewardConfig.for_preset("paper"))
-    b = with_advantages(b, grpo_mr_advantages(b, "paper"))
+    a = score_episodes(group, MethodConfig(preset="official_code")).episodes
+    b = score_episodes(copy.deepcopy(group), MethodConfig(preset="paper")).episodes
     fig = plot_preset_comparison({"official_code": a, "paper": b})
     assert len(fig.axes) == 4 and fig.axes[0].get_title(loc="left").startswith("r0-direct: won")
     with pytest.raises(ValueError, match="same rollouts"):

@@ -70,22 +70,20 @@ class FaultySlot(LocalEnvs):
 
 def test_each_step_generates_once_for_the_active_episodes_only(smollm2_tokenizer):
     gen = ScriptedGenerator(smollm2_tokenizer)
-    episodes = run_rollouts(count_tasks(1, 3, 2), LocalEnvs(CountdownEnv), gen, smollm2_tokenizer,
-                            PromptConfig(env="alfworld"), SamplingConfig(),
-                            RolloutConfig(group_size=2, max_steps=5, progress=False), iteration=4)
+    episodes = run_rollouts(count_tasks(1, 3, 2), LocalEnvs(CountdownEnv), gen, smollm2_tokenizer, RolloutConfig(group_size=2, max_steps=5),
+                            prompt=PromptConfig(env="alfworld"), sampling=SamplingConfig(), iteration=4)
     assert gen.batch_sizes == [6, 4, 2]  # count-1 finishes after step 0, count-2 after step 1
     assert [e.length for e in episodes] == [1, 1, 3, 3, 2, 2]
     assert [e.group_id for e in episodes] == ["it4-g0"] * 2 + ["it4-g1"] * 2 + ["it4-g2"] * 2
     assert all(e.won and e.steps[-1].done and not any(s.done for s in e.steps[:-1]) for e in episodes)
     assert all(s.valid and s.tag == "monitor" and s.action == "wait" and s.admissible for e in episodes for s in e.steps)
-    assert episodes[2].steps[-1].env_reward == 10.0 and episodes[2].steps[0].env_reward == 0.0
+    assert episodes[2].steps[-1].won and not episodes[2].steps[0].won  # the env reward is the scoring stage's (r_s·won)
 
 
 def test_max_steps_cuts_unfinished_episodes(smollm2_tokenizer):
     gen = ScriptedGenerator(smollm2_tokenizer)
-    episodes = run_rollouts(count_tasks(5), LocalEnvs(CountdownEnv), gen, smollm2_tokenizer,
-                            PromptConfig(env="alfworld"), SamplingConfig(),
-                            RolloutConfig(group_size=3, max_steps=2, progress=False))
+    episodes = run_rollouts(count_tasks(5), LocalEnvs(CountdownEnv), gen, smollm2_tokenizer, RolloutConfig(group_size=3, max_steps=2),
+                            prompt=PromptConfig(env="alfworld"), sampling=SamplingConfig())
     assert gen.batch_sizes == [3, 3]
     assert all(e.length == 2 and not e.won and not e.aborted for e in episodes)
 
@@ -93,8 +91,8 @@ def test_max_steps_cuts_unfinished_episodes(smollm2_tokenizer):
 def test_a_faulty_slot_is_aborted_alone(smollm2_tokenizer):
     gen = ScriptedGenerator(smollm2_tokenizer)
     envs = FaultySlot(CountdownEnv, bad=1, at=0)
-    episodes = run_rollouts(count_tasks(3), envs, gen, smollm2_tokenizer, PromptConfig(env="alfworld"),
-                            SamplingConfig(), RolloutConfig(group_size=3, max_steps=5, progress=False))
+    episodes = run_rollouts(count_tasks(3), envs, gen, smollm2_tokenizer, RolloutConfig(group_size=3, max_steps=5),
+                            prompt=PromptConfig(env="alfworld"), sampling=SamplingConfig())
     assert gen.batch_sizes == [3, 2, 2]
     assert [e.aborted for e in episodes] == [False, True, False]
     assert episodes[1].length == 1 and episodes[1].info["abort"] == {"where": "step 0", "reason": "exit code -9"}
@@ -106,8 +104,8 @@ def test_real_model_rollouts_line_up_and_are_seeded(tiny_llama, smollm2_tokenize
 
     def roll(min_shared_prefix: int, seed: int, sampling: SamplingConfig):
         gen = make_generator("hf", tiny_llama, tok, dtype=None, min_shared_prefix=min_shared_prefix)
-        return run_rollouts(count_tasks(2, 3), LocalEnvs(CountdownEnv), gen, tok, PromptConfig(env="alfworld"),
-                            sampling, RolloutConfig(group_size=4, max_steps=3, seed=seed, progress=False))
+        return run_rollouts(count_tasks(2, 3), LocalEnvs(CountdownEnv), gen, tok, RolloutConfig(group_size=4, max_steps=3), seed=seed,
+                            prompt=PromptConfig(env="alfworld"), sampling=sampling)
 
     sampled = SamplingConfig(max_new_tokens=10)
     first, again, other = roll(64, 0, sampled), roll(64, 0, sampled), roll(64, 1, sampled)

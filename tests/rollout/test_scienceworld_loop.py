@@ -79,8 +79,8 @@ def expert_outputs(tasks, group_size):
 
 
 def roll(envs, tokenizer, outputs, tasks, group_size=2, max_steps=8):
-    return run_rollouts(tasks, envs, ScriptedGenerator(tokenizer, outputs), tokenizer, NO_LIST_PROMPT,
-                        SamplingConfig(), RolloutConfig(group_size=group_size, max_steps=max_steps, progress=False))
+    return run_rollouts(tasks, envs, ScriptedGenerator(tokenizer, outputs), tokenizer, RolloutConfig(group_size=group_size, max_steps=max_steps),
+                        prompt=NO_LIST_PROMPT, sampling=SamplingConfig())
 
 
 def test_lazy_lists_are_read_before_the_step_in_process(smollm2_tokenizer):
@@ -156,9 +156,8 @@ SW_SCRIPT = [[tag("go to kitchen"), tag("fly to the moon")], [tag("look around")
 def scienceworld_rollouts(envs, tokenizer):
     """Two rollouts of boil:0 over the registry's env slots (lazy lists, as training and evaluation get them)."""
     try:
-        return run_rollouts(SW_TASKS, envs, ScriptedGenerator(tokenizer, lambda k, n: SW_SCRIPT[k][:n]), tokenizer,
-                            PromptConfig(env="scienceworld"), SamplingConfig(),
-                            RolloutConfig(group_size=2, max_steps=2, progress=False))
+        return run_rollouts(SW_TASKS, envs, ScriptedGenerator(tokenizer, lambda k, n: SW_SCRIPT[k][:n]), tokenizer, RolloutConfig(group_size=2, max_steps=2),
+                            prompt=PromptConfig(env="scienceworld"), sampling=SamplingConfig())
     finally:
         envs.close()
 

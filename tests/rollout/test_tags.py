@@ -1,7 +1,7 @@
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rlvmr_nb.rollout.tags import extract_action_list, format_step, parse_output, reward_tag_type
+from rlvmr_nb.rollout.tags import extract_action_list, format_step, parse_output, tag_class
 
 
 def test_well_formed_step():
@@ -71,10 +71,10 @@ def test_unknown_mode_raises():
 
 
 def test_reward_tag_precedence():
-    assert reward_tag_type("<monitor>a</monitor><planning>b</planning>") == "planning"
-    assert reward_tag_type("<reflection>a</reflection><explore>b</explore>") == "explore"
-    assert reward_tag_type("<monitor>a</monitor>") == "monitor"
-    assert reward_tag_type("nothing") == "none"
+    assert tag_class("<monitor>a</monitor><planning>b</planning>") == "planning"
+    assert tag_class("<reflection>a</reflection><explore>b</explore>") == "explore"
+    assert tag_class("<monitor>a</monitor>") == "monitor"
+    assert tag_class("nothing") == "none"
 
 
 def test_format_step_roundtrip():

@@ -6,6 +6,7 @@ runs when the vLLM environment exists (`make vllm-venv`)."""
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import json
 import os
 import subprocess
@@ -17,13 +18,15 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from model_fixtures import rescore_logprobs, smollm2_tokenizer, tiny_llama  # noqa: E402,F401  (fixtures)
-from rlvmr_nb.rollout.generation import BACKENDS, EngineSettings, RolloutEngineConfig, make_rollout_generator  # noqa: E402
-from rlvmr_nb.update.reference_loss import LossConfig, aggregate, low_var_kl, ppo_clip_surrogate, reference_logprobs_from_hidden  # noqa: E402
+from rlvmr_nb.rollout.generation import BACKENDS, EngineConfig, EngineSettings, make_rollout_generator  # noqa: E402
+from rlvmr_nb.update.loss_terms import k3_kl_term, ppo_clip_term  # noqa: E402
+from rlvmr_nb.update.reference_loss import LossConfig, aggregate, reference_logprobs_from_hidden  # noqa: E402
 from rlvmr_nb.update.sampler_correction import sampler_mismatch, truncated_is_weights  # noqa: E402
 from rlvmr_nb.update.logprobs import ResponseLogprobModel, response_logprobs  # noqa: E402
 from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
 from rlvmr_nb.update.samples import StepSample, pack  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
+from rlvmr_nb.trainer import train  # noqa: E402
 from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
 
 from door_env import door_tasks  # noqa: E402
@@ -43,7 +46,7 @@ def test_registry_builds_each_backend_from_engine_settings(tiny_llama, smollm2_t
     assert set(BACKENDS) == {"hf", "vllm"}
 
     def settings(live_model: bool = False, **fields) -> EngineSettings:
-        return RolloutEngineConfig(**fields).engine_settings_for(seed=0, sleep_level=0, live_model=live_model)
+        return EngineConfig(**fields).engine_settings(seed=0, sleeps=False, live_model=live_model)
 
     shared = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, settings(rollout_dtype="float32"))
     assert shared.model is tiny_llama  # fp32 engine over an fp32 policy: no copy, nothing to sync
@@ -56,31 +59,31 @@ def test_registry_builds_each_backend_from_engine_settings(tiny_llama, smollm2_t
         make_rollout_generator("vllm", tiny_llama, smollm2_tokenizer, settings(live_model=True))
     for bad in ({"rollout_dtype": "int8"}, {"vllm_gpu_memory_utilization": 1.5}, {"generation_batch_size": 0}):
         with pytest.raises(ValueError, match=next(iter(bad)).split("_")[-1]):
-            RolloutEngineConfig(**bad).check_rollout_engine()
+            EngineConfig(**bad)
     with pytest.raises(ValueError, match="sleep_level"):
-        RolloutEngineConfig().engine_settings_for(seed=0, sleep_level=3)
+        EngineConfig(vllm_sleep_level=3)
 
 
 
 def test_train_config_rollout_options_are_checked():
-    assert TrainConfig().rollout_backend == "hf" and TrainConfig().tis_cap is None
-    settings = TrainConfig(rollout_backend="vllm", vllm_sleep_level=1, vllm_gpu_memory_utilization=0.3, seed=4,
-                           rollout_options={"kv_cache_gb": 1}).engine_settings
+    assert TrainConfig().engine.rollout_backend == "hf" and TrainConfig().update.tis_cap is None
+    settings = TrainConfig.from_dict(dict(rollout_backend="vllm", vllm_sleep_level=1, vllm_gpu_memory_utilization=0.3, seed=4,
+                           rollout_options={"kv_cache_gb": 1})).engine_settings
     assert (settings.sleep_level, settings.gpu_memory_utilization, settings.seed) == (1, 0.3, 4)
     assert settings.options == {"kv_cache_gb": 1} and settings.dtype == "bfloat16"
-    assert TrainConfig(lora=True).engine_settings.dtype is None  # HF samples from the adapted model itself
+    assert TrainConfig.from_dict(dict(lora=True)).engine_settings.dtype is None  # HF samples from the adapted model itself
     with pytest.raises(ValueError, match="rollout_backend"):
-        TrainConfig(rollout_backend="sglang")
+        TrainConfig.from_dict(dict(rollout_backend="sglang"))
     with pytest.raises(ValueError, match="LoRA"):
-        TrainConfig(rollout_backend="vllm", lora=True)
+        TrainConfig.from_dict(dict(rollout_backend="vllm", lora=True))
     with pytest.raises(ValueError, match="sleep_level"):
-        TrainConfig(vllm_sleep_level=5)
+        TrainConfig.from_dict(dict(vllm_sleep_level=5))
     with pytest.raises(ValueError, match="old_logprobs='recompute'"):
-        TrainConfig(tis_cap=2.0, old_logprobs="sampler")
+        TrainConfig.from_dict(dict(tis_cap=2.0, old_logprobs="sampler"))
     with pytest.raises(ValueError, match="tis_cap"):
-        TrainConfig(tis_cap=0.0)
-    cfg = TrainConfig.from_dict(TrainConfig(rollout_backend="vllm", tis_cap=2.0).to_dict())
-    assert cfg.rollout_backend == "vllm" and cfg.tis_cap == 2.0
+        TrainConfig.from_dict(dict(tis_cap=0.0))
+    cfg = TrainConfig.from_dict(TrainConfig.from_dict(dict(rollout_backend="vllm", tis_cap=2.0)).to_dict())
+    assert cfg.engine.rollout_backend == "vllm" and cfg.update.tis_cap == 2.0
 
 
 def test_cli_passes_the_rollout_options(monkeypatch, tmp_path):
@@ -95,11 +98,12 @@ def test_cli_passes_the_rollout_options(monkeypatch, tmp_path):
                      "--vllm-gpu-memory-utilization", "0.3", "--vllm-sleep-level", "1", "--tis-cap", "2",
                      "--no-bf16-autocast", "--out", str(tmp_path / "run")]) == 0
     cfg = seen["train"]
-    assert (cfg.rollout_backend, cfg.rollout_dtype, cfg.vllm_gpu_memory_utilization, cfg.vllm_sleep_level,
-            cfg.tis_cap, cfg.bf16_autocast) == ("vllm", "float32", 0.3, 1, 2.0, False)
+    f = cfg.flat()
+    assert (f["rollout_backend"], f["rollout_dtype"], f["vllm_gpu_memory_utilization"], f["vllm_sleep_level"],
+            f["tis_cap"], f["bf16_autocast"]) == ("vllm", "float32", 0.3, 1, 2.0, False)
     assert cli.main(["eval", "--env", "toy", "--model", "tiny-random:llama", "--rollout-backend", "vllm",
                      "--vllm-gpu-memory-utilization", "0.8", "--out", str(tmp_path / "eval.json")]) == 0
-    assert seen["eval"].rollout_backend == "vllm"
+    assert seen["eval"].engine.rollout_backend == "vllm"
     assert seen["eval"].engine_settings.gpu_memory_utilization == 0.8  # reaches the engine's constructor options
     assert cli.main(["train", "--env", "toy", "--vllm-gpu-memory-utilization", "1.5"]) == 2  # said, not raised
 
@@ -138,10 +142,10 @@ def test_tis_weights_exactly_the_policy_term_of_each_token(fused):
 
     model, tok = load_model("tiny-random:llama", seed=1)
     loss_config = LossConfig(kl_coef=0.05, entropy_coef=0.01)
-    config = TrainConfig(fused_loss=fused, bf16_autocast=False, logprob_chunk_size=5, temperature=0.9, loss=loss_config)
+    config = TrainConfig.from_dict(dict(fused_loss=fused, bf16_autocast=False, logprob_chunk_size=5, temperature=0.9, loss=loss_config))
     samples = random_samples(6, seed=2)
     gen = torch.Generator().manual_seed(0)
-    for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, config.logprob_options)):
+    for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, config.update, 0.9)):
         s.old_logprobs = logp - 0.05  # ratios off 1, so some tokens take the clipped branch
         s.ref_logprobs = logp + 0.1
         s.sampler_logprobs = (s.old_logprobs + torch.empty(len(logp)).uniform_(-1.0, 1.0, generator=gen)).tolist()
@@ -150,7 +154,8 @@ def test_tis_weights_exactly_the_policy_term_of_each_token(fused):
 
     def trainer_grads(tis_cap):
         model.zero_grad()
-        loss, _ = micro_batch_loss(logprob_model, samples, tok.pad_token_id, loss_config, config.logprob_options, tis_cap=tis_cap)
+        loss, _ = micro_batch_loss(logprob_model, samples, tok.pad_token_id, loss_config,
+                                   replace(config.update, tis_cap=tis_cap), 0.9)
         loss.backward()
         return _grads(model)
 
@@ -167,10 +172,10 @@ def test_tis_weights_exactly_the_policy_term_of_each_token(fused):
 
     old, ref, sampler = stacked("old_logprobs"), stacked("ref_logprobs"), stacked("sampler_logprobs")
     advantages = torch.tensor([s.advantage for s in samples])[:, None]
-    pg, _, _ = ppo_clip_surrogate(logp, old, advantages, loss_config.clip_eps, loss_config.clip_high)
+    pg = ppo_clip_term(logp, old, advantages, loss_config.clip_eps, loss_config.clip_high).value
     token_weight = torch.exp(old - sampler).clamp(max=cap)
     assert ((token_weight == cap) & batch.mask).any() and ((token_weight < 1) & batch.mask).any()  # both regimes
-    per_token = token_weight * pg + loss_config.kl_coef * low_var_kl(logp, ref) - loss_config.entropy_coef * entropy
+    per_token = token_weight * pg + loss_config.kl_coef * k3_kl_term(logp, ref).value - loss_config.entropy_coef * entropy
     aggregate(per_token, batch.mask, loss_config.aggregation).backward()
     expected = _grads(model)
 
@@ -306,7 +311,7 @@ def test_cli_train_with_vllm_samples_from_the_updated_policy(vllm_run, vllm_mode
     for r in rows:  # the trainer's own check: sampler and recomputed old log-probs agree every iteration
         assert r["sampler_logprob_abs_diff"] < FP32_TOL and r["sampler_ratio_max"] < float(torch.exp(torch.tensor(FP32_TOL)))
     assert done.stderr.count("vLLM sleep is a no-op here") == 1  # the CPU engine cannot sleep and says so, once
-    assert json.loads((out / "config.json").read_text())["rollout_backend"] == "vllm"
+    assert json.loads((out / "config.json").read_text())["engine"]["rollout_backend"] == "vllm"
 
     # independently: iteration 1 was sampled from the policy after iteration 0's update (ckpt-00000) ...
     updated, _, info = load_policy(out / "ckpt-00000")
@@ -356,7 +361,7 @@ def test_notebooks_train_and_evaluate_with_vllm(vllm_model_dir, tmp_path):
                      parameters={"model": str(vllm_model_dir), **engine}, cwd=tmp_path)
     (run,) = (tmp_path / "runs").glob("rlvmr_toy_L0_seed0")
     rows = read_metrics(run)
-    assert len(rows) == 2 and json.loads((run / "config.json").read_text())["rollout_backend"] == "vllm"
+    assert len(rows) == 2 and json.loads((run / "config.json").read_text())["engine"]["rollout_backend"] == "vllm"
     # the CI parameters keep bf16 autocast in the trainer: agreement to bf16 precision, not fp32
     assert all(0 < r["sampler_logprob_abs_diff"] < 0.15 for r in rows)
     nbs.run_notebook("03_evaluation", nbs.config_path("03_evaluation", ci=True), tmp_path / "executed",

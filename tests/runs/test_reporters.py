@@ -19,7 +19,8 @@ pytest.importorskip("transformers")
 from rlvmr_nb.evaluate import EvalConfig, evaluate_policy  # noqa: E402
 from rlvmr_nb.rollout import LocalEnvs  # noqa: E402
 from rlvmr_nb.runs import reporters  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
+from rlvmr_nb.trainer import train  # noqa: E402
 
 from door_env import DoorEnv, door_tasks  # noqa: E402
 from trainer_helpers import door_slots, small_config  # noqa: E402
@@ -63,12 +64,12 @@ def _files_under(folder: Path) -> list[Path]:
 
 def test_report_to_is_checked_and_off_by_default():
     assert TrainConfig().report_to == () and EvalConfig().report_to == ()
-    assert TrainConfig(report_to=["wandb", "wandb"]).report_to == ("wandb",)
+    assert TrainConfig.from_dict(dict(report_to=["wandb", "wandb"])).report_to == ("wandb",)
     assert TrainConfig(report_to="trackio").report_to == ("trackio",)  # one name, not its letters
     with pytest.raises(ValueError, match="report_to.*'tensorbored'.*trackio"):
-        TrainConfig(report_to=("tensorbored",))
+        TrainConfig.from_dict(dict(report_to=("tensorbored",)))
     with pytest.raises(ValueError, match="report_to"):
-        EvalConfig(env="toy", report_to=("mlflow",))
+        EvalConfig.from_dict(dict(env="toy", report_to=("mlflow",)))
     assert reporters.open_reporters((), run_name="x", config={}) == []
 
 
@@ -112,7 +113,7 @@ def test_evaluation_reports_its_summary_once(tmp_path, services):
     from rlvmr_nb.models import load_model
 
     model, tok = load_model("tiny-random:llama", seed=0)
-    cfg = EvalConfig(env="toy", max_steps=1, max_new_tokens=8, max_prompt_tokens=None, report_to=("trackio",))
+    cfg = EvalConfig.from_dict(dict(env="toy", max_steps=1, max_new_tokens=8, max_prompt_tokens=None, report_to=("trackio",)))
     episodes, summary = evaluate_policy(model, tok, cfg, tasks=door_tasks(2), make_env_slots=lambda: LocalEnvs(DoorEnv),
                                         progress=False)
     calls = services["trackio"].calls

@@ -70,6 +70,9 @@ class _Cfg:
     def to_dict(self):
         return dict(self.d)
 
+    def flat(self):
+        return dict(self.d)
+
     @classmethod
     def from_dict(cls, d):
         return cls(**d)
@@ -183,12 +186,12 @@ def test_model_labels_are_short_and_safe_in_file_names(spec, label):
 def test_load_policy_from_spec_checkpoint_and_run_folder(tmp_path):
     torch = pytest.importorskip("torch")
     from rlvmr_nb.models import load_model
-    from rlvmr_nb.trainer import TrainConfig
+    from rlvmr_nb.train_config import TrainConfig
 
     model, _ = load_model("tiny-random:llama", seed=0)
     with torch.no_grad():
         model.model.norm.weight.fill_(0.5)  # a trained weight that differs from the initial model
-    config = TrainConfig(model="tiny-random:llama", algo="grpo", out_dir=str(tmp_path))
+    config = TrainConfig.from_dict(dict(model="tiny-random:llama", algo="grpo", out_dir=str(tmp_path)))
     (tmp_path / "config.json").write_text("{}")  # the trainer's run folder has one too
     ckpt = save_checkpoint(tmp_path, 3, model, torch.optim.AdamW(model.parameters()), config.to_dict())
     for spec in (ckpt, tmp_path):

@@ -4,10 +4,11 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from rlvmr_nb.scoring.advantages import (
-    AdvantageConfig, discounted_returns, gigpo_advantages, group_normalise, grpo_advantages,
-    grpo_mr_advantages, meta_reasoning_advantage, outcome_advantage, preset, with_advantages,
+    AdvantageConfig, discounted_returns, gigpo_advantages, group_normalise,
+    grpo_mr_advantages, meta_reasoning_advantage, outcome_advantage, with_advantages,
 )
-from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards
+from rlvmr_nb.scoring.method import PRESETS, MethodConfig
+from rlvmr_nb.scoring.rewards import with_rewards
 
 from episode_builders import episode, step, worked_example
 
@@ -19,7 +20,7 @@ def test_worked_example_spec_3_7_official_code():
     assert a_ep == pytest.approx([0.913, 0.913, 0.913, -0.907, -0.925, -0.907], abs=1e-3)
     a_mr = meta_reasoning_advantage(eps)
     assert a_mr == pytest.approx([0.707, 1.0, 0.0, -0.707, 0.0, 1.0], abs=1e-3)
-    adv = grpo_mr_advantages(eps, "official_code")
+    adv = grpo_mr_advantages(eps, PRESETS["official_code"].advantage)
     assert adv == pytest.approx([1.620, 1.913, 0.913, -1.614, -0.925, 0.093], abs=1e-3)
     assert all(s.advantage is None for ep in eps for s in ep.steps), "estimators must not write into the episodes"
     annotated = with_advantages(eps, adv)
@@ -50,8 +51,8 @@ def test_group_normalise_unbiased_std_and_mean_norm():
 
 
 def test_paper_preset_batch_trajectory_level():
-    eps = with_rewards(worked_example(), RewardConfig(format_penalty_channel="step"))
-    adv = grpo_mr_advantages(eps, "paper")
+    eps = with_rewards(worked_example(), penalty_channel="step")
+    adv = grpo_mr_advantages(eps, PRESETS["paper"].advantage)
     # Trajectory channel over K=2 trajectories: R = [10, 0] -> ±0.7071 (unbiased std).
     a_traj = outcome_advantage(eps, unit="trajectory", scope="batch")
     assert a_traj == pytest.approx([0.7071] * 3 + [-0.7071] * 3, abs=1e-4)
@@ -63,9 +64,12 @@ def test_paper_preset_batch_trajectory_level():
 
 
 def test_preset_overrides_and_errors():
-    assert preset("official_code", mr_weight=0.5).mr_weight == 0.5
-    with pytest.raises(ValueError, match="unknown advantage preset"):
-        preset("nope")
+    method = MethodConfig(preset="official_code", advantage=AdvantageConfig(mr_weight=0.5))
+    assert method.advantage_config.mr_weight == 0.5 and method.advantage_config.combine == "sum"
+    changed = MethodConfig(preset="paper", advantage=AdvantageConfig(outcome_scope="group"))
+    assert (changed.advantage_config.outcome_scope, changed.advantage_config.mr_scope) == ("group", "batch")
+    with pytest.raises(ValueError, match="MethodConfig.preset"):
+        MethodConfig(preset="nope")
     with pytest.raises(ValueError, match="outcome_unit"):
         AdvantageConfig(outcome_unit="token")
     with pytest.raises(ValueError, match="alpha"):
@@ -74,7 +78,7 @@ def test_preset_overrides_and_errors():
 
 def test_missing_rewards_is_a_clear_error():
     with pytest.raises(ValueError, match="with_rewards"):
-        grpo_mr_advantages(worked_example())
+        grpo_mr_advantages(worked_example(), PRESETS["official_code"].advantage)
 
 
 def test_discounted_returns():
@@ -120,11 +124,10 @@ def batches(draw):
 @settings(max_examples=60, deadline=None)
 @given(batches(), st.sampled_from(["official_code", "paper"]))
 def test_advantages_finite_and_zero_mean_within_groups(eps, name):
-    channel = "outcome" if name == "official_code" else "step"
-    eps = with_rewards(eps, RewardConfig(format_penalty_channel=channel))
-    adv = grpo_mr_advantages(eps, name)
+    eps = with_rewards(eps, penalty_channel=PRESETS[name].penalty_channel)
+    cfg = PRESETS[name].advantage
+    adv = grpo_mr_advantages(eps, cfg)
     assert np.all(np.isfinite(adv))
-    cfg = preset(name)
     a_out = outcome_advantage(eps, cfg.outcome_unit, cfg.outcome_scope)
     scores = np.array([s.outcome_score for ep in eps for s in ep.steps])
     keys = [ep.group_id if cfg.outcome_scope == "group" else "b" for ep in eps for _ in ep.steps]
@@ -134,7 +137,7 @@ def test_advantages_finite_and_zero_mean_within_groups(eps, name):
             assert abs(a_out[idx].mean()) < 1e-6
     a_mr = meta_reasoning_advantage(eps, cfg.mr_scope)
     mr = np.array([s.mr_reward for ep in eps for s in ep.steps])
-    tags = [s.tag_type for ep in eps for s in ep.steps]
+    tags = [s.tag_class for ep in eps for s in ep.steps]
     mr_keys = [(k, t) for k, t in zip(keys if cfg.mr_scope == "group" else ["b"] * len(tags), tags)]
     for k in set(mr_keys):
         idx = [i for i, kk in enumerate(mr_keys) if kk == k]
@@ -146,9 +149,10 @@ def test_advantages_finite_and_zero_mean_within_groups(eps, name):
 @given(batches())
 def test_outcome_only_reduces_to_grpo_exactly(eps):
     eps = with_rewards(eps)
-    code = grpo_mr_advantages(eps, preset("official_code", mr_weight=0.0)).copy()
-    assert np.array_equal(code, grpo_advantages(eps, unit="step", scope="group"))
-    paper = grpo_mr_advantages(eps, preset("paper", alpha=1.0)).copy()
-    assert np.array_equal(paper, grpo_advantages(eps, unit="trajectory", scope="batch"))
+    official, paper_shape = PRESETS["official_code"].advantage, PRESETS["paper"].advantage
+    code = grpo_mr_advantages(eps, AdvantageConfig(mr_weight=0.0).on(official)).copy()
+    assert np.array_equal(code, outcome_advantage(eps, unit="step", scope="group"))
+    paper = grpo_mr_advantages(eps, AdvantageConfig(alpha=1.0).on(paper_shape)).copy()
+    assert np.array_equal(paper, outcome_advantage(eps, unit="trajectory", scope="batch"))
     # GiGPO with ω = 0 is GRPO too.
-    assert np.array_equal(gigpo_advantages(eps, step_weight=0.0), grpo_advantages(eps))
+    assert np.array_equal(gigpo_advantages(eps, step_weight=0.0), outcome_advantage(eps))

@@ -6,8 +6,7 @@ from rlvmr_nb.scoring.metrics import (
     invalid_action_rates, mean_episode_length, mean_mr_reward_by_tag, repetitive_action_rate, repetitive_steps,
     success_by_task_type, success_rate, summarize, tag_distribution,
 )
-from rlvmr_nb.scoring.advantages import AdvantageConfig
-from rlvmr_nb.scoring.rewards import RewardConfig
+from rlvmr_nb.scoring.method import MethodConfig
 from rlvmr_nb.scoring.scored import score_episodes
 
 from episode_builders import episode, step, worked_example
@@ -71,7 +70,7 @@ def test_success_length_task_types_and_aborted_excluded():
 
 def test_tag_mix_and_mr_by_tag_on_worked_example():
     eps = worked_example()
-    scored = score_episodes(eps, "rlvmr", RewardConfig(), AdvantageConfig())
+    scored = score_episodes(eps, MethodConfig())
     mix = tag_distribution(eps)
     assert mix == pytest.approx({"planning": 2 / 6, "explore": 1 / 6, "reflection": 1 / 6, "monitor": 1 / 6,
                                  "none": 1 / 6})

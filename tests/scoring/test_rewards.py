@@ -1,6 +1,9 @@
 import pytest
 
-from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards, meta_reasoning_rewards, outcome_reward
+from rlvmr_nb.scoring.method import PRESETS, MethodConfig
+from rlvmr_nb.scoring.rewards import (RewardConfig, RewardDeviations, meta_reasoning_rewards, outcome_reward,
+                                     with_rewards)
+from rlvmr_nb.scoring.scored import score_episodes
 
 from episode_builders import episode, step, worked_example
 
@@ -13,9 +16,9 @@ def test_outcome_reward():
 
 def test_worked_example_rewards():
     r1 = meta_reasoning_rewards(worked_example()[0])
-    assert [(r.tag_type, r.mr_reward) for r in r1] == [("planning", 1.0), ("explore", 1.0), ("none", 0.0)]
+    assert [(r.tag_class, r.mr_reward) for r in r1] == [("planning", 1.0), ("explore", 1.0), ("none", 0.0)]
     r2 = meta_reasoning_rewards(worked_example()[1])
-    assert [(r.tag_type, r.mr_reward) for r in r2] == [("planning", 0.0), ("none", 0.0), ("reflection", 1.0)]
+    assert [(r.tag_class, r.mr_reward) for r in r2] == [("planning", 0.0), ("none", 0.0), ("reflection", 1.0)]
 
 
 def test_planning_pays_only_on_success():
@@ -52,8 +55,8 @@ def test_invalid_step_gets_no_mr_reward_and_penalty_channels():
     bad = step(0, None, "x", output="<explore>a</explore><monitor>b</monitor><action>x</action>")
     ep = episode([bad], won=True)
     r = meta_reasoning_rewards(ep)[0]
-    assert (r.tag_type, r.mr_reward, r.outcome_score, r.step_reward) == ("none", 0.0, pytest.approx(9.9), 0.0)
-    r = meta_reasoning_rewards(ep, RewardConfig(format_penalty_channel="step"))[0]
+    assert (r.tag_class, r.mr_reward, r.outcome_score, r.step_reward) == ("none", 0.0, pytest.approx(9.9), 0.0)
+    r = meta_reasoning_rewards(ep, penalty_channel="step")[0]
     assert (r.outcome_score, r.step_reward) == (10.0, pytest.approx(-0.1))
 
 
@@ -68,9 +71,9 @@ def test_multiline_actions_official_bug_changes_explore():
 
 def test_monitor_reward_optional():
     ep = episode([step(0, "monitor", "go to a"), step(1, "monitor", "bad", admissible=False)], won=False)
-    assert [(r.tag_type, r.mr_reward) for r in meta_reasoning_rewards(ep)] == [("none", 0.0), ("none", 0.0)]
+    assert [(r.tag_class, r.mr_reward) for r in meta_reasoning_rewards(ep)] == [("none", 0.0), ("none", 0.0)]
     on = RewardConfig(monitor_reward=0.5)
-    assert [(r.tag_type, r.mr_reward) for r in meta_reasoning_rewards(ep, on)] == [("monitor", 0.5), ("monitor", 0.0)]
+    assert [(r.tag_class, r.mr_reward) for r in meta_reasoning_rewards(ep, on)] == [("monitor", 0.5), ("monitor", 0.0)]
 
 
 def test_magnitudes_configurable_and_validation():
@@ -78,26 +81,27 @@ def test_magnitudes_configurable_and_validation():
     r = meta_reasoning_rewards(worked_example()[0], cfg)
     assert [x.mr_reward for x in r] == [2.0, 0.5, 0.0]
     assert meta_reasoning_rewards(worked_example()[1], cfg)[1].outcome_score == -1.0
-    with pytest.raises(ValueError, match="format_penalty_channel"):
-        RewardConfig(format_penalty_channel="token")
+    with pytest.raises(ValueError, match="penalty_channel"):
+        meta_reasoning_rewards(worked_example()[0], penalty_channel="token")
     with pytest.raises(ValueError):
         RewardConfig(format_penalty=-0.1)
 
 
 def test_with_rewards_fills_steps():
     eps = with_rewards(worked_example())
-    assert [s.tag_type for s in eps[0].steps] == ["planning", "explore", "none"]
+    assert [s.tag_class for s in eps[0].steps] == ["planning", "explore", "none"]
     assert [s.outcome_score for s in eps[1].steps] == pytest.approx([0.0, -0.1, 0.0])
 
 
-def test_reward_config_for_each_advantage_preset():
-    from rlvmr_nb.scoring.rewards import RewardConfig
-
-    assert RewardConfig.for_preset("official_code").format_penalty_channel == "outcome"
-    assert RewardConfig.for_preset("paper").format_penalty_channel == "step"
-    assert RewardConfig.for_preset("paper", format_penalty=0.2).format_penalty == 0.2
-    with pytest.raises(ValueError, match="preset"):
-        RewardConfig.for_preset("papers")
+def test_each_preset_sets_the_penalty_channel_with_the_advantage():
+    """A method is one choice: the preset puts the format penalty where its equations do (paper §3.4.1: the step
+    reward; the released code: the outcome score) and shapes the advantage to match."""
+    assert {name: MethodConfig(preset=name).penalty_channel for name in PRESETS} == {"official_code": "outcome",
+                                                                                      "paper": "step"}
+    bad = episode([step(0, None, "x", output="no tags <action>x</action>")], won=True)
+    for name, expected in (("official_code", (9.9, 0.0)), ("paper", (10.0, -0.1))):
+        scored = score_episodes([bad], MethodConfig(preset=name)).episodes[0].steps[0]
+        assert (scored.outcome_score, scored.mr_reward) == pytest.approx(expected)
 
 
 # --- options beyond the official semantics (defaults must stay official) ---------------------------
@@ -106,12 +110,12 @@ def test_reward_config_for_each_advantage_preset():
 def test_a_refused_explore_is_paid_officially_and_unpaid_when_only_admissible_commands_count():
     refused = episode([step(0, "planning", "go to a"), step(1, "explore", "go to attic", admissible=False)], won=False)
     assert [r.mr_reward for r in meta_reasoning_rewards(refused)] == [0.0, 1.0]  # official: a new action, paid
-    verified = RewardConfig(meta_rewards_admissible_only=True)
-    assert [r.mr_reward for r in meta_reasoning_rewards(refused, verified)] == [0.0, 0.0]
+    verified = RewardDeviations(meta_rewards_admissible_only=True)
+    assert [r.mr_reward for r in meta_reasoning_rewards(refused, deviations=verified)] == [0.0, 0.0]
     # an earlier REFUSED "go to attic" does not make a later accepted one a repeat under the option
     later = episode([step(0, "explore", "go to attic", admissible=False), step(1, "explore", "go to attic")], won=False)
     assert [r.mr_reward for r in meta_reasoning_rewards(later)] == [1.0, 0.0]
-    assert [r.mr_reward for r in meta_reasoning_rewards(later, verified)] == [0.0, 1.0]
+    assert [r.mr_reward for r in meta_reasoning_rewards(later, deviations=verified)] == [0.0, 1.0]
 
 
 def test_a_refused_reflection_and_a_first_step_reflection_under_the_options():
@@ -119,11 +123,11 @@ def test_a_refused_reflection_and_a_first_step_reflection_under_the_options():
                              step(1, "reflection", "move y", admissible=False),
                              step(2, "reflection", "inventory")], won=False)
     assert [r.mr_reward for r in meta_reasoning_rewards(after_failure)] == [0.0, 1.0, 1.0]
-    verified = RewardConfig(meta_rewards_admissible_only=True)
-    assert [r.mr_reward for r in meta_reasoning_rewards(after_failure, verified)] == [0.0, 0.0, 1.0]
+    verified = RewardDeviations(meta_rewards_admissible_only=True)
+    assert [r.mr_reward for r in meta_reasoning_rewards(after_failure, deviations=verified)] == [0.0, 0.0, 1.0]
     first = episode([step(0, "reflection", "look")], won=False)
     assert meta_reasoning_rewards(first)[0].mr_reward == 1.0
-    assert meta_reasoning_rewards(first, RewardConfig(reflection_at_start=False))[0].mr_reward == 0.0
+    assert meta_reasoning_rewards(first, deviations=RewardDeviations(reflection_at_start=False))[0].mr_reward == 0.0
 
 
 def test_the_refused_penalty_reaches_the_outcome_score_under_both_channels():
@@ -131,27 +135,25 @@ def test_the_refused_penalty_reaches_the_outcome_score_under_both_channels():
                   step(2, None, "x", output="no tags here", admissible=False)], won=True)
     assert [r.outcome_score for r in meta_reasoning_rewards(ep)] == [10.0, 10.0, pytest.approx(9.9)]  # official: free
     for channel in ("outcome", "step"):
-        cfg = RewardConfig(refused_penalty=0.5, format_penalty_channel=channel)
-        scores = [r.outcome_score for r in meta_reasoning_rewards(ep, cfg)]
+        rules = RewardDeviations(refused_penalty=0.5)
+        scores = [r.outcome_score for r in meta_reasoning_rewards(ep, deviations=rules, penalty_channel=channel)]
         # only the well-formed refused step pays it; the malformed one pays the format penalty alone
         assert scores == [9.5, 10.0, pytest.approx(9.9 if channel == "outcome" else 10.0)]
     with pytest.raises(ValueError):
-        RewardConfig(refused_penalty=-1.0)
+        RewardDeviations(refused_penalty=-1.0)
 
 
 def test_the_refused_penalty_moves_grpo_and_rlvmr_advantages_alike():
     """Both arms read `outcome_score`: in a group of two failed rollouts the one with a refused command is pushed down
     by the outcome-only GRPO estimator too."""
-    from rlvmr_nb.scoring.advantages import compute_advantages, preset
-
     def group():
         return [episode([step(0, "monitor", "go to attic", admissible=False)], won=False, eid="a"),
                 episode([step(0, "monitor", "look")], won=False, eid="b")]
 
     for algo in ("grpo", "rlvmr"):
         for name in ("official_code", "paper"):
-            cfg = RewardConfig.for_preset(name, refused_penalty=0.5)
-            adv = compute_advantages(algo, with_rewards(group(), cfg), preset(name))
+            penalised = MethodConfig(algo=algo, preset=name, deviations=RewardDeviations(refused_penalty=0.5))
+            adv = [s.advantage for s in score_episodes(group(), penalised).steps]
             assert adv[0] < adv[1], (algo, name, adv)
-            flat = compute_advantages(algo, with_rewards(group(), RewardConfig.for_preset(name)), preset(name))
+            flat = [s.advantage for s in score_episodes(group(), MethodConfig(algo=algo, preset=name)).steps]
             assert flat[0] == pytest.approx(flat[1])  # official: a refused command costs nothing

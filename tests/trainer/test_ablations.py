@@ -12,10 +12,12 @@ pytest.importorskip("torch")
 
 from episode_builders import score_with, worked_example  # noqa: E402
 from rlvmr_nb.cli import main  # noqa: E402
-from rlvmr_nb.train_config import read_train_settings, switch_advantage_preset, train_config  # noqa: E402
+from rlvmr_nb.scoring.advantages import AdvantageConfig  # noqa: E402
+from rlvmr_nb.scoring.method import MethodConfig  # noqa: E402
+from rlvmr_nb.train_config import train_config  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.runs import read_metrics  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,34 +50,36 @@ def paper_run(name: str) -> Path:
                          ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_config_files_hold_the_official_settings(path):
     cfg = train_config(path)
+    f = cfg.flat()
     assert json.loads(path.read_text())["_about"]  # each file says what it is and how to run it
-    assert (cfg.tasks_per_iteration, cfg.group_size, cfg.lr, cfg.temperature) == (16, 8, 1e-6, 1.0)
-    assert (cfg.max_new_tokens, cfg.max_prompt_tokens, cfg.mini_batch_size, cfg.stop) == (1024, 6000, 256, "none")
+    assert (f["tasks_per_iteration"], f["group_size"], f["lr"], f["temperature"]) == (16, 8, 1e-6, 1.0)
+    assert (f["max_new_tokens"], f["max_prompt_tokens"], f["mini_batch_size"], f["stop"]) == (1024, 6000, 256, "none")
     assert cfg.loss == LossConfig(clip_eps=0.2, kl_coef=0.01, entropy_coef=0.001) == LossConfig()
-    assert cfg.advantage.preset == "official_code" and cfg.gradient_checkpointing
-    assert cfg.save_every == (10 if cfg.env == "scienceworld" else 5)
+    assert cfg.method.preset == "official_code" and f["gradient_checkpointing"]
+    assert f["save_every"] == (10 if f["env"] == "scienceworld" else 5)
 
 
 def test_paper_runs_follow_each_official_script():
     runs = {name: train_config(paper_run(name)) for name in PAPER_RUNS}
     for name, cfg in runs.items():
         algo, env = name.split("_")
-        assert (cfg.algo, cfg.env, cfg.level) == (algo, env, "L0")
-        assert cfg.resolved_prompt_style == ("meta_think" if algo == "rlvmr" else "think")
+        assert (cfg.method.algo, cfg.rollout.env, cfg.rollout.level) == (algo, env, "L0")
+        assert cfg.rollout_for_run.prompt_style == ("meta_think" if algo == "rlvmr" else "think")
         assert (cfg.model == BASE_MODEL) == (algo != "rlvmr")  # RLVMR starts from its cold start
-    assert [runs[f"{a}_alfworld"].iterations for a in ("rlvmr", "grpo", "gigpo")] == [100, 150, 200]
-    assert [runs[f"{a}_scienceworld"].iterations for a in ("rlvmr", "grpo", "gigpo")] == [100, 150, 150]
-    assert runs["gigpo_alfworld"].max_steps == 50 and runs["rlvmr_alfworld"].max_steps == 30
-    assert runs["gigpo_alfworld"].micro_batch_size == 8 and runs["grpo_alfworld"].micro_batch_size == 16
-    assert runs["grpo_scienceworld"].reward.format_penalty == 0.0 and runs["grpo_alfworld"].reward.format_penalty == 0.1
+    assert [runs[f"{a}_alfworld"].run.iterations for a in ("rlvmr", "grpo", "gigpo")] == [100, 150, 200]
+    assert [runs[f"{a}_scienceworld"].run.iterations for a in ("rlvmr", "grpo", "gigpo")] == [100, 150, 150]
+    assert runs["gigpo_alfworld"].rollout.max_steps == 50 and runs["rlvmr_alfworld"].rollout.max_steps == 30
+    assert runs["gigpo_alfworld"].update.micro_batch_size == 8 and runs["grpo_alfworld"].update.micro_batch_size == 16
+    assert (runs["grpo_scienceworld"].method.reward.format_penalty, runs["grpo_alfworld"].method.reward.format_penalty) == (
+        0.0, 0.1)
 
 
 @pytest.mark.parametrize("name", ABLATIONS)
 def test_each_ablation_selects_its_variant(name):
     cfg = train_config(ablation(name))
-    assert (cfg.env, cfg.level) == ("alfworld", "L2")  # paper Table 3 reports L2
+    assert (cfg.rollout.env, cfg.rollout.level) == ("alfworld", "L2")  # paper Table 3 reports L2
     assert cfg.model == (BASE_MODEL if name == "wo_cold_start" else "runs/coldstart/alfworld-L2-n200-seed0/sft")
-    assert cfg.resolved_prompt_style == "meta_think"
+    assert cfg.rollout_for_run.prompt_style == "meta_think"
     _, advantages = score_with(worked_example(), cfg)
     assert list(advantages) == pytest.approx(ADVANTAGES_ON_WORKED_EXAMPLE[name], abs=1e-3)
     _, full = score_with(worked_example(), train_config(paper_run("rlvmr_alfworld")))
@@ -84,8 +88,9 @@ def test_each_ablation_selects_its_variant(name):
 
 def test_without_the_outcome_advantage_under_the_paper_preset_too():
     """--preset paper keeps the file's ablation: alpha 0 leaves the paper's batch-wise MR channel alone."""
-    cfg = train_config(ablation("wo_outcome_advantage"), {"advantage.preset": "paper"})
-    assert (cfg.advantage.combine, cfg.advantage.alpha, cfg.reward.format_penalty_channel) == ("convex", 0.0, "step")
+    cfg = train_config(ablation("wo_outcome_advantage"), {"preset": "paper"})
+    shape = cfg.method.advantage_config
+    assert (shape.combine, shape.alpha, cfg.method.penalty_channel) == ("convex", 0.0, "step")
     _, advantages = score_with(worked_example(), cfg)
     assert list(advantages) == pytest.approx([0.7071, 1.0, 0.7071, -0.7071, -0.7071, 1.0], abs=1e-4)
 
@@ -96,9 +101,10 @@ def test_each_ablation_trains_one_iteration_from_the_command_line(name, tmp_path
     assert main(["train", "--config", str(ablation(name)), *TINY, "--out", str(out)]) == 0
     saved = TrainConfig.from_dict(json.loads((out / "config.json").read_text()))
     expected = train_config(ablation(name))
-    assert (saved.algo, saved.advantage, saved.level, saved.prompt_style) == (
-        expected.algo, expected.advantage, expected.level, expected.prompt_style)  # the file's variant ...
-    assert (saved.model, saved.env, saved.group_size, saved.stop) == ("tiny-random:llama", "toy", 2, "action")  # ... at CLI size
+    assert (saved.method, saved.rollout.level, saved.rollout.prompt_style) == (
+        expected.method, expected.rollout.level, expected.rollout.prompt_style)  # the file's variant ...
+    assert (saved.model, saved.rollout.env, saved.rollout.group_size, saved.rollout.stop) == (
+        "tiny-random:llama", "toy", 2, "action")  # ... at CLI size
     assert [row["iteration"] for row in read_metrics(out)] == [0]
     episodes = read_episodes(out / "episodes.jsonl")
     assert len(episodes) == 2 and all(s.advantage is not None for ep in episodes for s in ep.steps)
@@ -111,34 +117,41 @@ def test_options_given_override_the_file_and_the_rest_keep_it(tmp_path):
     path.write_text(json.dumps({"_note": "comments start with _", "algo": "grpo", "iterations": 7,
                                 "loss": {"kl_coef": 0.0, "entropy_coef": 0.0},
                                 "advantage": {"preset": "official_code", "outcome_weight": 0.5}}))
-    cfg = train_config(path, {"iterations": 3, "loss.kl_coef": 0.02, "advantage.preset": "paper"})
-    assert (cfg.algo, cfg.iterations) == ("grpo", 3)
+    cfg = train_config(path, {"iterations": 3, "loss.kl_coef": 0.02, "preset": "paper"})
+    assert (cfg.method.algo, cfg.run.iterations) == ("grpo", 3)
     assert cfg.loss == LossConfig(kl_coef=0.02, entropy_coef=0.0)  # one field of a nested setting replaced
-    assert (cfg.advantage.preset, cfg.advantage.combine, cfg.advantage.outcome_weight) == ("paper", "convex", 0.5)
-    assert train_config(None, {"algo": "gigpo"}) == TrainConfig(algo="gigpo")
+    shape = cfg.method.advantage_config
+    assert (cfg.method.preset, shape.combine, shape.outcome_weight) == ("paper", "convex", 0.5)
+    assert train_config(None, {"algo": "gigpo"}) == TrainConfig.from_dict(dict(algo="gigpo"))
 
 
 def test_a_run_folders_config_switches_preset_without_mixing_two(tmp_path):
-    written = TrainConfig(advantage={"preset": "official_code", "mr_weight": 0.5}).to_dict()  # every field
-    switched = switch_advantage_preset(written, "paper")
-    assert switched["advantage"] == {"preset": "paper", "mr_weight": 0.5}
-    assert switched["reward"]["format_penalty_channel"] == "step"  # the channel follows the preset ...
-    path = tmp_path / "config.json"
-    path.write_text(json.dumps(written))
-    cfg = train_config(path, {"advantage.preset": "paper"})
-    assert (cfg.advantage.outcome_unit, cfg.advantage.mr_weight, cfg.reward.success_reward) == ("trajectory", 0.5, 10.0)
-    odd = dict(written, reward={"format_penalty_channel": "step"})  # ... unless the file chose the other one
-    with pytest.raises(ValueError, match="puts the format penalty in the 'outcome' channel"):
-        train_config(None, switch_advantage_preset(odd, "official_code"))
+    """A config.json spells out every field, as branches (now) or flat (before the tree). Switching its preset
+    brings the new preset's advantage shape and penalty channel, and keeps what the file changed (mr_weight)."""
+    written = TrainConfig(method=MethodConfig(advantage=AdvantageConfig(mr_weight=0.5))).to_dict()
+    old_style = {"algo": "rlvmr", "advantage": {"preset": "official_code", "outcome_unit": "step", "outcome_scope": "group",
+                                                "mr_scope": "group", "combine": "sum", "mr_weight": 0.5},
+                 "reward": {"format_penalty_channel": "outcome", "success_reward": 10.0}}
+    for document in (written, old_style):
+        path = tmp_path / "config.json"
+        path.write_text(json.dumps(document))
+        cfg = train_config(path, {"preset": "paper"})
+        shape = cfg.method.advantage_config
+        assert (shape.outcome_unit, shape.combine, shape.mr_weight) == ("trajectory", "convex", 0.5)
+        assert (cfg.method.penalty_channel, cfg.method.reward.success_reward) == ("step", 10.0)
+        assert train_config(path) == TrainConfig(method=MethodConfig(advantage=AdvantageConfig(mr_weight=0.5)))
 
 
 def test_config_file_errors_name_the_problem(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"algo": "rlvmr", "iteratoins": 3}))
-    with pytest.raises(ValueError, match=r"unknown TrainConfig field\(s\) \['iteratoins'\]"):
-        read_train_settings(bad)
+    with pytest.raises(ValueError, match=r"bad.json: unknown TrainConfig setting 'iteratoins'; did you mean iterations"):
+        train_config(bad)
     bad.write_text(json.dumps({"loss": {"kl": 0.1}}))
-    with pytest.raises(ValueError, match="bad.json.*kl"):
+    with pytest.raises(ValueError, match="bad.json.*'loss.kl'"):
+        train_config(bad)
+    bad.write_text(json.dumps({"group_size": 2.5}))
+    with pytest.raises(ValueError, match="bad.json: rollout.group_size must be an integer"):
         train_config(bad)
     with pytest.raises(FileNotFoundError, match="no TrainConfig file"):
         train_config(tmp_path / "missing.json")
@@ -146,13 +159,10 @@ def test_config_file_errors_name_the_problem(tmp_path):
 
 
 def test_the_trainer_with_the_paper_preset_gives_the_papers_numbers_on_the_worked_example():
-    """`TrainConfig(advantage=preset('paper'))` through `score_episodes` (the trainer's own path): the penalty moves
-    to the step reward with the preset, and the advantages are 0.5·A_traj + 0.5·A_MR of paper Eqs. 2-4 —
-    guards against a config whose advantage preset and reward channel disagree."""
-    from rlvmr_nb.scoring.advantages import preset
-
-    cfg = TrainConfig(advantage=preset("paper"))
-    assert cfg.reward.format_penalty_channel == "step"
+    """The paper preset through `score_episodes` (the trainer's own path): the penalty moves to the step reward with
+    the preset, and the advantages are 0.5·A_traj + 0.5·A_MR of paper Eqs. 2-4 — one choice sets both."""
+    cfg = train_config(None, {"preset": "paper"})
+    assert cfg.method.penalty_channel == "step"
     _, advantages = score_with(worked_example(), cfg)
     a_traj = [0.7071] * 3 + [-0.7071] * 3  # R = [10, 0] over K = 2 trajectories, unbiased std
     a_mr = [0.7071, 1.0, 0.7071, -0.7071, -0.7071, 1.0]  # r_MR + r_format within each tag over the batch

@@ -12,11 +12,12 @@ pytest.importorskip("torch")
 
 from episode_builders import episode, score_with, step  # noqa: E402
 from rlvmr_nb import cli  # noqa: E402
+from rlvmr_nb.scoring.method import MethodConfig  # noqa: E402
 from rlvmr_nb.scoring.advantages import AdvantageConfig, compute_advantages  # noqa: E402
 from rlvmr_nb.evaluate import EvalConfig  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 
 
 def _group(n_aborted: int):
@@ -33,32 +34,32 @@ def _group(n_aborted: int):
 
 @pytest.mark.parametrize("algo", ["rlvmr", "grpo", "gigpo"])
 def test_aborted_episodes_leave_the_batch_before_advantages(algo):
-    config = TrainConfig(algo=algo)
+    config = TrainConfig.from_dict(dict(algo=algo))
     clean_eps, clean = score_with(_group(0), config)
     kept, with_faults = score_with(_group(2), config)
     assert [e.episode_id for e in kept] == [e.episode_id for e in clean_eps]
     np.testing.assert_array_equal(with_faults, clean)
     # What the old code did: normalise with the aborted episodes as failures, which shifts every advantage.
     biased = with_rewards(_group(2))
-    old = compute_advantages(algo, biased, config.advantage)[: len(clean)]
+    old = compute_advantages(algo, biased, config.method.advantage_config)[: len(clean)]
     assert not np.allclose(old, clean), "the test would not notice aborted episodes counting as failures"
 
 
 @pytest.mark.parametrize("make, option", [
-    (lambda: TrainConfig(group_size=0), "TrainConfig.group_size"),
-    (lambda: TrainConfig(tasks_per_iteration=0), "TrainConfig.tasks_per_iteration"),
-    (lambda: TrainConfig(max_steps=0), "TrainConfig.max_steps"),
-    (lambda: TrainConfig(iterations=-3), "TrainConfig.iterations"),
-    (lambda: TrainConfig(save_every=0), "TrainConfig.save_every"),
-    (lambda: TrainConfig(env_workers=-2), "TrainConfig.env_workers"),
-    (lambda: TrainConfig(lr=float("nan")), "TrainConfig.lr"),
-    (lambda: TrainConfig(temperature=float("inf")), "TrainConfig.temperature"),
+    (lambda: TrainConfig.from_dict(dict(group_size=0)), "RolloutConfig.group_size"),
+    (lambda: TrainConfig.from_dict(dict(tasks_per_iteration=0)), "RunConfig.tasks_per_iteration"),
+    (lambda: TrainConfig.from_dict(dict(max_steps=0)), "RolloutConfig.max_steps"),
+    (lambda: TrainConfig.from_dict(dict(iterations=-3)), "RunConfig.iterations"),
+    (lambda: TrainConfig.from_dict(dict(save_every=0)), "RunConfig.save_every"),
+    (lambda: TrainConfig.from_dict(dict(env_workers=-2)), "RolloutConfig.env_workers"),
+    (lambda: TrainConfig.from_dict(dict(lr=float("nan"))), "UpdateConfig.lr"),
+    (lambda: TrainConfig.from_dict(dict(temperature=float("inf"))), "RolloutConfig.temperature"),
     (lambda: LossConfig(kl_coef=-5), "LossConfig.kl_coef"),
     (lambda: LossConfig(entropy_coef=float("nan")), "LossConfig.entropy_coef"),
     (lambda: RewardConfig(success_reward=float("nan")), "RewardConfig.success_reward"),
     (lambda: AdvantageConfig(eps=0.0), "eps"),
-    (lambda: EvalConfig(max_steps=0), "EvalConfig.max_steps"),
-    (lambda: EvalConfig(level="L7"), "level"),
+    (lambda: EvalConfig.from_dict(dict(max_steps=0)), "RolloutConfig.max_steps"),
+    (lambda: EvalConfig.from_dict(dict(level="L7")), "level"),
 ])
 def test_impossible_settings_are_refused_naming_the_option(make, option):
     with pytest.raises(ValueError, match=option.replace(".", r"\.")):
@@ -87,7 +88,7 @@ def test_nan_rewards_stop_the_update_instead_of_being_averaged_away():
     eps = with_rewards(_group(0))
     eps[0].steps[0].outcome_score = math.nan
     with pytest.raises(FloatingPointError, match="not finite"):
-        compute_advantages("rlvmr", eps, AdvantageConfig())
+        compute_advantages("rlvmr", eps, MethodConfig().advantage_config)
 
 
 @pytest.mark.slow

@@ -41,7 +41,8 @@ torch = pytest.importorskip("torch")
 
 from rlvmr_nb.models import load_model  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
+from rlvmr_nb.trainer import train  # noqa: E402
 
 from door_env import door_tasks  # noqa: E402
 from trainer_helpers import door_slots, pinned_door_policy, small_config  # noqa: E402
@@ -69,9 +70,9 @@ FLOAT64 = dict(rollout_dtype="float64", bf16_autocast=False)
 
 
 def _toy_config(out_dir: Path) -> TrainConfig:
-    return TrainConfig(env="toy", model="tiny-random:llama", out_dir=str(out_dir), iterations=2, tasks_per_iteration=3,
+    return TrainConfig.from_dict(dict(env="toy", model="tiny-random:llama", out_dir=str(out_dir), iterations=2, tasks_per_iteration=3,
                        group_size=3, max_steps=2, max_new_tokens=6, max_prompt_tokens=2048, mini_batch_size=8,
-                       micro_batch_size=2, save_every=1, lr=1e-4, tis_cap=2.0, progress=False, **FLOAT64)
+                       micro_batch_size=2, save_every=1, lr=1e-4, tis_cap=2.0, progress=False, **FLOAT64))
 
 
 def _toy_run(out_dir: Path, config: TrainConfig | None = None) -> list[dict[str, str]]:
@@ -136,7 +137,7 @@ def test_a_changed_advantage_or_loss_breaks_the_pin(tmp_path, change):
     0.01 leaves the pin."""
     config = _door_config(tmp_path)
     if change == "mr_weight":
-        config = replace(config, advantage=replace(config.advantage, mr_weight=0.9))
+        config = replace(config, method=replace(config.method, advantage=replace(config.method.advantage, mr_weight=0.9)))
     elif change == "entropy_coef":
         config = replace(config, loss=replace(config.loss, entropy_coef=0.0011))
     else:

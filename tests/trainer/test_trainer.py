@@ -11,7 +11,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlvmr_nb.runs import latest_checkpoint, read_metrics  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
+from rlvmr_nb.trainer import train  # noqa: E402
 
 from door_env import door_tasks  # noqa: E402
 from trainer_helpers import door_slots, format_taught_model, small_config  # noqa: E402
@@ -21,16 +22,17 @@ HERE = Path(__file__).parents[1]  # the tests folder: its helper scripts
 
 def test_config_validation():
     with pytest.raises(ValueError, match="algo"):
-        TrainConfig(algo="ppo")
+        TrainConfig.from_dict(dict(algo="ppo"))
     with pytest.raises(ValueError, match="micro_batch_size"):
-        TrainConfig(micro_batch_size=32, mini_batch_size=16)
+        TrainConfig.from_dict(dict(micro_batch_size=32, mini_batch_size=16))
     with pytest.raises(ValueError, match="prompt_style"):
-        TrainConfig(prompt_style="chatty")  # rejected before any model is loaded
-    cfg = TrainConfig.from_dict(TrainConfig(lr=3e-6).to_dict())
-    assert cfg.lr == 3e-6 and cfg.reward.success_reward == 10.0
+        TrainConfig.from_dict(dict(prompt_style="chatty"))  # rejected before any model is loaded
+    cfg = TrainConfig.from_dict(TrainConfig.from_dict(dict(lr=3e-6)).to_dict())
+    assert cfg.update.lr == 3e-6 and cfg.method.reward.success_reward == 10.0
     # official scripts: the baselines answer in <think>; Table 3 "w/o A^MC" keeps the meta-think prompt
-    assert [TrainConfig(algo=a).resolved_prompt_style for a in ("rlvmr", "grpo", "gigpo")] == ["meta_think", "think", "think"]
-    assert TrainConfig(algo="grpo", prompt_style="meta_think").resolved_prompt_style == "meta_think"
+    styles = [TrainConfig.from_dict(dict(algo=a)).rollout_for_run.prompt_style for a in ("rlvmr", "grpo", "gigpo")]
+    assert styles == ["meta_think", "think", "think"]
+    assert TrainConfig.from_dict(dict(algo="grpo", prompt_style="meta_think")).rollout_for_run.prompt_style == "meta_think"
 
 
 def test_fused_and_reference_losses_give_the_same_gradient():
@@ -45,14 +47,14 @@ def test_fused_and_reference_losses_give_the_same_gradient():
     samples = random_samples(6, seed=3)
     results = []
     for fused in (True, False):
-        cfg = TrainConfig(fused_loss=fused, bf16_autocast=False, logprob_chunk_size=7, temperature=0.8,
-                          loss=LossConfig(entropy_coef=0.001, kl_coef=0.01))
-        for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, cfg.logprob_options)):
+        cfg = TrainConfig.from_dict(dict(fused_loss=fused, bf16_autocast=False, logprob_chunk_size=7, temperature=0.8,
+                          loss=LossConfig(entropy_coef=0.001, kl_coef=0.01)))
+        for s, logp in zip(samples, response_logprobs(model, samples, tok.pad_token_id, cfg.update, 0.8)):
             s.ref_logprobs = logp + 0.1
             s.old_logprobs = logp - 0.05  # ratios away from 1 so the clip branch is exercised
         model.zero_grad()
         loss, metrics = micro_batch_loss(ResponseLogprobModel(model, autocast=False), samples, tok.pad_token_id, cfg.loss,
-                                         cfg.logprob_options)
+                                         cfg.update, 0.8)
         loss.backward()
         results.append((float(loss.detach()), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}))
     (l_fused, g_fused), (l_ref, g_ref) = results

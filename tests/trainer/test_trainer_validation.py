@@ -6,7 +6,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlvmr_nb.runs import read_validation  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig, train  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
+from rlvmr_nb.trainer import train  # noqa: E402
 from rlvmr_nb.trainer_validation import Validator, validation_task_list  # noqa: E402
 
 from door_env import door_tasks  # noqa: E402
@@ -16,13 +17,13 @@ from trainer_helpers import door_slots, format_taught_model, small_config  # noq
 def test_validation_settings_are_checked_and_the_list_is_fixed():
     for bad in ({"validate_every": -1}, {"validation_tasks": 0}, {"validation_temperature": -0.1}):
         with pytest.raises(ValueError, match=next(iter(bad))):
-            TrainConfig(**bad)
+            TrainConfig.from_dict(dict(**bad))
     pool = door_tasks(10)
-    cfg = TrainConfig(env="door", validation_tasks=4, seed=3)
+    cfg = TrainConfig.from_dict(dict(env="door", validation_tasks=4, seed=3))
     chosen = validation_task_list(cfg, pool)
     assert chosen == validation_task_list(cfg, pool) and len(chosen) == 4 and set(chosen) <= set(pool)
-    assert validation_task_list(TrainConfig(env="door", validation_tasks=4, seed=4), pool) != chosen
-    assert validation_task_list(TrainConfig(env="door", validation_tasks=None), pool) == pool
+    assert validation_task_list(TrainConfig.from_dict(dict(env="door", validation_tasks=4, seed=4)), pool) != chosen
+    assert validation_task_list(TrainConfig.from_dict(dict(env="door", validation_tasks=None)), pool) == pool
 
 
 def test_schedule_is_before_the_first_every_kth_and_after_the_last():

@@ -89,21 +89,21 @@ def test_every_config_checks_its_device_when_it_is_made():
     from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig
     from rlvmr_nb.evaluate import EvalConfig
     from rlvmr_nb.coldstart.sft_config import SFTConfig, check_config
-    from rlvmr_nb.trainer import TrainConfig
+    from rlvmr_nb.train_config import TrainConfig
 
     for spec in ("auto", "cpu", "cuda", "cuda:1"):  # written on any machine; resolved where it runs
-        assert TrainConfig(device=spec).device == EvalConfig(device=spec).device == spec
+        assert TrainConfig.from_dict(dict(device=spec)).device == EvalConfig.from_dict(dict(device=spec)).device == spec
         check_config(SFTConfig(device=spec))
     with pytest.raises(DeviceError):
-        TrainConfig(device="gpu")
+        TrainConfig.from_dict(dict(device="gpu"))
     with pytest.raises(DeviceError):
-        EvalConfig(device="tpu")
+        EvalConfig.from_dict(dict(device="tpu"))
     with pytest.raises(DeviceError):
         check_config(SFTConfig(device="cuda0"))
     with pytest.raises(ValueError, match="unsloth.*CUDA"):
         check_config(SFTConfig(backend="unsloth", device="cpu"))
     with pytest.raises(ValueError, match="reference_device"):
-        TrainConfig(reference_device="gpu")
+        TrainConfig.from_dict(dict(reference_device="gpu"))
     # the experiment runs where its SFT config says, evaluations included
     assert ColdStartExperimentConfig().sft.device == "auto"
 
@@ -120,7 +120,7 @@ def test_train_eval_and_sft_refuse_cuda_without_a_gpu(tmp_path, tiny_llama_copy)
               policy=model, tokenizer=tok)
     assert not (tmp_path / "run" / "config.json").exists(), "the run started before the device was checked"
     with pytest.raises(DeviceError, match="CUDA"):
-        evaluate_policy(model, tok, EvalConfig(env="door", device="cuda:0"), tasks=door_tasks(),
+        evaluate_policy(model, tok, EvalConfig.from_dict(dict(env="door", device="cuda:0")), tasks=door_tasks(),
                         make_env_slots=door_slots)
     with pytest.raises(DeviceError, match="CUDA"):
         train_sft(model, tok, [SFTSample("hi", "there")], SFTConfig(device="cuda"), progress=False)
@@ -146,9 +146,9 @@ def test_cli_placement_flags_reach_the_run(tmp_path):
                  "--group-size", "2", "--max-steps", "1", "--max-new-tokens", "4", "--mini-batch-size", "2",
                  "--micro-batch-size", "2", "--device", "cpu", "--reference-device", "cpu",
                  "--gradient-checkpointing", "--out", str(out)]) == 0
-    config = json.loads((out / "config.json").read_text())
-    assert (config["device"], config["reference_device"], config["sharding"], config["gradient_checkpointing"]) == (
-        "cpu", "cpu", "ddp", True)
+    config = json.loads((out / "config.json").read_text())  # written as the tree's branches
+    assert (config["device"], config["placement"]["reference_device"], config["placement"]["sharding"],
+            config["update"]["gradient_checkpointing"]) == ("cpu", "cpu", "ddp", True)
 
 
 def test_place_moves_only_what_is_elsewhere(tiny_llama_copy):
@@ -165,12 +165,13 @@ def test_place_moves_only_what_is_elsewhere(tiny_llama_copy):
 def test_trainer_placement_puts_policy_and_reference_where_asked(tiny_llama_copy, reference_device):
     """`place_models` with a device other than the CPU (the meta device stands in for a GPU here): the policy,
     its rollout model and (reference_device='same') the reference end up there, buffers included."""
+    from rlvmr_nb.update.config import PlacementConfig
     from rlvmr_nb.update.reference_policy import frozen_copy
     from rlvmr_nb.update.sharding import place_models
 
     model, _ = tiny_llama_copy
     target = torch.device("meta")
-    models = place_models(model, frozen_copy(model), target, 1, "ddp", reference_device, True)
+    models = place_models(model, frozen_copy(model), target, 1, PlacementConfig(reference_device=reference_device), True)
     assert devices.tensors_off(models.policy, target) == [] and models.rollout_model is models.policy
     assert devices.tensors_off(models.logprob_model, target) == []
     home = target if reference_device == "same" else torch.device("cpu")

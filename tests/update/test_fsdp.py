@@ -1,4 +1,4 @@
-"""FSDP2 (`TrainConfig.sharding="fsdp"`) on 2 CPU processes (gloo): the update equals one process's, checkpoints
+"""FSDP2 (`TrainConfig.placement.sharding="fsdp"`) on 2 CPU processes (gloo): the update equals one process's, checkpoints
 hold a full state dict that `runs.load_policy` reads, and a sharded run resumes from its own checkpoint."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlvmr_nb.runs import latest_checkpoint, load_policy, read_metrics  # noqa: E402
-from rlvmr_nb.trainer import TrainConfig  # noqa: E402
+from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 
 HERE = Path(__file__).parents[1]  # the tests folder: its helper scripts
 
@@ -24,11 +24,11 @@ def _env() -> dict:
 
 
 def test_fsdp_settings_are_checked():
-    assert TrainConfig(sharding="fsdp").sharding == "fsdp"
+    assert TrainConfig.from_dict(dict(sharding="fsdp")).placement.sharding == "fsdp"
     with pytest.raises(ValueError, match="sharding"):
-        TrainConfig(sharding="zero3")
+        TrainConfig.from_dict(dict(sharding="zero3"))
     with pytest.raises(ValueError, match="lora"):
-        TrainConfig(sharding="fsdp", lora=True)
+        TrainConfig.from_dict(dict(sharding="fsdp", lora=True))
 
 
 @pytest.mark.pinned
@@ -82,7 +82,7 @@ def test_torchrun_fsdp_training_checkpoints_and_resumes(tmp_path):
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1] and all(r["samples"] == 12 for r in rows)
     config = json.loads((out / "config.json").read_text())
-    assert (config["sharding"], config["device"]) == ("fsdp", "cpu")
+    assert (config["placement"]["sharding"], config["device"]) == ("fsdp", "cpu")
     assert latest_checkpoint(out).name == "ckpt-00001"
     second, _, _ = load_policy(out)
     changed = [k for k, v in first.state_dict().items() if not torch.equal(v, second.state_dict()[k])]

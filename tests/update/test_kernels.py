@@ -32,12 +32,11 @@ torch = pytest.importorskip("torch")
 
 from rlvmr_nb.update.kernels import chunked_logprobs, default_chunk_size, fused_grpo_loss  # noqa: E402
 from rlvmr_nb.update.kernels.triton_grpo import kernels_interpreted, triton_usable_on  # noqa: E402
+from rlvmr_nb.update.loss_terms import k3_kl_term, ppo_clip_term  # noqa: E402
 from rlvmr_nb.update.reference_loss import (  # noqa: E402
     LossConfig,
     aggregate,
     grpo_loss,
-    low_var_kl,
-    ppo_clip_surrogate,
     reference_logprobs_from_hidden,
 )
 
@@ -107,8 +106,8 @@ def reference(case, config, temperature=1.0, dtype=torch.float64):
     loss, metrics = grpo_loss(logp, old, ref, adv, case["mask"], entropy, config)
     grad_hidden, grad_weight = torch.autograd.grad(loss, [hidden, weight])
     with torch.no_grad():
-        pg, _, _ = ppo_clip_surrogate(logp, old, adv[:, None], config.clip_eps, config.clip_high)
-        terms = pg.abs() + config.kl_coef * low_var_kl(logp, ref).abs() + config.entropy_coef * entropy.abs()
+        pg = ppo_clip_term(logp, old, adv[:, None], config.clip_eps, config.clip_high).value
+        terms = pg.abs() + config.kl_coef * k3_kl_term(logp, ref).value.abs() + config.entropy_coef * entropy.abs()
         scale = aggregate(terms, case["mask"], config.aggregation, config.token_sum_norm)
     return loss.detach(), grad_hidden, grad_weight, metrics, logp.detach(), scale
 

@@ -6,13 +6,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from rlvmr_nb.update.loss_terms import k3_kl_term, ppo_clip_term  # noqa: E402
 from rlvmr_nb.update.reference_loss import (  # noqa: E402
     LossConfig,
     aggregate,
     entropy_from_logits,
     grpo_loss,
-    low_var_kl,
-    ppo_clip_surrogate,
     reference_logprobs_from_hidden,
 )
 
@@ -69,9 +68,10 @@ def test_clip_higher_widens_upper_range_only():
     assert low == pytest.approx(0.8)  # the lower bound is still 1 - 0.2
 
 
-def test_ppo_clip_surrogate_reports_clipped_tokens():
+def test_ppo_clip_term_reports_clipped_tokens():
     logp = torch.log(torch.tensor([0.5, 1.0, 1.5]))
-    loss, ratio, clipped = ppo_clip_surrogate(logp, torch.zeros(3), torch.ones(3), 0.2, 0.2)
+    term = ppo_clip_term(logp, torch.zeros(3), torch.ones(3), 0.2, 0.2)
+    loss, ratio, clipped = term.value, term.ratio, term.clipped
     assert torch.allclose(ratio, torch.tensor([0.5, 1.0, 1.5]))
     assert torch.allclose(loss, torch.tensor([-0.5, -1.0, -1.2]))
     assert clipped.tolist() == [False, False, True]
@@ -83,13 +83,13 @@ def test_ppo_clip_surrogate_reports_clipped_tokens():
 )
 def test_k3_values(log_ratio, expected):
     logp = torch.tensor([-3.0], dtype=torch.float64)
-    assert low_var_kl(logp, logp + log_ratio).item() == pytest.approx(expected)
+    assert k3_kl_term(logp, logp + log_ratio).value.item() == pytest.approx(expected)
 
 
 @pytest.mark.parametrize("log_ratio", [5.0, 25.0, 200.0, -15.0, -40.0])
 def test_k3_clamped_to_ten_with_zero_gradient(log_ratio):
     logp = torch.tensor([-3.0], dtype=torch.float64, requires_grad=True)
-    kl = low_var_kl(logp, logp.detach() + log_ratio)
+    kl = k3_kl_term(logp, logp.detach() + log_ratio).value
     assert kl.item() == 10.0
     (grad,) = torch.autograd.grad(kl.sum(), logp)
     assert grad.item() == 0.0  # finite: exp never overflows because d is bounded first
@@ -97,7 +97,7 @@ def test_k3_clamped_to_ten_with_zero_gradient(log_ratio):
 
 def test_kl_gradient_unclamped():
     logp = torch.tensor([-3.0], dtype=torch.float64, requires_grad=True)
-    kl = low_var_kl(logp, logp.detach() + 0.5)
+    kl = k3_kl_term(logp, logp.detach() + 0.5).value
     (grad,) = torch.autograd.grad(kl.sum(), logp)
     assert grad.item() == pytest.approx(1.0 - math.exp(0.5))
 

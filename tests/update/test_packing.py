@@ -15,7 +15,8 @@ torch = pytest.importorskip("torch")
 
 from model_fixtures import smollm2_tokenizer, tiny_llama, tiny_qwen2  # noqa: E402,F401
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
-from rlvmr_nb.update.logprobs import LogprobOptions, ResponseLogprobModel, response_logprobs  # noqa: E402
+from rlvmr_nb.update.config import UpdateConfig  # noqa: E402
+from rlvmr_nb.update.logprobs import ResponseLogprobModel, response_logprobs  # noqa: E402
 from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
 from rlvmr_nb.update.samples import StepSample, pack, pack_flat  # noqa: E402
 
@@ -59,10 +60,10 @@ def test_packed_update_has_the_padded_loss_and_gradients(fixture, checkpointing,
         if checkpointing:
             model.gradient_checkpointing_enable()
         logprob_model = ResponseLogprobModel(model, autocast=False)
-        options = LogprobOptions(autocast=False, packed=packed)
-        loss, metrics = micro_batch_loss(logprob_model, samples, tok.pad_token_id, LossConfig(), options)
+        options = UpdateConfig(bf16_autocast=False, packed_micro_batches=packed)
+        loss, metrics = micro_batch_loss(logprob_model, samples, tok.pad_token_id, LossConfig(), options, 1.0)
         loss.backward()
-        assert logprob_model.packs(options) is packed
+        assert logprob_model.packs(packed) is packed
         results[packed] = (loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None})
     (loss_pad, grads_pad), (loss_packed, grads_packed) = results[False], results[True]
     assert torch.allclose(loss_packed, loss_pad, atol=1e-6, rtol=1e-5)
@@ -75,9 +76,10 @@ def test_packed_logprobs_equal_padded_and_generation_is_untouched(tiny_llama, sm
     tok = smollm2_tokenizer
     samples = _samples(len(tok), n=7, seed=1)
     model = copy.deepcopy(tiny_llama)
-    padded = response_logprobs(model, samples, tok.pad_token_id, LogprobOptions(autocast=False, packed=False,
-                                                                                micro_batch_size=3))
-    packed = response_logprobs(model, samples, tok.pad_token_id, LogprobOptions(autocast=False, micro_batch_size=3))
+    padded = response_logprobs(model, samples, tok.pad_token_id, UpdateConfig(bf16_autocast=False, mini_batch_size=3,
+                                                                              packed_micro_batches=False, micro_batch_size=3), 1.0)
+    packed = response_logprobs(model, samples, tok.pad_token_id, UpdateConfig(bf16_autocast=False, mini_batch_size=3,
+                                                                              micro_batch_size=3), 1.0)
     for a, b in zip(padded, packed):
         assert torch.allclose(a, b, atol=1e-5)
     # the model now attends with the packing-aware sdpa: a plain padded forward is unchanged by it

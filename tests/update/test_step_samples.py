@@ -9,8 +9,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.scoring.advantages import AdvantageConfig  # noqa: E402
-from rlvmr_nb.scoring.rewards import RewardConfig  # noqa: E402
+from rlvmr_nb.scoring.method import MethodConfig  # noqa: E402
 from rlvmr_nb.scoring.scored import ScoredEpisodes, score_episodes  # noqa: E402
 from rlvmr_nb.update.samples import StepSample, episodes_to_samples, pack, pack_flat, with_logprobs  # noqa: E402
 
@@ -32,7 +31,7 @@ def _with_tokens(episodes):
 
 
 def _scored() -> ScoredEpisodes:
-    return score_episodes(_with_tokens(worked_example()), "rlvmr", RewardConfig(), AdvantageConfig())
+    return score_episodes(_with_tokens(worked_example()), MethodConfig())
 
 
 def test_one_sample_per_scored_step_with_tokens_carrying_its_advantage_and_identity():
@@ -46,8 +45,8 @@ def test_one_sample_per_scored_step_with_tokens_carrying_its_advantage_and_ident
 
 def test_scoring_writes_nothing_into_its_inputs():
     episodes = _with_tokens(worked_example())
-    scored = score_episodes(episodes, "rlvmr", RewardConfig(), AdvantageConfig())
-    assert all(s.tag_type is None and s.outcome_score is None and s.advantage is None
+    scored = score_episodes(episodes, MethodConfig())
+    assert all(s.tag_class is None and s.outcome_score is None and s.advantage is None
                for ep in episodes for s in ep.steps)
     assert all(s.advantage is not None for ep in scored.episodes for s in ep.steps)
     assert [(r.episode_id, r.t) for r in scored.steps] == [(ep.episode_id, s.t) for ep in episodes for s in ep.steps]
@@ -56,7 +55,7 @@ def test_scoring_writes_nothing_into_its_inputs():
 def test_aborted_episodes_are_not_scored():
     episodes = _with_tokens(worked_example())
     episodes[1] = replace(episodes[1], aborted=True)
-    scored = score_episodes(episodes, "rlvmr", RewardConfig(), AdvantageConfig())
+    scored = score_episodes(episodes, MethodConfig())
     assert {r.episode_id for r in scored.steps} == {"t1"} and [ep.episode_id for ep in scored.episodes] == ["t1"]
 
 

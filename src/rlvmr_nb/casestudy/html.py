@@ -136,9 +136,9 @@ def episode_html(
     for s, rep in zip(episode.steps, repeats):
         bg = f" background:{_HIGHLIGHT};" if s.t in marked else ""
         reward_class = ""
-        if s.tag in _PAID_TAGS and s.tag_type is not None and s.tag_type != s.tag:
+        if s.tag in _PAID_TAGS and s.tag_class is not None and s.tag_class != s.tag:
             # e.g. a tagged but malformed step: the reward side files it under 'none'
-            reward_class = f'<div style="color:{_MUTED}; font-size:11px;">reward class: {_e(s.tag_type)}</div>'
+            reward_class = f'<div style="color:{_MUTED}; font-size:11px;">reward class: {_e(s.tag_class)}</div>'
         reasoning = f"<i>{_e(s.reasoning)}</i>" if s.reasoning else f'<span style="color:{_MUTED}">—</span>'
         extras = []
         if s.plan and s.plan == s.reasoning:

@@ -37,7 +37,7 @@ def step_records(episodes: Iterable[Episode]) -> list[dict[str, Any]]:
         for s, rep in zip(ep.steps, repeats):
             rows.append({
                 "episode": ep.episode_id or ep.task_id, "t": s.t, "tag": s.tag or "none",
-                "reward_class": s.tag_type, "valid": s.valid, "admissible": s.admissible, "action": s.action,
+                "reward_class": s.tag_class, "valid": s.valid, "admissible": s.admissible, "action": s.action,
                 "feedback": s.feedback, "repetitive": rep, "r_MR": s.mr_reward, "outcome_score": s.outcome_score,
                 "advantage": s.advantage, "won": ep.won,
             })

@@ -36,7 +36,7 @@ from ..rollout.prompts import AgentMemory, PromptConfig
 from ..rollout.tags import META_TAGS
 from ..rollout.trajectory import Episode, read_episodes, write_episodes
 from ..runs.lock import RunFolderLock
-from ..validation import positive_float
+from ..settings import positive_float
 from .experts import (
     MAX_TRAJECTORY_STEPS,
     assert_no_heldout,

@@ -155,6 +155,7 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     """Evaluate -> SFT -> evaluate; returns (and writes to `config.results_path`) the results document."""
     config = config or ColdStartExperimentConfig()
     from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
+    from ..rollout.loop import RolloutConfig
     from ..models import describe_model
     from .sft import load_sft_model, train_sft
     from ..rollout.trajectory import write_episodes
@@ -166,10 +167,12 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     manifest = read_manifest(dataset)
     # the SFT backend decides the loader: models.load_model, or Unsloth's on a CUDA GPU (config.sft.backend)
     model, tokenizer = load_sft_model(config.model, config.sft, seed=config.seed)
-    eval_cfg = EvalConfig(env=config.env, level=config.level, max_tasks=config.eval_games, seed=config.seed,
-                          temperature=config.eval_temperature, max_steps=config.eval_max_steps,
-                          max_new_tokens=config.eval_max_new_tokens, batch_tasks=config.eval_batch_tasks,
-                          device=config.sft.device, stop=config.eval_stop)
+    eval_cfg = EvalConfig(seed=config.seed, device=config.sft.device, max_tasks=config.eval_games,
+                          batch_tasks=config.eval_batch_tasks,
+                          rollout=RolloutConfig(env=config.env, level=config.level, group_size=1,
+                                                max_steps=config.eval_max_steps, stop=config.eval_stop,
+                                                max_new_tokens=config.eval_max_new_tokens, prompt_style="meta_think",
+                                                temperature=config.eval_temperature))
     tasks = eval_tasks(eval_cfg)
 
     samples, sample_stats = select_samples(load_coldstart_samples(dataset, tokenizer), tokenizer,

@@ -13,11 +13,18 @@ the seeds that pilot's power calculation asks for; the CI one (``configs/lab/ci.
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
-from ..validation import check_setting_types, read_settings_file, require_choice, require_positive
+from ..rollout.loop import RolloutConfig
+from ..runs.config import RunConfig
+from ..scoring.method import MethodConfig
+from ..scoring.rewards import RewardDeviations
+from ..settings import build_config, read_settings_file, require_positive
+from ..train_config import TrainConfig
+from ..update.config import UpdateConfig
+from ..update.loss_terms import LossConfig
 
 
 @dataclass
@@ -64,54 +71,10 @@ class LabConfig:
     pool (`envs.lab_world.level_tasks`). A 0.5 M-parameter policy trained from scratch learns from layouts it
     meets again, not from 400 it meets about once each (README, 'Metacognition lab': the diagnosis). The classroom
     meets its 6 in every iteration, the recorded run its 24 about 11 times each (docs/lab.md, 'Classroom budget')."""
-    iterations: int = 14
-    tasks_per_iteration: int = 6
-    group_size: int = 8
-    max_steps: int = 24
-    """Steps per episode (training and evaluation): `envs.lab_world.LAB_HORIZON`, within which the prompt-only expert
-    wins every test task of every level (it needs at most 19 steps)."""
-    max_new_tokens: int = 64
-    lr: float = 3e-4
-    kl_coef: float = 0.1
-    """Low-variance KL to the cold start (paper Eq. 5). The lab binds it 10x harder than the paper's 0.01: on few
-    layouts a looser one let GRPO learn them by heart and lose unseen L0 (−25 against −10 pp on 4 layouts)."""
-    advantage_preset: str = "official_code"
-    """`advantages.preset` of both arms: 'official_code' (per-task groups over step samples) or 'paper' (paper Eqs.
-    2-4: trajectories normalised over the batch); the format-penalty channel follows it. The lab uses
-    'official_code': 'paper' is not group-relative for GRPO, and in the budget sweep it lowered GRPO's held-in
-    success (docs/lab.md, 'Advantage preset' and 'Budget')."""
-    advantage_scope: str | None = None
-    """Where both channels are normalised, on top of `advantage_preset`: 'group' (within the rollouts of one task,
-    and within (task, tag): GRPO's group-relative baseline) or 'batch' (over the whole batch, as the `paper`
-    preset's Eqs. 2-3); None keeps the preset's own."""
-    refused_penalty: float = 0.0
-    """`rewards.RewardConfig.refused_penalty`: what a well-formed but refused command costs, in the outcome score
-    both arms read (official: 0). The lab keeps 0: at 0.1 it was the only difference left in all-failed groups and
-    pushed their loops up (GRPO's held-in success fell 8.3 pp under either preset; docs/lab.md, 'Budget')."""
-    meta_rewards_admissible_only: bool = True
-    """`RewardConfig.meta_rewards_admissible_only`: <explore>/<reflection> pay only for accepted commands
-    (official: False). RLVMR's arm only; GRPO has no MR channel."""
-    reflection_at_start: bool = False
-    """`RewardConfig.reflection_at_start` (official: True, a first-step reflection always pays)."""
-    temperature: float = 1.0
-    """Sampling temperature of the training rollouts (the official code's 1.0; evaluation uses `eval_temperature`)."""
-    mini_batch_size: int = 32
-    """Step samples per AdamW step. An iteration gives ~600 step samples, so one pass over them takes ~20 steps
-    (one step per iteration gave each arm 20-30 AdamW steps in all: too few to learn)."""
-    ppo_epochs: int = 1
-    """Passes over each iteration's samples (official: 1). Here a rollout batch costs ~5 s and a pass over it
-    ~12 s (2 cores, shared), so more updates come cheaper from smaller mini-batches over fresh rollouts than from
-    a second pass over the same ones (measured: 2 epochs of 64 doubled the update time for the same 20 steps)."""
-    clip_eps: float = 0.2
-    """PPO clip range (paper Eq. 5). With ~20 updates per batch the later mini-batches are off-policy and the clip
-    binds (`clip_frac` ~1-3 % in each arm's metrics.jsonl)."""
-    micro_batch_size: int = 32
-    old_logprobs: str = "sampler"
-    """`TrainConfig.old_logprobs` of both arms: 'recompute' (a forward pass of the pre-update policy over the
-    batch, official) or 'sampler' (the log-probs the rollouts were sampled with, at the training temperature). With
-    one PPO pass the two differ only by the generation's numerics (mean |difference| ~0.002 per token in the lab),
-    and 'sampler' saves one forward pass over every step sample: 27.0 → 24.5 s per iteration of 8 tasks here, 9 %
-    (`benchmarks/lab_old_logprobs.py`, side by side)."""
+    train: TrainConfig = field(default_factory=lambda: lab_train_defaults())
+    """What every RL arm runs (`experiment.train_config` adds the arm's algo, seed, cold start and folder): the
+    trainer's own configuration with the lab's values (`lab_train_defaults`, each explained there). A lab file sets its
+    fields by name (``"lr": 3e-4``, ``"kl_coef": 0.1``) as a training file does."""
     # --- evaluation (paper §2.1) ------------------------------------------------------------------
     levels: tuple[str, ...] = ("L0", "L1", "L2")
     eval_tasks: int = 20
@@ -156,9 +119,7 @@ class LabConfig:
     def __post_init__(self) -> None:
         self.algos, self.seeds, self.levels = tuple(self.algos), tuple(self.seeds), tuple(self.levels)
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
-                                "sft_batch_size", "format_check_tasks", "train_pool", "iterations", "tasks_per_iteration",
-                                "group_size", "max_steps", "max_new_tokens", "lr", "temperature", "mini_batch_size",
-                                "ppo_epochs", "clip_eps", "micro_batch_size", "eval_tasks", "heldin_tasks",
+                                "sft_batch_size", "format_check_tasks", "train_pool", "eval_tasks", "heldin_tasks",
                                 "heldin_episodes", "bootstrap", "workers"])
         require_positive(self, ["eval_episodes"])
         if self.power_pilot_l0_sd is not None and not self.power_pilot_l0_sd > 0:
@@ -179,14 +140,6 @@ class LabConfig:
         if self.coldstart_dagger_rounds and self.sft_epochs < 2:
             raise ValueError(f"a DAgger cold start spends half of sft_epochs on the demonstrations first: it needs "
                              f"sft_epochs >= 2, got {self.sft_epochs}")
-        if self.refused_penalty < 0:
-            raise ValueError(f"refused_penalty must be >= 0, got {self.refused_penalty}")
-        from ..scoring.advantages import PRESETS
-
-        require_choice(self, "advantage_preset", PRESETS)
-        require_choice(self, "old_logprobs", ("recompute", "sampler"))
-        if self.advantage_scope is not None:
-            require_choice(self, "advantage_scope", ("batch", "group"))
         if not self.algos or not self.seeds or not self.levels:
             raise ValueError("a lab run needs at least one algo, one seed and one level")
 
@@ -194,12 +147,66 @@ class LabConfig:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "LabConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - names)
-        if unknown:
-            raise ValueError(f"unknown lab setting(s) {unknown}; known: {sorted(names)}")
-        return cls(**d)
+    def from_dict(cls, d: Mapping[str, Any], source: str = "LabConfig") -> "LabConfig":
+        """A config from lab settings: the lab's own fields, and the arms' training settings by name (``"lr"``), by
+        path (``"train.update.lr"``) or as the ``train`` branch; `MOVED` maps the names of earlier lab files."""
+        d = dict(d)
+        scope = d.pop("advantage_scope", None)  # earlier files: one scope for both channels
+        if scope is not None:
+            d.update(outcome_scope=scope, mr_scope=scope)
+        return build_config(cls, d, source=source, moved=MOVED)
+
+    def flat(self) -> dict[str, Any]:
+        """Every setting by name: the lab's own, then the arms' training settings (`TrainConfig.flat`)."""
+        return {**{k: v for k, v in asdict(self).items() if k != "train"}, **self.train.flat()}
+
+    def changed(self, **settings: Any) -> "LabConfig":
+        """This configuration with `settings` changed (names as `from_dict` takes them)."""
+        return build_config(type(self), settings, source=f"{self.name} changed", base=self, moved=MOVED)
+
+
+MOVED: dict[str, str | None] = {"advantage_preset": "train.method.preset"}
+"""Lab settings of earlier files whose name changed (the arms' advantage preset is their method's)."""
+
+
+def lab_train_defaults() -> TrainConfig:
+    """The training settings of the lab's RL arms, before each arm's algo, seed, cold start and run folder.
+
+    * The lab world (`envs.lab_world`) at level L0, 8 rollouts per task, 24 steps (`envs.lab_world.LAB_HORIZON`,
+      within which the prompt-only expert wins every test task of every level: it needs at most 19), 64 response
+      tokens, the whole prompt (the lab's prompts are short), the meta-think prompt and parser for every arm, so
+      GRPO is the outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ in
+      their advantage estimator only; sampling at the official code's 1.0.
+    * 14 iterations of 6 tasks (the classroom: the 6 layouts of its training pool met in every iteration;
+      docs/lab.md, 'Classroom budget').
+    * AdamW at 3e-4 (a freshly initialised 0.5 M-parameter policy, not the paper's pretrained 1.5B at 1e-6), without
+      bf16 autocast (the lab's CPU runs are fp32), mini-batches of 32 step samples: an iteration gives ~600 step samples,
+      so one pass takes ~20 AdamW steps (one step per iteration gave each arm 20-30 steps in all: too few to learn);
+      micro-batches of 32; one PPO pass (a second pass over the same rollouts costs ~12 s here, fresh rollouts ~5 s).
+    * Old log-probs from the sampler (`UpdateConfig.old_logprobs` 'sampler'): with one PPO pass they differ from the
+      recomputed ones only by the generation's numerics (mean |difference| ~0.002 per token in the lab), and skipping
+      the recompute saves one forward pass over every step sample: 27.0 → 24.5 s per iteration of 8 tasks here, 9 %
+      (`benchmarks/lab_old_logprobs.py`, side by side).
+    * KL 0.1 to the cold start (paper Eq. 5 with 10x the paper's 0.01): on few layouts a looser one let GRPO learn them
+      by heart and lose unseen L0 (−25 against −10 pp on 4 layouts). Clip 0.2 (paper); with ~20 updates per batch
+      the later mini-batches are off-policy and the clip binds (`clip_frac` ~1-3 %).
+    * The official code's preset ('official_code': per-task groups over step samples); 'paper' is not group-relative
+      for GRPO and lowered GRPO's held-in success in the budget sweep (docs/lab.md, 'Advantage preset', 'Budget').
+    * Two declared reward deviations (docs/lab.md, 'Deviations from the paper'): <explore>/<reflection> pay only for
+      accepted commands, and a first-step reflection does not pay; no penalty for a refused command (at 0.1 it was
+      the only difference left in all-failed groups and pushed their loops up: GRPO's held-in success fell 8.3 pp
+      under either preset; docs/lab.md, 'Budget').
+    """
+    return TrainConfig(
+        rollout=RolloutConfig(env="lab", level="L0", group_size=8, max_steps=24, max_new_tokens=64,
+                              max_prompt_tokens=None, prompt_style="meta_think", temperature=1.0),
+        method=MethodConfig(preset="official_code",
+                            deviations=RewardDeviations(meta_rewards_admissible_only=True, reflection_at_start=False)),
+        loss=LossConfig(kl_coef=0.1, clip_eps=0.2),
+        update=UpdateConfig(lr=3e-4, mini_batch_size=32, micro_batch_size=32, ppo_epochs=1, old_logprobs="sampler",
+                            bf16_autocast=False),
+        run=RunConfig(iterations=14, tasks_per_iteration=6, keep_checkpoints=1, progress=False),
+    )
 
 
 def load_lab_config(path: str | os.PathLike, **overrides: Any) -> LabConfig:
@@ -213,9 +220,4 @@ def load_lab_config(path: str | os.PathLike, **overrides: Any) -> LabConfig:
     data = read_settings_file(path, "LabConfig")
     if not isinstance(data, dict):
         raise ValueError(f"{path}: a LabConfig file holds one JSON object {{setting: value}}")
-    if not set(data) - {f.name for f in fields(LabConfig)}:  # unknown keys: from_dict names them all
-        check_setting_types(data, LabConfig, str(path))
-    try:
-        return LabConfig.from_dict({**data, **overrides})
-    except ValueError as e:
-        raise ValueError(f"{path}: {e}") from None
+    return LabConfig.from_dict({**data, **overrides}, source=str(path))

@@ -23,9 +23,13 @@ import os
 import resource
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from ..evaluate import EvalConfig
+from ..rollout.generation import EngineConfig
+from ..train_config import TrainConfig
 from .config import LabConfig
 from .layout import COLDSTART_ARM, HELDIN, arm_label, coldstart_dir, eval_path  # noqa: F401  (re-exported)
 
@@ -61,8 +65,8 @@ COLDSTART_FIELDS: tuple[str, ...] = ("coldstart_trajectories", "policy_layers", 
                                      "sft_batch_size", "sft_prompt_loss_weight", "coldstart_dagger_rounds")
 """The `LabConfig` fields a cold start depends on (its cache key)."""
 DAGGER_FIELDS: tuple[str, ...] = ("max_steps", "max_new_tokens", "temperature")
-"""The fields a DAgger round's play reads as well: part of the key only when `coldstart_dagger_rounds` > 0, so a
-plain cold start stays shared by configurations that differ in them."""
+"""The training settings (`LabConfig.train`'s rollout) a DAgger round's play reads as well: part of the key only when
+`coldstart_dagger_rounds` > 0, so a plain cold start stays shared by configurations that differ in them."""
 COLDSTART_SOURCES: tuple[str, ...] = ("envs/lab_world.py", "envs/lab_record.py", "envs/rooms.py",
                                       "rollout/prompts/families.py", "rollout/prompts/memory.py",
                                       "rollout/prompts/render.py", "rollout/prompts/budget.py",
@@ -79,8 +83,10 @@ def coldstart_key(config: LabConfig) -> str:
     import hashlib
 
     package = Path(__file__).resolve().parents[1]
-    fields = COLDSTART_FIELDS + (DAGGER_FIELDS if config.coldstart_dagger_rounds else ())
-    digest = hashlib.sha256(json.dumps({f: getattr(config, f) for f in fields}, sort_keys=True).encode())
+    values = {f: getattr(config, f) for f in COLDSTART_FIELDS}
+    if config.coldstart_dagger_rounds:
+        values.update({f: getattr(config.train.rollout, f) for f in DAGGER_FIELDS})
+    digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode())
     for name in COLDSTART_SOURCES:
         path = package / name
         digest.update(name.encode() + (path.read_bytes() if path.is_file() else b"(missing)"))
@@ -157,7 +163,7 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
     from ..coldstart.lab_dagger import dagger_samples, draw_samples
     from ..coldstart.sft import train_sft
     from ..envs.lab_world import level_tasks
-    from ..evaluate import EvalConfig, evaluate_policy
+    from ..evaluate import evaluate_policy
     from ..models import load_model
     from ..rollout.tags import META_TAGS
 
@@ -165,6 +171,7 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
     first = config.sft_epochs // 2
     checkpoint = train_coldstart_policy(replace(config, sft_epochs=first, coldstart_dagger_rounds=0), data,
                                         root / "demos", progress)
+    play_rollout = replace(config.train.rollout, group_size=1)
     demos = read_samples(data)
     demo_tasks = {s["task_id"] for s in demos}
     tasks = [t for t in level_tasks("train", "L0") if t.task_id in demo_tasks]
@@ -172,10 +179,8 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
     labelled: list[dict] = []
     for r in range(rounds):
         model, tokenizer = load_model(str(checkpoint))
-        play = EvalConfig(env="lab", level="L0", seed=DAGGER_SEED + r, temperature=config.temperature,
-                          max_steps=config.max_steps, max_new_tokens=config.max_new_tokens, max_prompt_tokens=None,
-                          prompt_style="meta_think", batch_tasks=DAGGER_PLAY_BATCH,
-                          generation_batch_size=DAGGER_PLAY_BATCH)
+        play = EvalConfig(seed=DAGGER_SEED + r, rollout=play_rollout, batch_tasks=DAGGER_PLAY_BATCH,
+                          engine=EngineConfig(generation_batch_size=DAGGER_PLAY_BATCH))
         episodes, _ = evaluate_policy(model, tokenizer, play, tasks=tasks, progress=progress)
         rows, counts = dagger_samples(episodes)
         labelled += rows
@@ -220,42 +225,17 @@ def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: 
     return root / "sft"
 
 
-def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Any:
-    """The `trainer.TrainConfig` of one arm. Every arm uses the meta-think prompt and parser, so GRPO is
-    the outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ
-    in their advantage estimator only."""
-    from ..update.reference_loss import LossConfig
-    from ..trainer import TrainConfig
-
-    return TrainConfig(
-        algo=algo, prompt_style="meta_think", env="lab", level="L0", model=str(coldstart_dir(out)),
-        out_dir=str(Path(out) / "runs" / f"{algo}-seed{seed}"), seed=seed, iterations=config.iterations,
-        tasks_per_iteration=config.tasks_per_iteration, group_size=config.group_size, max_steps=config.max_steps,
-        max_new_tokens=config.max_new_tokens, max_prompt_tokens=None, lr=config.lr, temperature=config.temperature,
-        advantage=lab_advantage_config(config), reward=lab_reward_config(config),
-        mini_batch_size=config.mini_batch_size, ppo_epochs=config.ppo_epochs, micro_batch_size=config.micro_batch_size,
-        old_logprobs=config.old_logprobs,
-        loss=LossConfig(kl_coef=config.kl_coef, clip_eps=config.clip_eps), bf16_autocast=False,
-        save_every=config.iterations, keep_checkpoints=1, progress=False, generation_batch_size=config.tasks_per_iteration * config.group_size,
-    )
-
-
-def lab_advantage_config(config: LabConfig) -> Any:
-    """The `AdvantageConfig` of both arms: the named preset, normalised at `LabConfig.advantage_scope`."""
-    from ..scoring.advantages import preset
-
-    scope = {} if config.advantage_scope is None else {"outcome_scope": config.advantage_scope,
-                                                       "mr_scope": config.advantage_scope}
-    return preset(config.advantage_preset, **scope)
-
-
-def lab_reward_config(config: LabConfig) -> Any:
-    """The `RewardConfig` of both arms: the preset's penalty channel and the lab's reward options (docs/lab.md)."""
-    from ..scoring.rewards import RewardConfig
-
-    return RewardConfig.for_preset(config.advantage_preset, refused_penalty=config.refused_penalty,
-                                   meta_rewards_admissible_only=config.meta_rewards_admissible_only,
-                                   reflection_at_start=config.reflection_at_start)
+def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> TrainConfig:
+    """The `trainer.TrainConfig` of one arm: the lab's training settings (`LabConfig.train`) with the arm's algo and
+    seed, the cold start as the model, its run folder, one checkpoint at the end, and every rollout of an iteration
+    in one generate call. Every arm uses the same prompt and parser (`lab_train_defaults`), so GRPO is the
+    outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ in their advantage
+    estimator only."""
+    base = config.train
+    return replace(base, model=str(coldstart_dir(out)), seed=seed, method=replace(base.method, algo=algo),
+                   run=replace(base.run, out_dir=str(Path(out) / "runs" / f"{algo}-seed{seed}"),
+                               save_every=base.run.iterations),
+                   engine=replace(base.engine, generation_batch_size=base.run.tasks_per_iteration * base.rollout.group_size))
 
 
 def training_pool(config: LabConfig) -> list:
@@ -274,21 +254,17 @@ def run_arm(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> 
     from ..trainer import train
 
     cfg = train_config(config, out, algo, seed)
-    if len(read_metrics(cfg.out_dir)) < config.iterations:
+    if len(read_metrics(cfg.run.out_dir)) < cfg.run.iterations:
         train(cfg, tasks=training_pool(config))
-    return Path(cfg.out_dir)
+    return Path(cfg.run.out_dir)
 
 
-def eval_config(config: LabConfig, level: str, seed: int) -> Any:
-    """The `evaluate.EvalConfig` of one (level, seed): the same seeded task subset for every arm."""
-    from ..evaluate import EvalConfig
-
-    return EvalConfig(env="lab", level=level, max_tasks=config.eval_tasks, seed=seed,
-                      temperature=config.eval_temperature, max_steps=config.max_steps,
-                      max_new_tokens=config.max_new_tokens, max_prompt_tokens=None, prompt_style="meta_think",
-                      batch_tasks=config.eval_tasks, generation_batch_size=config.eval_tasks)
-
-
+def eval_config(config: LabConfig, level: str, seed: int) -> EvalConfig:
+    """The `evaluate.EvalConfig` of one (level, seed): the arms' rollout settings at `level` and the evaluation
+    temperature, the same seeded task subset for every arm, all of it in one batch."""
+    return EvalConfig(seed=seed, max_tasks=config.eval_tasks, batch_tasks=config.eval_tasks,
+                      rollout=replace(config.train.rollout, level=level, temperature=config.eval_temperature, group_size=1),
+                      engine=EngineConfig(generation_batch_size=config.eval_tasks))
 
 
 def play_sampling_seed(seed: int, play: int) -> int:
@@ -353,7 +329,7 @@ def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
 
     cfg = eval_config(config, "L0", seed)
     if temperature is not None:
-        cfg = replace(cfg, temperature=temperature)
+        cfg = replace(cfg, rollout=replace(cfg.rollout, temperature=temperature))
     if sampling_seed is not None:
         cfg = replace(cfg, seed=sampling_seed)
     played = {}

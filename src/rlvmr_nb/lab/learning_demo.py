@@ -73,7 +73,7 @@ def training_curve(run_dir: str | os.PathLike) -> list[dict[str, float]]:
 
 def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rlvmr",
                       figures_dir: str | os.PathLike | None = None, progress: bool = True) -> LearningDemo:
-    """Cold start (cached), `algo` trained on the pool for `config.iterations` (seed `config.seeds[0]`), the pool
+    """Cold start (cached), `algo` trained on the pool for `config.train.run.iterations` (seed `config.seeds[0]`), the pool
     played before and after at the evaluation temperature (`heldin_episodes` plays of each layout of the pool); the figure and ``learning_demo.json`` are written
     to `figures_dir` (default ``<out>/figures``) and `out`. A rerun resumes (every stage skips what is written)."""
     from ..plots import save_figure
@@ -90,8 +90,8 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     say(f"lab demo: cold start ({'cached or ' if os.environ.get('RLVMR_LAB_COLDSTART_CACHE', '1') != '0' else ''}"
         "built: ~7 min on 2 cores the first time) ...", flush=True)
     run_coldstart(config, out, progress=progress)
-    say(f"lab demo: {algo} on {config.train_pool} training layouts, {config.iterations} iterations "
-        f"of {config.tasks_per_iteration} x {config.group_size} rollouts ...", flush=True)
+    say(f"lab demo: {algo} on {config.train_pool} training layouts, {config.train.run.iterations} iterations "
+        f"of {config.train.run.tasks_per_iteration} x {config.train.rollout.group_size} rollouts ...", flush=True)
     run_dir = run_arm(config, out, algo, seed)
     say("lab demo: the layouts played before and after training ...", flush=True)
     run_evaluation(config, out, COLDSTART_ARM, seed, coldstart_dir(out), levels=(HELDIN,))
@@ -166,9 +166,9 @@ def plot_learning_demo(demo: LearningDemo, algo: str = "rlvmr") -> Figure:
                         f"[{100 * h['lo']:+.0f}, {100 * h['hi']:+.0f}]\n({n} paired plays of {h['tasks']} layouts)",
                         fontsize=9)
         right.grid(axis="y", alpha=0.25, linewidth=0.5)
-        c = demo.config
+        c, arms = demo.config, demo.config["train"]
         fig.suptitle(f"{algo.upper()} from the lab's cold start ({c['policy_layers']}-layer policy) learning "
-                     f"{c['train_pool']} training layouts (seed {c['seeds'][0]}; {c['tasks_per_iteration']} tasks x "
-                     f"{c['group_size']} rollouts per iteration)\ntraining layouts only: not the lab's test on "
+                     f"{c['train_pool']} training layouts (seed {c['seeds'][0]}; {arms['run']['tasks_per_iteration']} "
+                     f"tasks x {arms['rollout']['group_size']} rollouts per iteration)\ntraining layouts only: not the lab's test on "
                      "unseen layouts (docs/lab.md)", fontsize=9.5)
     return fig

@@ -164,7 +164,7 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         outcome: {arm_label(a): [paired.seed_endpoint(x, "repetitive", won) for x in merged(a, config.levels)]
                   for a in (COLDSTART_ARM, *config.algos)}
         for outcome, won in (("won", True), ("failed", False))}
-    budgets = [b for b in paired.STEP_BUDGETS if b <= config.max_steps]
+    budgets = [b for b in paired.STEP_BUDGETS if b <= config.train.rollout.max_steps]
     result["success_within_steps"] = {
         level: {arm_label(a): {b: float(np.nanmean([paired.seed_endpoint(x, f"success@{b}") for x in eps[(a, level)]]))
                                for b in budgets} for a in (COLDSTART_ARM, *config.algos)}
@@ -241,11 +241,11 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
                ("iteration", "success", "episode_length", "invalid", "repetitive", "rollout_s", "update_s")}}
               for algo in config.algos for seed in config.seeds
               for r in read_metrics(out / "runs" / f"{algo}-seed{seed}")]
-    head = min(TRAINING_HEAD, max(1, config.iterations // 2))
+    head = min(TRAINING_HEAD, max(1, config.train.run.iterations // 2))
     rises = {arm_label(algo): training_rise([[r["success"] for r in curves if r["arm"] == arm_label(algo)
                                               and r["seed"] == seed] for seed in config.seeds],
                                             head, TRAINING_TAIL, config.bootstrap)
-             for algo in config.algos} if config.iterations >= 2 else {}
+             for algo in config.algos} if config.train.run.iterations >= 2 else {}
     manifest = json.loads((out / "coldstart" / "data" / "manifest.json").read_text())
     sft_log = [json.loads(line) for line in (out / "coldstart" / "sft" / "sft_log.jsonl").read_text().splitlines()]
     return {

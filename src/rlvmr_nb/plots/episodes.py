@@ -22,12 +22,12 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
                        title: str | None = None) -> Figure | Path:
     """Draw each rollout of a group: per-step tag (colour strip), MR reward and advantage bars.
 
-    ``episodes`` are `rlvmr_nb.rollout.trajectory.Episode` objects whose steps have `tag_type`,
+    ``episodes`` are `rlvmr_nb.rollout.trajectory.Episode` objects whose steps have `tag_class`,
     `mr_reward` and `advantage` filled (rewards: paper §3.4.1; advantages: paper Eqs. 2-4); None
     values are simply not drawn.
     The strip shows the tag the model wrote (`Step.tag`, so <monitor> is visible) and marks
     format-invalid steps with a red outline and a red x inside the cell; MR bars take the colour of
-    the reward-side `tag_type`. Steps are numbered from 1 (`captions.STEP_AXIS_LABEL`).
+    the reward-side `tag_class`. Steps are numbered from 1 (`captions.STEP_AXIS_LABEL`).
     Returns the Figure; with ``out_path`` it writes that file (format from its suffix) and
     returns its Path instead.
     """
@@ -71,7 +71,7 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
 
 def _draw_tag_strip(ax: Any, steps: Sequence[Any], n_steps: int) -> None:
     for s in steps:
-        tag = s.tag or s.tag_type or "none"
+        tag = s.tag or s.tag_class or "none"
         ax.add_patch(Rectangle((s.t - 0.45, 0.04), 0.9, 0.92, facecolor=tag_color(tag),
                                edgecolor=INVALID_COLOR if not s.valid else "none", linewidth=1.6))
         ax.text(s.t, 0.5, (tag[0].upper() if tag != "none" else "-"), ha="center", va="center", fontsize=7,
@@ -87,7 +87,7 @@ def _draw_step_bars(ax: Any, steps: Sequence[Any]) -> None:
     t = [s.t for s in steps]
     mr = [s.mr_reward if s.mr_reward is not None else float("nan") for s in steps]
     adv = [s.advantage if s.advantage is not None else float("nan") for s in steps]
-    ax.bar([x - 0.2 for x in t], mr, 0.38, color=[tag_color(s.tag_type) for s in steps], edgecolor="#666666",
+    ax.bar([x - 0.2 for x in t], mr, 0.38, color=[tag_color(s.tag_class) for s in steps], edgecolor="#666666",
            linewidth=0.4)
     ax.bar([x + 0.2 for x in t], adv, 0.38, color="#34495e")
     ax.axhline(0, color="#333333", linewidth=0.6)

@@ -24,9 +24,10 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def training_caption(run_dir: str | os.PathLike, seeds: Sequence[int] | None = None) -> RunCaption:
     """The caption of a trainer run: its model and size, rollouts per iteration, seed(s), run size."""
+    from ..runs.config import read_run_settings  # runs loads torch; the paper figures need only matplotlib
     from ..runs.describe import describe_model_source
 
-    config = _read_json(Path(run_dir) / "config.json")
+    config = read_run_settings(run_dir)
     model = describe_model_source(run_dir)
     tasks, group = int(config["tasks_per_iteration"]), int(config["group_size"])
     per_iteration = f"{tasks} task{'s' if tasks > 1 else ''} x {group} rollouts"
@@ -43,7 +44,8 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
     The first run is the one the caption describes; a small run's figure says that its changes
     between iterations are noise (`captions.small_run_note`).
     """
-    from ..runs import read_metrics, read_validation
+    from ..runs import read_metrics, read_validation  # runs loads torch; the paper figures need only matplotlib
+    from ..runs.config import read_run_settings
     from ..rollout.trajectory import read_episodes
 
     if not run_dirs:
@@ -53,7 +55,7 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
     episodes = {label: read_episodes(Path(d) / "episodes.jsonl") for label, d in run_dirs.items()
                 if (Path(d) / "episodes.jsonl").is_file()}
     first = Path(next(iter(run_dirs.values())))
-    config = _read_json(first / "config.json")
+    config = read_run_settings(first)
     iterations_done = len(rows[next(iter(run_dirs))])
     note = small_run_note(iterations_done, int(config["tasks_per_iteration"]), int(config["group_size"]))
     return plot_training_curves(rows, title=title, episodes=episodes, caption=training_caption(first), note=note,

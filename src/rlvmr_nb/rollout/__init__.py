@@ -5,6 +5,6 @@
 later stage reads). `tags` parses one output into its tag, reasoning and action: the loop needs the action to act,
 and the scoring stage reads the same parse."""
 
-from .loop import EnvSlots, EpisodeSettings, LocalEnvs, RolloutConfig, run_rollouts
+from .loop import EnvSlots, LocalEnvs, RolloutConfig, run_rollouts
 
-__all__ = ["EnvSlots", "EpisodeSettings", "LocalEnvs", "RolloutConfig", "run_rollouts"]
+__all__ = ["EnvSlots", "LocalEnvs", "RolloutConfig", "run_rollouts"]

@@ -27,7 +27,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from ..envs.base import Reset, StepResult, TaskSpec
 from ..envs.lazy import LazyActionList, StaleActionsError
 from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
-from .generation.base import Generator, SamplingConfig
+from .generation.base import Generator, SamplingConfig, stop_strings
 from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, to_chat
 from .tags import parse_output
 from .trajectory import Episode, Step, episode_id, group_id
@@ -46,34 +46,20 @@ class EnvSlots(Protocol):
 
 @dataclass
 class RolloutConfig:
-    """Shape of one rollout batch (paper App. A.2; docs/method.md, 'Training iteration')."""
-
-    group_size: int = 8
-    """G: rollouts per task, sharing one group id (paper: 8)."""
-    max_steps: int = 30
-    """T: environment steps per episode (paper: 30)."""
-    success_reward: float = 10.0
-    """Env reward recorded at the winning step (official code: 10·won)."""
-    seed: int = 0
-    """Base sampling seed; step seeds are derived from (seed, iteration, step)."""
-    progress: bool = True
-    """Show a tqdm bar over steps."""
-
-
-@dataclass
-class EpisodeSettings:
-    """Where and how long the episodes run, shared by training and evaluation.
-
-    `TrainConfig` and `EvalConfig` inherit these fields, so each one's default and documentation are written
-    once, here (the CLI's ``--env``, ``--max-steps`` … flags are generated from them)."""
+    """What a rollout receives: the world and level, the group shape, the episode and token budgets, the prompt
+    and the sampling (paper §3.2, App. A.2; docs/method.md, 'Training iteration', 'Generation settings').
+    Training and evaluation each hold one (`TrainConfig.rollout`, `EvalConfig.rollout`) and hand it to
+    `run_rollouts` whole."""
 
     env: str = "alfworld"
     """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy' or 'lab'."""
     level: str = "L0"
     """Generalisation level (paper §2.1): L0, L1 or L2. Training samples its training split, evaluation its
     test split."""
+    group_size: int = 8
+    """G: rollouts per task, sharing one group id (paper: 8; evaluation plays each task once)."""
     max_steps: int = 30
-    """Environment steps per episode (paper: 30)."""
+    """T: environment steps per episode (paper: 30)."""
     max_new_tokens: int = 1024
     """Max response tokens per step (official code: 1024, in training and validation). CPU runs use ~48."""
     max_prompt_tokens: int | None = DEFAULT_MAX_PROMPT_TOKENS
@@ -81,21 +67,41 @@ class EpisodeSettings:
     stop: str = "none"
     """Stop policy (`generation.base.STOP_POLICIES`): 'none' = EOS or max_new_tokens, as the official runs;
     'action' = right after </action> (fewer tokens on CPU; text after the action is never parsed)."""
+    prompt_style: str | None = None
+    """Output format (`prompts.STYLES`): 'meta_think' (RLVMR), 'think' (GRPO/GiGPO) or 'react' (zero-shot). None in
+    training: the method's (`scoring.method.ALGORITHMS`); 'meta_think' with algo 'grpo' is Table 3's 'w/o A^MC'."""
+    temperature: float = 1.0
+    """Sampling temperature (official code: 1.0 in training, 0.4 in validation and evaluation)."""
     env_workers: int = 0
     """Env worker processes (0 = step environments in-process)."""
 
-    def check_episode_settings(self) -> None:
-        """Refuse an unknown level or stop policy and impossible budgets, naming the field."""
+    def __post_init__(self) -> None:
         from ..envs.registry import check_level
-        from ..validation import require_choice, require_non_negative, require_positive
+        from ..settings import require_choice, require_non_negative, require_positive
         from .generation.base import STOP_POLICIES
+        from .prompts import STYLES
 
         check_level(self.level)
         require_choice(self, "stop", STOP_POLICIES)
-        require_positive(self, ["max_steps", "max_new_tokens"])
+        require_choice(self, "prompt_style", (None, *STYLES))
+        require_positive(self, ["group_size", "max_steps", "max_new_tokens"])
         if self.max_prompt_tokens is not None:
             require_positive(self, ["max_prompt_tokens"])
-        require_non_negative(self, ["env_workers"])
+        require_non_negative(self, ["env_workers", "temperature"])
+
+    def prompt(self) -> PromptConfig:
+        """The prompt this rollout renders: the env's prompt family in `prompt_style`, within `max_prompt_tokens`."""
+        from ..envs.registry import get_env
+
+        if self.prompt_style is None:
+            raise ValueError("RolloutConfig.prompt_style is None: the run decides it (TrainConfig.rollout_for_run)")
+        return PromptConfig(env=get_env(self.env).prompt_family, style=self.prompt_style,
+                            max_prompt_tokens=self.max_prompt_tokens)
+
+    def sampling(self) -> SamplingConfig:
+        """How each step's response is sampled: `temperature`, `max_new_tokens`, `stop`."""
+        return SamplingConfig(temperature=self.temperature, max_new_tokens=self.max_new_tokens,
+                              stop=stop_strings(self.stop))
 
 
 def _derived_seed(*parts: object) -> int:
@@ -108,11 +114,14 @@ def run_rollouts(
     envs: EnvSlots,
     generator: Generator,
     tokenizer: Any,
-    prompt_config: PromptConfig,
-    sampling: SamplingConfig,
-    config: RolloutConfig = RolloutConfig(),
+    config: RolloutConfig,
+    *,
+    seed: int = 0,
     iteration: int = 0,
     group_indices: Sequence[int] | None = None,
+    progress: bool = False,
+    prompt: PromptConfig | None = None,
+    sampling: SamplingConfig | None = None,
 ) -> list[Episode]:
     """Roll out every task `config.group_size` times; returns episodes task-major (group by group).
 
@@ -121,13 +130,17 @@ def run_rollouts(
         envs: B·G environment slots (slot i·G + r is rollout r of task i).
         generator: the policy's generation backend (its weights must be the current policy's).
         tokenizer: the policy tokenizer (chat template, prompt budgeting).
-        prompt_config: prompt style and budget; its `parser_mode` sets the validity rules.
-        sampling: temperature etc. (1.0 for training, 0.4 for evaluation; docs/method.md, 'Generation settings').
-        config: group size, max steps, seed.
+        config: group size, max steps, budgets, prompt style, sampling (`RolloutConfig`).
+        seed: base sampling seed; step seeds are derived from (seed, iteration, step).
         iteration: training iteration, used in group ids and seeds.
         group_indices: index of each task in the whole batch (default 0..B-1); with several ranks
             each rolls out a share of the batch and group ids must stay unique.
+        progress: a tqdm bar over steps.
+        prompt, sampling: replace `config.prompt()` / `config.sampling()` (worlds outside the registry, prompts
+            without the admissible list, equal-work benchmarks); the prompt's `parser_mode` sets the validity rules.
     """
+    prompt_config = prompt or config.prompt()
+    sampling = sampling or config.sampling()
     G = config.group_size
     if group_indices is None:
         group_indices = range(len(tasks))
@@ -143,7 +156,7 @@ def run_rollouts(
             task_type=task.task_type,
             group_id=group_id(iteration, slot_groups[i]),
             episode_id=episode_id(iteration, slot_groups[i], i % G),
-            seed=config.seed,
+            seed=seed,
             info={"iteration": iteration},
         )
         for i, task in enumerate(slot_tasks)
@@ -161,7 +174,7 @@ def run_rollouts(
     try:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=config.max_steps, desc=f"rollout it{iteration}", disable=not config.progress, leave=False)
+        bar = tqdm(total=config.max_steps, desc=f"rollout it{iteration}", disable=not progress, leave=False)
     except ImportError:  # pragma: no cover
         bar = None
     for t in range(config.max_steps):
@@ -178,7 +191,7 @@ def run_rollouts(
                 tokenizer=tokenizer,
             )
             texts.append(to_chat(tokenizer, text))
-        generations = generator.generate(texts, sampling.replace(n=1, seed=_derived_seed(config.seed, iteration, t)))
+        generations = generator.generate(texts, sampling.replace(n=1, seed=_derived_seed(seed, iteration, t)))
         actions, parsed_by_slot, listed, faults = {}, {}, {}, {}
         for slot, gen in zip(active, generations):
             parsed = parse_output(gen.text, mode=prompt_config.parser_mode)
@@ -221,7 +234,6 @@ def run_rollouts(
                 del state[slot]
                 continue
             step.feedback, step.done, step.won = result.observation, result.done, result.won
-            step.env_reward = config.success_reward if result.won else 0.0
             if result.done or t == config.max_steps - 1:
                 episodes[slot].won = result.won
                 del state[slot]

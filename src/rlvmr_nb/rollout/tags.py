@@ -259,9 +259,10 @@ def parse_output(text: object, mode: str = "strict", official_regex_bug: bool = 
     )
 
 
-def reward_tag_type(text: str) -> str:
-    """The tag class the MR reward uses (paper §3.4.1; docs/method.md, 'Meta-reasoning rewards'): substring precedence
-    planning > explore > reflection, anything else (monitor) is 'monitor'.
+def tag_class(text: str) -> str:
+    """The tag class of an output, the one name the package gives it (the rewards pay by it and the meta-reasoning
+    advantage groups by it; paper §3.4.1, docs/method.md, 'Meta-reasoning rewards'): substring precedence planning >
+    explore > reflection > monitor, and 'none' for an output with no opening tag.
 
     This mirrors the official code, which checks for the opening tag as a substring; for
     strict-valid outputs (exactly one tag) it agrees with `ParsedOutput.tag`.

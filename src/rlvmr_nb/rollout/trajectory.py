@@ -22,11 +22,11 @@ from typing import Any, BinaryIO, Iterable, Iterator
 
 from ..atomic_io import atomic_open
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"
 """Major.minor. Minor bumps add optional fields or rename one (its old name still read); major bumps change meaning.
-1.1: `Step.score` is `Step.outcome_score`."""
+1.1: `Step.score` is `Step.outcome_score`. 1.2: `Step.tag_type` is `Step.tag_class`."""
 
-RENAMED_STEP_FIELDS: dict[str, str] = {"score": "outcome_score"}
+RENAMED_STEP_FIELDS: dict[str, str] = {"score": "outcome_score", "tag_type": "tag_class"}
 """Step keys of older files -> the field that holds them now."""
 
 
@@ -34,7 +34,7 @@ RENAMED_STEP_FIELDS: dict[str, str] = {"score": "outcome_score"}
 class Step:
     """One agent step: what the policy saw, what it wrote, what the environment answered.
 
-    Fields filled by the rollout are the observation/output/feedback ones; copies carrying `tag_type`,
+    Fields filled by the rollout are the observation/output/feedback ones; copies carrying `tag_class`,
     `mr_reward`, `outcome_score` and `advantage` are made later by the scoring stage (`scoring.score_episodes`).
     """
 
@@ -75,7 +75,7 @@ class Step:
     """Token ids of the generated response (rollouts only)."""
     response_logprobs: list[float] | None = None
     """Sampler log-probabilities of `response_token_ids` (rollouts only)."""
-    tag_type: str | None = None
+    tag_class: str | None = None
     """Reward-side tag class: planning/explore/reflection/monitor/none (paper §3.4.1; docs/method.md,
     'Meta-reasoning rewards')."""
     mr_reward: float | None = None

@@ -229,7 +229,7 @@ def resume_checkpoint(out_dir: str | os.PathLike, model: Any, optimizer: torch.o
 
 
 def config_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, tuple[Any, Any]]:
-    """``{field: (saved, current)}`` for every top-level setting that differs between two config dicts."""
+    """``{field: (saved, current)}`` for every setting that differs between two flat config dicts (`TrainConfig.flat`)."""
     keys = set(saved) | set(current)
     return {k: (saved.get(k), current.get(k)) for k in sorted(keys) if saved.get(k) != current.get(k)}
 
@@ -240,8 +240,8 @@ def restore_run(out_dir: str | os.PathLike, resume: str | None, config_from_dict
     """Restore the checkpoint `resume` names ('auto': the newest intact one of `out_dir`'s run; 'never'; a
     path) and return the first iteration still to run (0 without a checkpoint).
 
-    The checkpoint's settings (read back through `config_from_dict`) must equal `config`'s except for the
-    fields in `may_change`; any other difference is refused with the list of differences. A changed ``lr``
+    The checkpoint's settings (read back through `config_from_dict`) must equal `config`'s (compared field by
+    field: ``.flat()``) except for the fields in `may_change`; any other difference is refused with the list of differences. A changed ``lr``
     is applied to the restored optimizer (with a warning), not silently ignored.
 
     What happens to the folder is done only where `write` (default: in the process that writes the folder,
@@ -267,17 +267,17 @@ def restore_run(out_dir: str | os.PathLike, resume: str | None, config_from_dict
                                     "(use 'auto', 'never' or a path to ckpt-XXXXX)")
         iteration = load_checkpoint(path, model, optimizer)
     saved = json.loads((path / "config.json").read_text())
-    changed = config_differences(config_from_dict(saved).to_dict(), config.to_dict())
+    changed = config_differences(config_from_dict(saved).flat(), config.flat())
     refused = {k: v for k, v in changed.items() if k not in may_change}
     if refused:
         lines = "\n".join(f"  {k}: {a!r} in the checkpoint, {b!r} now" for k, (a, b) in refused.items())
         raise ValueError(f"cannot resume {path} with different settings:\n{lines}\n"
                          "use a new out_dir, or resume='never' to start over")
     if "lr" in changed:
-        warnings.warn(f"resuming {path} with lr {config.lr} (its optimizer had {changed['lr'][0]}): lr re-set",
-                      stacklevel=2)
+        lr = changed["lr"][1]
+        warnings.warn(f"resuming {path} with lr {lr} (its optimizer had {changed['lr'][0]}): lr re-set", stacklevel=2)
         for group in optimizer.param_groups:
-            group["lr"] = config.lr
+            group["lr"] = lr
     if write:
         later = [p for p in sorted(out_dir.glob(f"{CHECKPOINT_PREFIX}*"))
                  if p.is_dir() and p.name > checkpoint_path(out_dir, iteration).name]

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .config import flat_settings_of
 from .policy import model_label
 
 
@@ -85,7 +86,7 @@ def describe_model_source(spec: str | os.PathLike, _depth: int = 0) -> ModelDesc
         return ModelDescription(label, _parameters_from_size(size_from_name(label)), str(spec))
     ckpt_dir = path if (path / "model.pt").is_file() else None
     run_dir = path.parent if ckpt_dir else path
-    run_config = _read_json(run_dir / "config.json") or {}
+    run_config = flat_settings_of(_read_json(run_dir / "config.json") or {})
     if "algo" in run_config and "model" in run_config:  # a trainer run or one of its checkpoints
         base = describe_model_source(run_config["model"], _depth + 1)
         if ckpt_dir is None:

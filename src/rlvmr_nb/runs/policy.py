@@ -11,6 +11,7 @@ import json
 import os
 import warnings
 
+from .config import flat_settings_of
 from ..atomic_io import atomic_open, atomic_write_text
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -113,7 +114,7 @@ def load_policy(spec: str | os.PathLike, seed: int = 0, fallback: bool = True) -
                 raise OlderCheckpointOnly(f"{e}; not evaluating an older checkpoint in its place: pass "
                                           f"--model {older} to evaluate that one") from None
             warnings.warn(f"skipping a damaged checkpoint: {e}", RuntimeWarning, stacklevel=2)
-    config = parts["config.json"]
+    config = flat_settings_of(parts["config.json"])
     model, tokenizer = load_model(config["model"], seed=int(config.get("seed", 0)))
     if config.get("lora"):
         model = wrap_lora(model, int(config.get("lora_r", 16)))  # the layout the trainer saved

@@ -47,13 +47,13 @@ Result = TypeVar("Result")
 
 
 def owns_run_folder(train: Callable[..., Result]) -> Callable[..., Result]:
-    """Decorator of `trainer.train(config, ...)`: the run holds ``config.out_dir`` for its whole life (a second
+    """Decorator of `trainer.train(config, ...)`: the run holds ``config.run.out_dir`` for its whole life (a second
     trainer on the folder is refused with the holder's pid and command), and Ctrl-C raises
     `TrainingInterrupted`, naming the iteration and the checkpoint a rerun resumes from."""
 
     @functools.wraps(train)
     def owning(config: Any, *args: Any, **kwargs: Any) -> Result:
-        with training_session(config.out_dir):
+        with training_session(config.run.out_dir):
             return train(config, *args, **kwargs)
 
     return owning

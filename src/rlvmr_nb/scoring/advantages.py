@@ -3,11 +3,12 @@
 All estimators are pure: they return one scalar per step sample, in flat order (episodes in order,
 steps in order), and change nothing; the trainer broadcasts each value to every response token of its
 step (docs/method.md, 'Advantages'). They read the reward fields of the copies `rewards.with_rewards`
-made (`outcome_score`, `mr_reward`, `tag_type`). `with_advantages` returns copies of episodes carrying the
+made (`outcome_score`, `mr_reward`, `tag_class`). `with_advantages` returns copies of episodes carrying the
 values; `scored.score_episodes` turns them into one record per step. `compute_advantages(algo, ...)` is the one place an algorithm name picks
 its estimator (`ESTIMATORS`).
 
-Presets of GRPO-MR (paper Eqs. 2–4; docs/method.md, 'Presets' and 'Paper vs official code'):
+Presets of GRPO-MR (paper Eqs. 2–4; docs/method.md, 'Presets' and 'Paper vs official code'; the registry is
+`method.PRESETS`, which also sets each preset's format-penalty channel):
 
 ``official_code`` (default; the code that produced the paper's numbers)
     A_ep = normalise(score) within each group (rollouts of the same task) over *step samples*;
@@ -35,21 +36,18 @@ EPS = 1e-6
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """How GRPO-MR (and the outcome channel of the baselines) normalises and combines advantages.
-    Use `preset()` for the named settings."""
+    """How GRPO-MR (and the outcome channel of the baselines) normalises and combines advantages. The four fields
+    that make up a preset's shape (`outcome_unit`, `outcome_scope`, `mr_scope`, `combine`) default to None: the
+    method's preset decides them (`method.PRESETS`), and a value given here changes the preset's (an ablation)."""
 
-    preset: str = "official_code"
-    """The named GRPO-MR setting these fields start from: 'official_code' (the released code's) or 'paper'
-    (paper Eqs. 2–4); docs/method.md, 'Paper vs official code'. It also decides where the format penalty goes
-    (`penalty_channel`), so the trainer refuses a mismatched pair."""
-    outcome_unit: str = "step"
-    """'step': statistics over step samples (code); 'trajectory': one value per trajectory (paper Eq. 2)."""
-    outcome_scope: str = "group"
-    """'group': within rollouts of the same task (code 'uid'); 'batch': over the whole batch (paper)."""
-    mr_scope: str = "group"
-    """MR groups: 'group' = (task group, tag) as in the code; 'batch' = tag over the batch (paper Eq. 3)."""
-    combine: str = "sum"
-    """'sum': A_ep + w·A_MR (code); 'convex': α·A_traj + (1−α)·A_MR (paper Eq. 4)."""
+    outcome_unit: str | None = None
+    """'step': statistics over step samples (code); 'trajectory': one value per trajectory (paper Eq. 2). None: the preset's."""
+    outcome_scope: str | None = None
+    """'group': within rollouts of the same task (code 'uid'); 'batch': over the whole batch (paper). None: the preset's."""
+    mr_scope: str | None = None
+    """MR groups: 'group' = (task group, tag) as in the code; 'batch' = tag over the batch (paper Eq. 3). None: the preset's."""
+    combine: str | None = None
+    """'sum': A_ep + w·A_MR (code); 'convex': α·A_traj + (1−α)·A_MR (paper Eq. 4). None: the preset's."""
     mr_weight: float = 1.0
     """w of the 'sum' combination (code step_advantage_w; 1.0 in the RLVMR scripts, config default 0.5)."""
     alpha: float = 0.5
@@ -66,16 +64,10 @@ class AdvantageConfig:
     """ε in (x − μ)/(σ + ε)."""
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("outcome_unit", self.outcome_unit, ("step", "trajectory")),
-            ("outcome_scope", self.outcome_scope, ("group", "batch")),
-            ("mr_scope", self.mr_scope, ("group", "batch")),
-            ("combine", self.combine, ("sum", "convex")),
-        ):
-            if value not in allowed:
-                raise ValueError(f"AdvantageConfig.{name} must be one of {allowed}, got {value!r}")
-        if self.preset not in PENALTY_CHANNEL_OF_PRESET:
-            raise ValueError(f"AdvantageConfig.preset must be one of {sorted(PENALTY_CHANNEL_OF_PRESET)}, got {self.preset!r}")
+        for name, allowed in SHAPES.items():
+            value = getattr(self, name)
+            if value is not None and value not in allowed:
+                raise ValueError(f"AdvantageConfig.{name} must be one of {allowed} (or None: the preset's), got {value!r}")
         if not 0.0 <= self.alpha <= 1.0:
             raise ValueError(f"alpha must lie in [0, 1], got {self.alpha}")
         if not 0.0 <= self.gamma <= 1.0:
@@ -87,46 +79,14 @@ class AdvantageConfig:
         if not (np.isfinite(self.eps) and self.eps > 0):
             raise ValueError(f"AdvantageConfig.eps must be > 0 (it keeps (x - mean) / (std + eps) finite), got {self.eps}")
 
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> "AdvantageConfig":
-        """A config from a JSON dict: the named `preset` first, the other keys on top of it."""
-        d = dict(d)
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(d) - known)
-        if unknown:
-            raise ValueError(f"unknown advantage option(s) {unknown}; known: {sorted(known)}")
-        return preset(d.pop("preset", "official_code"), **d)
+    def on(self, shape: "AdvantageConfig") -> "AdvantageConfig":
+        """This config with every shape field it leaves None taken from `shape` (a preset's)."""
+        return replace(self, **{name: getattr(shape, name) for name in SHAPES if getattr(self, name) is None})
 
 
-PENALTY_CHANNEL_OF_PRESET: dict[str, str] = {"official_code": "outcome", "paper": "step"}
-"""Where each preset puts the 0.1 format penalty (`rewards.RewardConfig.format_penalty_channel`): the
-official code subtracts it from the outcome score, the paper adds it to the step reward (paper §3.4.1).
-The one statement of this rule: the reward setting of a preset, the trainer's refusal of a mismatched pair
-and the switch of a config file's preset all read it through `penalty_channel`."""
-
-
-def penalty_channel(preset_name: str) -> str:
-    """The format-penalty channel ('outcome' or 'step') that goes with advantage preset `preset_name`."""
-    try:
-        return PENALTY_CHANNEL_OF_PRESET[preset_name]
-    except KeyError:
-        raise ValueError(f"unknown advantage preset {preset_name!r}; choose one of "
-                         f"{sorted(PENALTY_CHANNEL_OF_PRESET)}") from None
-
-
-PRESETS: dict[str, AdvantageConfig] = {
-    "official_code": AdvantageConfig(),
-    "paper": AdvantageConfig(
-        preset="paper", outcome_unit="trajectory", outcome_scope="batch", mr_scope="batch", combine="convex", alpha=0.5
-    ),
-}
-
-
-def preset(name: str, **overrides) -> AdvantageConfig:
-    """A named GRPO-MR setting ('official_code' or 'paper'), optionally with fields overridden."""
-    if name not in PRESETS:
-        raise ValueError(f"unknown advantage preset {name!r}; choose one of {sorted(PRESETS)}")
-    return replace(PRESETS[name], **overrides)
+SHAPES: dict[str, tuple[str, ...]] = {"outcome_unit": ("step", "trajectory"), "outcome_scope": ("group", "batch"),
+                                      "mr_scope": ("group", "batch"), "combine": ("sum", "convex")}
+"""The fields a preset decides, and their values."""
 
 
 def group_normalise(
@@ -205,28 +165,19 @@ def meta_reasoning_advantage(
 ) -> np.ndarray:
     """A^MR: r_MR normalised within (group, tag class) — code — or within tag over the batch — paper Eq. 3."""
     rewards = _flat(episodes, "mr_reward")
-    tags = _flat(episodes, "tag_type")
+    tags = _flat(episodes, "tag_class")
     groups = _per_step(episodes, [ep.group_id if scope == "group" else "batch" for ep in episodes])
     return group_normalise(rewards, list(zip(groups, tags)), eps, std_norm)
 
 
-def grpo_mr_advantages(episodes: Sequence[Episode], config: AdvantageConfig | str = "official_code") -> np.ndarray:
-    """GRPO-MR advantages (paper Eqs. 2–4; docs/method.md, 'Advantages'), one per step sample."""
-    cfg = preset(config) if isinstance(config, str) else config
+def grpo_mr_advantages(episodes: Sequence[Episode], cfg: AdvantageConfig) -> np.ndarray:
+    """GRPO-MR advantages (paper Eqs. 2–4; docs/method.md, 'Advantages'), one per step sample, under a config
+    whose shape a preset completed (`method.MethodConfig.advantage_config`)."""
     a_out = outcome_advantage(episodes, cfg.outcome_unit, cfg.outcome_scope, cfg.std_norm, cfg.eps)
     a_mr = meta_reasoning_advantage(episodes, cfg.mr_scope, cfg.std_norm, cfg.eps)
     if cfg.combine == "sum":
         return cfg.outcome_weight * a_out + cfg.mr_weight * a_mr
     return cfg.alpha * a_out + (1.0 - cfg.alpha) * a_mr
-
-
-def grpo_advantages(
-    episodes: Sequence[Episode], unit: str = "trajectory", scope: str = "group", std_norm: bool = True
-) -> np.ndarray:
-    """GRPO baseline (Table 1): the outcome advantage only. `unit='step'` normalises over the group's step
-    samples (verl-agent's default for multi-turn GRPO, ``compute_mean_std_cross_steps``; the trainer's
-    default through `AdvantageConfig.outcome_unit`), `unit='trajectory'` one value per trajectory."""
-    return outcome_advantage(episodes, unit, scope, std_norm)
 
 
 def discounted_returns(rewards: Sequence[float], gamma: float) -> np.ndarray:
@@ -282,9 +233,12 @@ two Table 1 baselines. (The format penalty is already in the rewards, `rewards.R
 
 def compute_advantages(algo: str, episodes: Sequence[Episode], config: AdvantageConfig) -> np.ndarray:
     """The advantage of every step of `episodes` (copies carrying rewards, `rewards.with_rewards`) under `algo`'s
-    estimator, in flat order."""
+    estimator, in flat order; `config`'s shape must be complete (a preset's, `AdvantageConfig.on`)."""
     if algo not in ESTIMATORS:
         raise ValueError(f"unknown algo {algo!r}; choose one of {sorted(ESTIMATORS)}")
+    missing = [name for name in SHAPES if getattr(config, name) is None]
+    if missing:
+        raise ValueError(f"AdvantageConfig {missing} left to a preset: complete it with .on(PRESETS[name].advantage)")
     adv = np.asarray(ESTIMATORS[algo](episodes, config), dtype=np.float64)
     if not np.all(np.isfinite(adv)):
         bad = int(np.sum(~np.isfinite(adv)))

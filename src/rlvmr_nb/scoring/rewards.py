@@ -13,7 +13,8 @@ Per step, in the official order (docs/method.md, 'Meta-reasoning rewards'):
    it counts as failed) and the action list changed.
 
 The format penalty λ = 0.1 enters the outcome channel (official code: ``score = R − λ·invalid``) or
-the step reward (paper: ``r_t = r_MR − λ·invalid``), selected by `RewardConfig.format_penalty_channel`.
+the step reward (paper: ``r_t = r_MR − λ·invalid``), as the method's preset says (`method.PRESETS`).
+`RewardDeviations` lists the declared departures from these rules (the lab's, docs/lab.md).
 """
 
 from __future__ import annotations
@@ -21,16 +22,20 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Iterable
 
-from ..rollout.tags import extract_action_list, reward_tag_type
+from ..rollout.tags import extract_action_list, tag_class
 from ..rollout.trajectory import Episode
-from .advantages import penalty_channel
+from ..settings import require_choice, require_non_negative
 
 PENALTY_CHANNELS = ("outcome", "step")
+"""Where the format penalty λ enters: the outcome score (official code) or the step reward (paper). A method's
+preset decides it (`method.PRESETS`); nothing else does."""
 
 
 @dataclass(frozen=True)
 class RewardConfig:
-    """Reward magnitudes and semantics. Defaults = the official RLVMR scripts (docs/method.md, 'Hyper-parameters')."""
+    """Reward magnitudes of the official RLVMR scripts (docs/method.md, 'Hyper-parameters'). Where the format
+    penalty goes is the method preset's (`method.MethodConfig.preset`); rules that differ from the official ones
+    are `RewardDeviations`."""
 
     success_reward: float = 10.0
     """r_s, outcome reward of a successful episode (paper §3.4.1 leaves it open; code: 10·won)."""
@@ -45,11 +50,20 @@ class RewardConfig:
     admissible earns it, and monitor steps get their own advantage group."""
     format_penalty: float = 0.1
     """λ_format: subtracted for each malformed step (paper §3.4.1, code invalid_action_penalty_coef)."""
-    format_penalty_channel: str = "outcome"
-    """'outcome' (official code: penalty in the per-step outcome score; docs/method.md, 'Format penalty') or 'step' (paper Eq.: r_t = r_MR + r_format)."""
     official_regex_bug: bool = False
     """Compare actions with the official non-DOTALL regex (digitalhuman#14); ablations only."""
-    # --- options beyond the official semantics (defaults keep the official ones; docs/lab.md says who uses them)
+
+    def __post_init__(self) -> None:
+        # Magnitudes (the penalty is subtracted); NaN or inf would turn whole groups' advantages into NaN.
+        require_non_negative(self, ["success_reward", "planning_reward", "exploration_reward", "reflection_reward",
+                                    "monitor_reward", "format_penalty"])
+
+
+@dataclass(frozen=True)
+class RewardDeviations:
+    """Declared departures from the official reward rules. Every default is the official rule; the metacognition
+    lab sets some of them (docs/lab.md, 'Deviations from the paper', says which and why)."""
+
     refused_penalty: float = 0.0
     """Subtracted from the outcome score of every well-formed step whose command the environment refused (valid
     but not admissible). 0 in the paper and the official code, where a refused command costs only the step.
@@ -64,29 +78,19 @@ class RewardConfig:
     """Official (True): at t = 0 the "previous step" counts as failed, so a first-step <reflection> always pays.
     False: a reflection pays only after a real failed step."""
 
-    @classmethod
-    def for_preset(cls, preset: str, **overrides) -> "RewardConfig":
-        """The reward setting that goes with an advantage preset: its format-penalty channel is the preset's
-        (`advantages.penalty_channel`)."""
-        return cls(**{"format_penalty_channel": penalty_channel(preset), **overrides})
-
     def __post_init__(self) -> None:
-        if self.format_penalty_channel not in PENALTY_CHANNELS:
-            raise ValueError(
-                f"format_penalty_channel must be one of {PENALTY_CHANNELS}, got {self.format_penalty_channel!r}"
-            )
-        from ..validation import require_non_negative
+        require_non_negative(self, ["refused_penalty"])
 
-        # Magnitudes (the penalty is subtracted); NaN or inf would turn whole groups' advantages into NaN.
-        require_non_negative(self, ["success_reward", "planning_reward", "exploration_reward", "reflection_reward",
-                                    "monitor_reward", "format_penalty", "refused_penalty"])
+
+OFFICIAL_RULES = RewardDeviations()
+"""No deviation: the official reward rules."""
 
 
 @dataclass(frozen=True)
 class StepReward:
     """Reward-side view of one step."""
 
-    tag_type: str
+    tag_class: str
     """'planning' | 'explore' | 'reflection' | 'monitor' | 'none' — the MR advantage group key."""
     mr_reward: float
     """r_t^MR."""
@@ -101,59 +105,69 @@ def outcome_reward(episode: Episode, config: RewardConfig = RewardConfig()) -> f
     return config.success_reward if episode.won else 0.0
 
 
-def meta_reasoning_rewards(episode: Episode, config: RewardConfig = RewardConfig()) -> list[StepReward]:
-    """Tag class, r_t^MR, outcome score and paper step reward for every step (paper §3.4.1; docs/method.md, 'Meta-reasoning rewards', 'Format penalty').
+def meta_reasoning_rewards(episode: Episode, config: RewardConfig = RewardConfig(),
+                           deviations: RewardDeviations = OFFICIAL_RULES,
+                           penalty_channel: str = "outcome") -> list[StepReward]:
+    """Tag class, r_t^MR, outcome score and paper step reward for every step (paper §3.4.1; docs/method.md,
+    'Meta-reasoning rewards', 'Format penalty'), under the official rules changed by `deviations`, with the format
+    penalty in `penalty_channel` (`PENALTY_CHANNELS`; the method preset's).
 
     Uses each step's `output`, `valid` and `admissible` fields and the episode's `won`.
     """
+    if penalty_channel not in PENALTY_CHANNELS:
+        raise ValueError(f"penalty_channel must be one of {PENALTY_CHANNELS}, got {penalty_channel!r}")
     success = episode.won
     R = outcome_reward(episode, config)
     action_lists = [extract_action_list(s.output, config.official_regex_bug) for s in episode.steps]
-    accepted_only = config.meta_rewards_admissible_only
+    accepted_only = deviations.meta_rewards_admissible_only
     out: list[StepReward] = []
     for t, step in enumerate(episode.steps):
-        tag_type, reward = "none", 0.0
+        group, reward = "none", 0.0
         unverified = accepted_only and not step.admissible  # a refused command earns no explore/reflection pay
         if step.valid:
-            kind = reward_tag_type(step.output)
-            if kind == "planning":
-                tag_type, reward = "planning", config.planning_reward if success else 0.0
-            elif kind == "explore":
+            written = tag_class(step.output)
+            if written == "planning":
+                group, reward = "planning", config.planning_reward if success else 0.0
+            elif written == "explore":
                 repeated = any(
                     action_lists[j] == action_lists[t] and episode.steps[j].valid
                     and (episode.steps[j].admissible or not accepted_only) for j in range(t)
                 )
-                tag_type, reward = "explore", 0.0 if repeated or unverified else config.exploration_reward
-            elif kind == "reflection":
+                group, reward = "explore", 0.0 if repeated or unverified else config.exploration_reward
+            elif written == "reflection":
                 if t == 0:
-                    corrective = config.reflection_at_start  # official: "no previous step" counts as a failure
+                    corrective = deviations.reflection_at_start  # official: "no previous step" counts as a failure
                 else:
                     prev = episode.steps[t - 1]
                     corrective = not (prev.valid and prev.admissible) and action_lists[t] != action_lists[t - 1]
-                tag_type, reward = "reflection", config.reflection_reward if corrective and not unverified else 0.0
-            elif kind == "monitor" and config.monitor_reward > 0:
-                tag_type, reward = "monitor", config.monitor_reward if step.admissible else 0.0
+                group, reward = "reflection", config.reflection_reward if corrective and not unverified else 0.0
+            elif written == "monitor" and config.monitor_reward > 0:
+                group, reward = "monitor", config.monitor_reward if step.admissible else 0.0
         penalty = 0.0 if step.valid else config.format_penalty
-        refused = config.refused_penalty if step.valid and not step.admissible else 0.0
-        if config.format_penalty_channel == "outcome":
+        refused = deviations.refused_penalty if step.valid and not step.admissible else 0.0
+        if penalty_channel == "outcome":
             outcome_score, step_reward = R - penalty - refused, reward
         else:
             outcome_score, step_reward = R - refused, reward - penalty
-        out.append(StepReward(tag_type=tag_type, mr_reward=reward, outcome_score=outcome_score, step_reward=step_reward))
+        out.append(StepReward(tag_class=group, mr_reward=reward, outcome_score=outcome_score, step_reward=step_reward))
     return out
 
 
-def with_rewards(episodes: Iterable[Episode], config: RewardConfig = RewardConfig()) -> list[Episode]:
-    """Copies of `episodes` whose steps carry `tag_type`, `mr_reward` and `outcome_score`; the inputs are left
-    untouched (the other step fields are shared, not copied).
+def with_rewards(episodes: Iterable[Episode], config: RewardConfig = RewardConfig(),
+                 deviations: RewardDeviations = OFFICIAL_RULES, penalty_channel: str = "outcome") -> list[Episode]:
+    """Copies of `episodes` whose steps carry `tag_class`, `mr_reward`, `outcome_score` and `env_reward` (r_s at the
+    winning step, the reward GiGPO's step returns discount); the inputs are left untouched (the other step fields are
+    shared, not copied). Arguments as `meta_reasoning_rewards`.
 
     With the 'step' penalty channel the carried `mr_reward` is the penalised step reward r_t, since that is the
     quantity the paper normalises within tag groups.
     """
     out = []
     for ep in episodes:
-        steps = [replace(step, tag_type=r.tag_type, outcome_score=r.outcome_score,
-                         mr_reward=r.mr_reward if config.format_penalty_channel == "outcome" else r.step_reward)
-                 for step, r in zip(ep.steps, meta_reasoning_rewards(ep, config))]
+        rewards = meta_reasoning_rewards(ep, config, deviations, penalty_channel)
+        steps = [replace(step, tag_class=r.tag_class, outcome_score=r.outcome_score,
+                         env_reward=config.success_reward if step.won else 0.0,
+                         mr_reward=r.mr_reward if penalty_channel == "outcome" else r.step_reward)
+                 for step, r in zip(ep.steps, rewards)]
         out.append(replace(ep, steps=steps))
     return out

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..rollout.trajectory import Episode
-from .advantages import AdvantageConfig, compute_advantages, with_advantages
-from .rewards import RewardConfig, with_rewards
+from .advantages import compute_advantages, with_advantages
+from .method import MethodConfig
+from .rewards import with_rewards
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,7 @@ class ScoredStep:
     """`Episode.episode_id` of the step's episode."""
     t: int
     """`Step.t`, the step's index in its episode."""
-    tag_type: str
+    tag_class: str
     """Reward-side tag class: 'planning' | 'explore' | 'reflection' | 'monitor' | 'none' (the MR advantage group)."""
     mr_reward: float
     """r_t^MR (with the 'step' penalty channel: the penalised step reward r_t)."""
@@ -44,11 +45,11 @@ class ScoredEpisodes:
     steps: list[ScoredStep]
 
 
-def score_episodes(episodes: Sequence[Episode], algo: str, reward_config: RewardConfig,
-                   advantage_config: AdvantageConfig) -> ScoredEpisodes:
-    """Rewards and advantages of every step of the episodes that were not aborted, under `algo`'s estimator."""
-    kept = with_rewards([ep for ep in episodes if not ep.aborted], reward_config)
-    scored = with_advantages(kept, compute_advantages(algo, kept, advantage_config))
-    steps = [ScoredStep(ep.episode_id, s.t, s.tag_type, s.mr_reward, s.outcome_score, s.advantage)
+def score_episodes(episodes: Sequence[Episode], method: MethodConfig) -> ScoredEpisodes:
+    """Rewards and advantages of every step of the episodes that were not aborted, under `method`."""
+    kept = with_rewards([ep for ep in episodes if not ep.aborted], method.reward, method.deviations,
+                        method.penalty_channel)
+    scored = with_advantages(kept, compute_advantages(method.estimator, kept, method.advantage_config))
+    steps = [ScoredStep(ep.episode_id, s.t, s.tag_class, s.mr_reward, s.outcome_score, s.advantage)
              for ep in scored for s in ep.steps]
     return ScoredEpisodes(scored, steps)

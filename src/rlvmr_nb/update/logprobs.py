@@ -9,33 +9,13 @@ policy's and the reference's log-probs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
 
 from ..devices import autocast_context, module_device, upcast
+from .config import UpdateConfig
 from .samples import StepSample, pack, pack_flat
-
-
-@dataclass(frozen=True)
-class LogprobOptions:
-    """How response log-probs (and the loss over them) are computed (`TrainConfig.logprob_options`)."""
-
-    temperature: float = 1.0
-    """Logits are divided by the sampling temperature before the softmax, as the sampler did."""
-    chunk_size: int | None = None
-    """Tokens per vocabulary chunk of the fused kernel (None: automatic)."""
-    autocast: bool = True
-    """bf16 autocast of the decoder (fp32 master weights)."""
-    fused: bool = True
-    """Fused chunked lm_head + loss (True) or the plain reference that materialises the logits (False)."""
-    micro_batch_size: int = 16
-    """Samples per forward pass when log-probs are computed without gradient."""
-    packed: bool = True
-    """Feed each micro-batch as one packed row of its real tokens (`pack_flat`; sequences kept apart by
-    `kernels.packed_attention`) instead of right-padding it: the same loss and gradients without pad tokens.
-    Models whose attention is not sdpa keep the padded layout."""
 
 
 _PREPARED_MASKS: dict[torch.device, torch.Tensor] = {}
@@ -81,12 +61,12 @@ class ResponseLogprobModel(torch.nn.Module):
     def _lm_head_weight(self) -> torch.Tensor:
         return self.model.get_output_embeddings().weight
 
-    def packs(self, options: LogprobOptions) -> bool:
-        """Whether micro-batches go in packed (`LogprobOptions.packed` and an sdpa model, switched to the
-        packing-aware sdpa here)."""
+    def packs(self, packed: bool) -> bool:
+        """Whether micro-batches go in packed (`packed`, i.e. `UpdateConfig.packed_micro_batches`, and an sdpa model,
+        switched to the packing-aware sdpa here)."""
         from .kernels.packed_attention import use_packed_attention
 
-        return options.packed and use_packed_attention(self.model)
+        return packed and use_packed_attention(self.model)
 
 
 def _unwrapped(logprob_model: torch.nn.Module) -> ResponseLogprobModel | None:
@@ -95,11 +75,12 @@ def _unwrapped(logprob_model: torch.nn.Module) -> ResponseLogprobModel | None:
 
 
 def micro_batch_hidden_states(logprob_model: torch.nn.Module, samples: Sequence[StepSample], pad_id: int,
-                              options: LogprobOptions, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                              packed: bool, device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Hidden states predicting every response token [B, Tr, H], the lm_head weight, targets and mask [B, Tr]:
-    the micro-batch packed (`pack_flat`) where the wrapped model can take it, else right-padded (`pack`)."""
+    the micro-batch packed (`pack_flat`) where `packed` and the wrapped model can take it, else right-padded
+    (`pack`)."""
     inner = _unwrapped(logprob_model)
-    if inner is not None and inner.packs(options):
+    if inner is not None and inner.packs(packed):
         flat = pack_flat(samples, device)
         h, weight = logprob_model(flat.ids, None, flat.index, flat.positions, flat.bounds)
         return h, weight, flat.targets, flat.mask
@@ -109,20 +90,22 @@ def micro_batch_hidden_states(logprob_model: torch.nn.Module, samples: Sequence[
 
 
 @torch.no_grad()
-def response_logprobs(model: Any, samples: Sequence[StepSample], pad_id: int,
-                      options: LogprobOptions) -> list[torch.Tensor]:
+def response_logprobs(model: Any, samples: Sequence[StepSample], pad_id: int, update: UpdateConfig,
+                      temperature: float) -> list[torch.Tensor]:
     """No-grad per-token log-probs of every sample's response under `model` (old policy or reference; a
-    causal LM, or a `ResponseLogprobModel` such as the FSDP-sharded one), chunked over the vocabulary; computed
-    on the model's device, returned on the CPU, one tensor per sample."""
+    causal LM, or a `ResponseLogprobModel` such as the FSDP-sharded one) at the sampling `temperature`, chunked
+    over the vocabulary, `update.micro_batch_size` samples per pass; computed on the model's device, returned on
+    the CPU, one tensor per sample."""
     from .kernels import chunked_logprobs
 
     logprob_model = model if isinstance(model, ResponseLogprobModel) else ResponseLogprobModel(model,
-                                                                                               options.autocast)
+                                                                                               update.bf16_autocast)
     device = module_device(logprob_model)
     out: list[torch.Tensor] = []
-    for i in range(0, len(samples), options.micro_batch_size):
-        chunk = samples[i : i + options.micro_batch_size]
-        h, weight, targets, mask = micro_batch_hidden_states(logprob_model, chunk, pad_id, options, device)
-        logp = chunked_logprobs(h, upcast(weight), targets, options.temperature, options.chunk_size, mask=mask)
+    for i in range(0, len(samples), update.micro_batch_size):
+        chunk = samples[i : i + update.micro_batch_size]
+        h, weight, targets, mask = micro_batch_hidden_states(logprob_model, chunk, pad_id,
+                                                             update.packed_micro_batches, device)
+        logp = chunked_logprobs(h, upcast(weight), targets, temperature, update.logprob_chunk_size, mask=mask)
         out += [logp[row, : len(s.response_ids)].cpu().clone() for row, s in enumerate(chunk)]
     return out

@@ -86,7 +86,7 @@ class LossConfig:
             raise ValueError(f"kl_clamp={self.kl_clamp} must be > 0")
         if self.token_sum_norm <= 0.0:
             raise ValueError(f"token_sum_norm={self.token_sum_norm} must be > 0 (e.g. the max response length)")
-        from rlvmr_nb.validation import require_non_negative
+        from rlvmr_nb.settings import require_non_negative
 
         # A negative KL weight rewards drifting away from the reference; a negative entropy weight penalises
         # exploration; NaN/inf poison every gradient. All three are mistakes, never settings.

@@ -16,7 +16,8 @@ import torch
 
 from ..devices import module_device, upcast
 from .distributed import MiniBatch
-from .logprobs import LogprobOptions, micro_batch_hidden_states, response_logprobs
+from .config import UpdateConfig
+from .logprobs import micro_batch_hidden_states, response_logprobs
 from .loss_terms import LossConfig
 from .reference_loss import grpo_loss, reference_logprobs_from_hidden
 from .reference_policy import reference_view
@@ -37,55 +38,57 @@ def _stack(samples: Sequence[StepSample], attr: str, width: int, device: torch.d
 
 def micro_batch_loss(
     logprob_model: torch.nn.Module, samples: Sequence[StepSample], pad_id: int, loss_config: LossConfig,
-    options: LogprobOptions, old_attr: str = "old_logprobs", tis_cap: float | None = None,
+    update: UpdateConfig, temperature: float,
 ) -> tuple[torch.Tensor, dict]:
-    """GRPO-MR loss of one micro-batch (paper Eq. 5): the fused chunked kernel, or the plain reference.
+    """GRPO-MR loss of one micro-batch (paper Eq. 5) at the sampling `temperature`: the fused chunked kernel, or the
+    plain reference (`update.fused_loss`).
 
-    `tis_cap`: weight each token's policy term by its importance weight min(exp(old − sampler), tis_cap)
+    The ratio's denominator is the recomputed old policy's log-prob or the sampler's (`update.old_logprobs`); with
+    `update.tis_cap` each token's policy term is weighted by its importance weight min(exp(old − sampler), tis_cap)
     (`sampler_correction`); the KL and entropy terms stay unweighted."""
     device = module_device(logprob_model)
-    h, weight, targets, mask = micro_batch_hidden_states(logprob_model, samples, pad_id, options, device)
+    h, weight, targets, mask = micro_batch_hidden_states(logprob_model, samples, pad_id,
+                                                         update.packed_micro_batches, device)
     width = mask.shape[1]
+    old_attr = "old_logprobs" if update.old_logprobs == "recompute" else "sampler_logprobs"
     old = _stack(samples, old_attr, width, device, h.dtype)
     ref = _stack(samples, "ref_logprobs", width, device, h.dtype) if loss_config.kl_coef else None
     advantage = torch.tensor([s.advantage for s in samples], dtype=h.dtype, device=device)
     importance_weight = None
-    if tis_cap is not None:
+    if update.tis_cap is not None:
         from .sampler_correction import truncated_is_weights
 
         sampler = _stack(samples, "sampler_logprobs", width, device, h.dtype)
-        importance_weight = truncated_is_weights(old, sampler, tis_cap)
-    if options.fused:
+        importance_weight = truncated_is_weights(old, sampler, update.tis_cap)
+    if update.fused_loss:
         from .kernels import fused_grpo_loss
 
         out = fused_grpo_loss(h, weight, targets, old, ref, advantage, mask, config=loss_config,
-                              temperature=options.temperature, chunk_size=options.chunk_size,
+                              temperature=temperature, chunk_size=update.logprob_chunk_size,
                               importance_weight=importance_weight)
         return out.loss, out.metrics
-    logp, entropy = reference_logprobs_from_hidden(h, upcast(weight), targets, options.temperature,
-                                                   return_entropy=True)
+    logp, entropy = reference_logprobs_from_hidden(h, upcast(weight), targets, temperature, return_entropy=True)
     return grpo_loss(logp, old, ref, advantage, mask, entropy if loss_config.entropy_coef else None, loss_config,
                      importance_weight=importance_weight)
 
 
 def ppo_update(logprob_model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[StepSample],
-               plan: Sequence[MiniBatch], pad_id: int, loss_config: LossConfig, options: LogprobOptions, *,
-               old_logprobs: str, tis_cap: float | None, grad_clip: float, world_size: int = 1) -> dict[str, float]:
+               plan: Sequence[MiniBatch], pad_id: int, loss_config: LossConfig, update: UpdateConfig,
+               temperature: float, world_size: int = 1) -> dict[str, float]:
     """One PPO pass over this rank's `plan` (`distributed.schedule_update`): per mini-batch, accumulate the
-    micro-batch losses (each divided by the mini-batch's micro-batch count) and take one optimiser step.
+    micro-batch losses (`micro_batch_loss`, each divided by the mini-batch's micro-batch count), clip the gradient
+    norm at `update.grad_clip` and take one optimiser step.
 
-    `old_logprobs`: 'recompute' takes the ratio against the recomputed old policy, else against the sampler's.
     Under DDP the gradients are all-reduced once per mini-batch, on its last micro-batch (`no_sync` for the
     others); the loss is multiplied by `world_size` because DDP averages across ranks."""
     params = [p for p in logprob_model.parameters() if p.requires_grad]
-    old_attr = "old_logprobs" if old_logprobs == "recompute" else "sampler_logprobs"
     logs: dict[str, list[float]] = {}
     for mini in plan:
         for k, micro in enumerate(mini.micro_batches):
             sync = k == len(mini.micro_batches) - 1 or not hasattr(logprob_model, "no_sync")
             with logprob_model.no_sync() if not sync else contextlib.nullcontext():
                 loss, metrics = micro_batch_loss(logprob_model, [samples[i] for i in micro.indices], pad_id,
-                                                 loss_config, options, old_attr, tis_cap=tis_cap)
+                                                 loss_config, update, temperature)
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {float(loss)} in a micro-batch; metrics "
                                              f"{ {k: float(v) for k, v in metrics.items()} }")
@@ -93,7 +96,7 @@ def ppo_update(logprob_model: torch.nn.Module, optimizer: torch.optim.Optimizer,
             if micro.weight:
                 for key, value in metrics.items():
                     logs.setdefault(key, []).append(float(value))
-        grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, grad_clip))  # FSDP: a DTensor
+        grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, update.grad_clip))  # FSDP: a DTensor
         if not torch.isfinite(grad_norm):
             raise FloatingPointError(f"non-finite gradient norm {float(grad_norm)}: the update is stopped")
         optimizer.step()
@@ -105,20 +108,20 @@ def ppo_update(logprob_model: torch.nn.Module, optimizer: torch.optim.Optimizer,
 
 
 def with_old_and_ref_logprobs(models: TrainingModels, samples: list[StepSample], used: list[int], pad_id: int,
-                              options: LogprobOptions, *, recompute_old: bool, reference: bool, rank: int = 0,
+                              update: UpdateConfig, temperature: float, *, reference: bool, rank: int = 0,
                               world: int = 1) -> list[StepSample]:
-    """The samples this rank trains on (`used`), with the pre-update policy's (`recompute_old`) and the
-    reference's (`reference`) log-probs; FSDP: every sample's, computed by all ranks together."""
+    """The samples this rank trains on (`used`), with the pre-update policy's log-probs (when `update.old_logprobs`
+    is 'recompute') and the reference's (`reference`); FSDP: every sample's, computed by all ranks together."""
     if models.lockstep:
         used = list(range(len(samples)))
 
     def logprobs_under(model: Any, batch: list[StepSample]) -> list[torch.Tensor]:
         if models.lockstep:
-            return lockstep_logprobs(model, batch, pad_id, options, rank, world)
-        return response_logprobs(model, batch, pad_id, options)
+            return lockstep_logprobs(model, batch, pad_id, update, temperature, rank, world)
+        return response_logprobs(model, batch, pad_id, update, temperature)
 
     mine = [samples[i] for i in used]
-    if recompute_old:
+    if update.old_logprobs == "recompute":
         mine = with_logprobs(mine, "old_logprobs", logprobs_under(models.old_policy, mine))
     if reference:
         with reference_view(models.policy, models.reference,

@@ -36,37 +36,9 @@ __all__ = [
     "aggregate",
     "entropy_from_logits",
     "grpo_loss",
-    "low_var_kl",
-    "ppo_clip_surrogate",
     "reference_logprobs_from_hidden",
     "token_metrics",
 ]
-
-def ppo_clip_surrogate(
-    logprobs: torch.Tensor,
-    old_logprobs: torch.Tensor,
-    advantages: torch.Tensor,
-    clip_low: float,
-    clip_high: float,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per-token PPO-clip loss ``max(-A r, -A clip(r, 1-clip_low, 1+clip_high))`` (paper Eq. 5).
-
-    Returns ``(loss, ratio, clipped)`` where ``clipped`` marks tokens whose clipped branch is strictly
-    larger, i.e. tokens that receive no policy-gradient (verl's ``pg_clipfrac``). A view of
-    `rlvmr_nb.update.loss_terms.ppo_clip_term`, which also gives the closed-form gradient.
-    """
-    term = ppo_clip_term(logprobs, old_logprobs, advantages, clip_low, clip_high)
-    return term.value, term.ratio, term.clipped
-
-
-def low_var_kl(logprobs: torch.Tensor, ref_logprobs: torch.Tensor, clamp: float = 10.0) -> torch.Tensor:
-    """k3 estimator of KL(pi || pi_ref): ``exp(d) - d - 1`` with ``d = ref - logp``, clamped (paper Eq. 5).
-
-    Non-negative and unbiased for samples drawn from pi; verl calls it ``low_var_kl``. The value of
-    `rlvmr_nb.update.loss_terms.k3_kl_term` (overflow guard: `KL_LOG_RATIO_BOUND`).
-    """
-    return k3_kl_term(logprobs, ref_logprobs, clamp).value
-
 
 def aggregate(values: torch.Tensor, mask: torch.Tensor, mode: str = "token_mean", token_sum_norm: float = 1024.0) -> torch.Tensor:
     """Reduce per-token values [B, T] over valid tokens (``mask`` [B, T]) to a scalar.

@@ -1,7 +1,7 @@
 """The reference policy of the KL term (paper Eq. 5's π_ref): the initial, frozen policy.
 
 With full fine-tuning it is a frozen copy made before training; with LoRA it is the policy itself with its
-adapters switched off, which costs no memory. ``TrainConfig.reference_device="cpu"`` keeps the copy in CPU
+adapters switched off, which costs no memory. ``TrainConfig.placement.reference_device="cpu"`` keeps the copy in CPU
 memory and moves it to the training device only for its log-prob pass (`reference_view`): its weights then
 take no GPU memory during rollouts and the update, for one host-to-device copy per iteration.
 """
@@ -13,8 +13,6 @@ from typing import Any
 
 import torch
 
-REFERENCE_DEVICES: tuple[str, ...] = ("same", "cpu")
-"""``TrainConfig.reference_device``: 'same' (on the training device) or 'cpu' (kept in CPU memory)."""
 
 
 def frozen_copy(policy: Any) -> Any:

@@ -9,7 +9,7 @@ loss'). Per iteration the trainer logs, over every response token it trains on:
 * ``sampler_ratio_max``: max π_old / μ = max exp(log π_old − log μ).
 
 A stale engine (weights not synced) shows up here as a jump of both. Truncated importance sampling
-(`TrainConfig.tis_cap`, as TRL's GRPO trainer does with ``vllm_importance_sampling_correction``) weights
+(`TrainConfig.update.tis_cap`, as TRL's GRPO trainer does with ``vllm_importance_sampling_correction``) weights
 each token's policy-gradient term by w = min(π_old / μ, cap), which corrects the expectation for having
 sampled from μ while bounding the variance. The weight is its own factor of the loss: `ppo.micro_batch_loss`
 passes it as ``importance_weight`` to `reference_loss.grpo_loss`, whose PPO-clip term (`loss_terms.ppo_clip_term`)

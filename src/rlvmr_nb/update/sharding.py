@@ -1,4 +1,4 @@
-"""FSDP2 (`torch.distributed.fsdp.fully_shard`) for policies that do not fit one GPU (``TrainConfig.sharding``).
+"""FSDP2 (`torch.distributed.fsdp.fully_shard`) for policies that do not fit one GPU (``TrainConfig.placement.sharding``).
 
 ``sharding="ddp"`` (default) keeps a whole copy of the policy, its gradients and its AdamW states on every
 rank; ``"fsdp"`` splits all three across the ranks (16 bytes per parameter / world size; README, 'GPUs').
@@ -34,7 +34,7 @@ from typing import Any, Sequence
 
 import torch
 
-SHARDINGS: tuple[str, ...] = ("ddp", "fsdp")
+from .config import PlacementConfig
 
 
 def is_sharded(module: torch.nn.Module) -> bool:
@@ -84,8 +84,8 @@ def shard_logprob_model(logprob_model: torch.nn.Module, device: torch.device,
     return logprob_model
 
 
-def lockstep_logprobs(logprob_model: torch.nn.Module, samples: Sequence[Any], pad_id: int, options: Any,
-                      rank: int, world_size: int) -> list[torch.Tensor]:
+def lockstep_logprobs(logprob_model: torch.nn.Module, samples: Sequence[Any], pad_id: int, update: Any,
+                      temperature: float, rank: int, world_size: int) -> list[torch.Tensor]:
     """Every sample's response log-probs (no gradient) under a sharded `logprob_model`, computed by all ranks together.
 
     Rank r scores samples r, r + world, …; a rank with one sample fewer repeats its last one, so all ranks make
@@ -99,7 +99,7 @@ def lockstep_logprobs(logprob_model: torch.nn.Module, samples: Sequence[Any], pa
     mine = list(range(rank, len(samples), world_size))
     per_rank = -(-len(samples) // world_size)
     padded = mine + [mine[-1] if mine else 0] * (per_rank - len(mine))
-    values = response_logprobs(logprob_model, [samples[i] for i in padded], pad_id, options)[: len(mine)]
+    values = response_logprobs(logprob_model, [samples[i] for i in padded], pad_id, update, temperature)[: len(mine)]
     logprob_model.reshard()  # FSDP leaves the root unit whole after a forward; no backward follows to free it
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, [(i, v) for i, v in zip(mine, values)])
@@ -131,17 +131,18 @@ class TrainingModels:
     """The reference is kept in CPU memory and moved to `device` for its pass (``reference_device='cpu'``)."""
 
 
-def place_models(policy: Any, reference: Any, device: torch.device, world_size: int, sharding: str,
-                 reference_device: str, autocast: bool, rollout_copy: bool = True) -> TrainingModels:
-    """Put the policy and the reference where `TrainConfig` says: on `device` (the reference on the CPU with
-    ``reference_device='cpu'``), wrapped for several processes by DDP or sharded by FSDP2.
+def place_models(policy: Any, reference: Any, device: torch.device, world_size: int, placement: PlacementConfig,
+                 autocast: bool, rollout_copy: bool = True) -> TrainingModels:
+    """Put the policy and the reference where `placement` says: on `device` (the reference on the CPU with
+    ``reference_device='cpu'``), wrapped for several processes by DDP or sharded by FSDP2 (`placement.sharding`);
+    `autocast`: the log-prob model's bf16 autocast (`UpdateConfig.bf16_autocast`).
 
     `rollout_copy`: under FSDP, keep a whole bf16 copy for a rollout backend that samples from a model object
     (HF). False for an engine with its own weights (vLLM), which gathers the shards itself: no copy is kept."""
     from .logprobs import ResponseLogprobModel
 
-    keep_reference_on_cpu = reference_device == "cpu"
-    if sharding == "fsdp" and world_size > 1:
+    keep_reference_on_cpu = placement.reference_device == "cpu"
+    if placement.sharding == "fsdp" and world_size > 1:
         # the rollout copy is taken while the weights are still whole (and in CPU memory when freshly loaded)
         rollout_model = (copy.deepcopy(policy).to(device=device, dtype=torch.bfloat16).eval().requires_grad_(False)
                          if rollout_copy else policy)

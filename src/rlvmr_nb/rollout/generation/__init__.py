@@ -3,8 +3,8 @@
 `BACKENDS` is the one registry of rollout backends: 'hf' (transformers, in process) and 'vllm' (a vLLM
 engine in its own process and virtualenv). The trainer and the evaluator build theirs with
 `make_rollout_generator(name, model, tokenizer, settings)`, which turns the backend-neutral `EngineSettings`
-into the backend's constructor options. `RolloutEngineConfig` holds the engine fields that `TrainConfig` and
-`EvalConfig` share (inherit), and makes their `EngineSettings`; tests and benchmarks
+into the backend's constructor options. `EngineConfig` is the `engine` branch of `TrainConfig` and `EvalConfig`
+and makes their `EngineSettings`; tests and benchmarks
 may call `make_generator(name, model, tokenizer, **constructor_options)` directly.
 Importing this package does not import torch/transformers; the backends are imported on demand.
 The settings are described in docs/method.md, 'Generation settings'.
@@ -39,12 +39,9 @@ KV cache, 2 drops both (the weights are rewritten by the next sync anyway)."""
 
 
 @dataclass
-class RolloutEngineConfig:
-    """The rollout engine's settings, shared by training and evaluation.
-
-    `TrainConfig` and `EvalConfig` inherit these fields, so each field, its default and its documentation
-    live here and nowhere else (the CLI's ``--rollout-backend`` … flags are generated from them).
-    `engine_settings_for` turns them into the backend-neutral `EngineSettings` an engine is built from."""
+class EngineConfig:
+    """The rollout engine's settings, one branch of `TrainConfig` and `EvalConfig` (`engine`).
+    `engine_settings` turns them into the backend-neutral `EngineSettings` an engine is built from."""
 
     rollout_backend: str = "hf"
     """Who samples the rollouts (`BACKENDS`): 'hf' (transformers, in process) or 'vllm' (a vLLM engine in its own
@@ -56,6 +53,10 @@ class RolloutEngineConfig:
     vllm_gpu_memory_utilization: float = 0.5
     """vLLM on a GPU: the share of the card the engine takes for weights and KV cache; the policy keeps the rest
     (colocated, as verl's hybrid engine and TRL's colocate mode do). Ignored by 'hf' and on CPU."""
+    vllm_sleep_level: int = 2
+    """vLLM during training: what the engine frees during the update (1: KV cache, weights offloaded; 2: both
+    dropped, the next sync rewrites them; 0: nothing). A logged no-op where vLLM has no sleep mode (CPU); evaluation
+    never sleeps."""
     generation_batch_size: int | None = None
     """Rows per generate call of the HF backend (`EngineSettings.max_batch_size`); None: 8 on a CPU, every active
     row on a GPU (where one decode step then serves them all, e.g. 128-row rollouts). vLLM schedules its own."""
@@ -63,44 +64,45 @@ class RolloutEngineConfig:
     """Further constructor options of the backend, e.g. ``{"kv_cache_gb": 4}`` or ``{"python": "/opt/vllm/bin/python"}``
     for vLLM, ``{"gpu_memory_utilization": 0.9}`` for vLLM alone on a GPU."""
 
-    def check_rollout_engine(self) -> None:
-        """Refuse an unknown backend or dtype and impossible engine options, naming the field."""
-        from rlvmr_nb.validation import require_choice, require_positive
+    def __post_init__(self) -> None:
+        from rlvmr_nb.settings import require_choice, require_positive
 
         require_choice(self, "rollout_backend", tuple(BACKENDS))
         require_choice(self, "rollout_dtype", ENGINE_DTYPES)
+        require_choice(self, "vllm_sleep_level", SLEEP_LEVELS)
         if self.generation_batch_size is not None:
             require_positive(self, ["generation_batch_size"])
-        self.engine_settings_for(seed=0, sleep_level=0)  # EngineSettings checks the rest
+        self.engine_settings(seed=0, sleeps=False)  # EngineSettings checks the rest
 
-    def engine_settings_for(self, seed: int, sleep_level: int, live_model: bool = False) -> "EngineSettings":
-        """These settings for one engine: seeded with `seed`, sleeping at `sleep_level` between rollouts
-        (`SLEEP_LEVELS`); `live_model`: sample from the given model object itself (LoRA), not a copy in
-        `rollout_dtype`."""
+    def engine_settings(self, seed: int, sleeps: bool = True, live_model: bool = False) -> "EngineSettings":
+        """These settings for one engine: seeded with `seed`, asleep at `vllm_sleep_level` between rollouts when it
+        `sleeps` (training; evaluation never does); `live_model`: sample from the given model object itself (LoRA),
+        not a copy in `rollout_dtype`."""
         return EngineSettings(dtype=None if live_model else self.rollout_dtype,
-                              gpu_memory_utilization=self.vllm_gpu_memory_utilization, sleep_level=sleep_level,
-                              seed=seed, max_batch_size=self.generation_batch_size, options=dict(self.rollout_options))
+                              gpu_memory_utilization=self.vllm_gpu_memory_utilization,
+                              sleep_level=self.vllm_sleep_level if sleeps else 0, seed=seed,
+                              max_batch_size=self.generation_batch_size, options=dict(self.rollout_options))
 
 
 @dataclass(frozen=True)
 class EngineSettings:
-    """Backend-neutral settings of one rollout engine, built by `RolloutEngineConfig.engine_settings_for`; no
-    field has a default, so the run's settings (`RolloutEngineConfig`) are the only defaults."""
+    """Backend-neutral settings of one rollout engine, built by `EngineConfig.engine_settings`; no field has a
+    default, so the run's settings (`EngineConfig`) are the only defaults."""
 
     dtype: str | None
     """Dtype of the sampling copy (one of `ENGINE_DTYPES`); None: sample from the given model object itself
     (HF only; what LoRA training needs, since the adapted model has no plain copy)."""
     gpu_memory_utilization: float
-    """vLLM on a GPU: the share of the card the engine may take (`RolloutEngineConfig.vllm_gpu_memory_utilization`)."""
+    """vLLM on a GPU: the share of the card the engine may take (`EngineConfig.vllm_gpu_memory_utilization`)."""
     sleep_level: int
     """vLLM: what the engine frees while the trainer updates (`SLEEP_LEVELS`). Ignored by 'hf'; a logged no-op
     where vLLM has no sleep mode (CPU)."""
     seed: int
     """Engine seed (vLLM); every generate call also carries its own per-row seeds."""
     max_batch_size: int | None
-    """HF: rows per ``generate`` call (`RolloutEngineConfig.generation_batch_size`). vLLM schedules its own batches."""
+    """HF: rows per ``generate`` call (`EngineConfig.generation_batch_size`). vLLM schedules its own batches."""
     options: Mapping[str, Any] = field(default_factory=dict)
-    """Further keyword arguments for the backend's constructor (`RolloutEngineConfig.rollout_options`)."""
+    """Further keyword arguments for the backend's constructor (`EngineConfig.rollout_options`)."""
 
     def __post_init__(self) -> None:
         if self.dtype is not None and self.dtype not in ENGINE_DTYPES:
@@ -183,7 +185,7 @@ __all__ = [
     "TRAIN_SAMPLING",
     "Backend",
     "EngineSettings",
-    "RolloutEngineConfig",
+    "EngineConfig",
     "Generation",
     "Generator",
     "SamplingConfig",

@@ -21,7 +21,7 @@ STOP_STRING = "</action>"
 """Every RLVMR step ends with its action; the 'action' stop policy ends generation right after this string."""
 
 STOP_POLICIES: dict[str, tuple[str, ...]] = {"none": (), "action": (STOP_STRING,)}
-"""Stop policies of `TrainConfig.stop` / `EvalConfig.stop` (docs/method.md, 'Generation settings').
+"""Stop policies of `TrainConfig.rollout.stop` / `EvalConfig.rollout.stop` (docs/method.md, 'Generation settings').
 
 * ``"none"``: no stop string, the response ends at EOS or the token budget, as in the official runs.
   Text the model writes after ``</action>`` reaches the parser and can make a step invalid (a second

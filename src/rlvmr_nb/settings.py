@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import ast
 import dataclasses
+import difflib
 import inspect
 import json
 import math
@@ -153,6 +154,172 @@ def check_setting_types(settings: Mapping[str, Any], cls: type, source: str, pre
 
 
 # --------------------------------------------------------------------------------------------------
+# Configuration trees: a root dataclass whose dataclass-typed fields are branches
+# --------------------------------------------------------------------------------------------------
+
+
+def branch_type(annotation: Any) -> type | None:
+    """The dataclass a field annotation names (``RolloutConfig`` or ``RolloutConfig | None``), else None."""
+    candidates = typing.get_args(annotation) if (isinstance(annotation, types.UnionType)
+                                                 or typing.get_origin(annotation) is typing.Union) else (annotation,)
+    found = [a for a in candidates if isinstance(a, type) and dataclasses.is_dataclass(a)]
+    return found[0] if found else None
+
+
+def tree_paths(cls: type, prefix: tuple[str, ...] = ()) -> dict[str, tuple[str, ...]]:
+    """Every field name of the tree rooted at dataclass `cls` -> its path (``"lr" -> ("update", "lr")``), branches
+    included (``"update" -> ("update",)``). A name used at two places of the tree maps to the first one; the
+    configuration test (tests/cli/test_settings.py) keeps names unique so that a name alone locates a setting."""
+    paths: dict[str, tuple[str, ...]] = {}
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        paths.setdefault(f.name, prefix + (f.name,))
+        nested = branch_type(hints[f.name])
+        if nested is not None:
+            for name, path in tree_paths(nested, prefix + (f.name,)).items():
+                paths.setdefault(name, path)
+    return paths
+
+
+def tree_classes(cls: type) -> list[type]:
+    """`cls` and every branch class under it, depth first."""
+    out = [cls]
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        nested = branch_type(hints[f.name])
+        if nested is not None and nested not in out:
+            out += [c for c in tree_classes(nested) if c not in out]
+    return out
+
+
+def _default_of(cls: type, name: str) -> Any:
+    f = next(f for f in dataclasses.fields(cls) if f.name == name)
+    return _default(f)
+
+
+def _nest(cls: type, settings: Mapping[str, Any], source: str, moved: Mapping[str, str]) -> dict[str, Any]:
+    """`settings` (nested branch objects, dotted paths or bare names anywhere in the tree) as one nested dict."""
+    paths = tree_paths(cls)
+    nested: dict[str, Any] = {}
+
+    def put(path: tuple[str, ...], value: Any) -> None:
+        where = nested
+        for part in path[:-1]:
+            where = where.setdefault(part, {})
+            if not isinstance(where, dict):
+                raise ValueError(f"{source}: {'.'.join(path[:-1])} is given whole and in parts")
+        if isinstance(value, Mapping) and isinstance(where.get(path[-1]), dict):
+            where[path[-1]].update(value)
+        else:
+            where[path[-1]] = dict(value) if isinstance(value, Mapping) else value
+
+    def place(key: str, value: Any, within: tuple[str, ...]) -> None:
+        dotted = ".".join(within + (key,))
+        if dotted in moved:
+            new = moved[dotted]
+            if new is None:
+                return  # a setting that no longer exists and changes nothing (moved's docstring says which)
+            if new.startswith("!"):
+                raise ValueError(f"{source}: {dotted} {new[1:]}")
+            dotted, key, within = new, new.rsplit(".", 1)[-1], tuple(new.split(".")[:-1])
+        if "." in key:  # a dotted path given as one key: "update.lr"
+            *outer, key = key.split(".")
+            within = within + tuple(outer)
+        path = _resolve(key, within)
+        branch = _branch_at(path)
+        if branch is not None and isinstance(value, Mapping):
+            for inner, inner_value in value.items():
+                place(inner, inner_value, path)
+            return
+        put(path, value)
+
+    def _resolve(key: str, within: tuple[str, ...]) -> tuple[str, ...]:
+        if within:
+            candidate = within + (key,)
+            if _exists(candidate):
+                return candidate
+        if key in paths:
+            return paths[key]
+        close = difflib.get_close_matches(key, list(paths), n=3)
+        hint = f"; did you mean {', '.join(close)}?" if close else f"; known: {', '.join(sorted(paths))}"
+        raise ValueError(f"{source}: unknown {cls.__name__} setting {'.'.join(within + (key,))!r}{hint}")
+
+    def _exists(path: tuple[str, ...]) -> bool:
+        klass = cls
+        for part in path:
+            hints = typing.get_type_hints(klass)
+            if part not in hints:
+                return False
+            klass = branch_type(hints[part]) or object
+        return True
+
+    def _branch_at(path: tuple[str, ...]) -> type | None:
+        klass: Any = cls
+        for part in path:
+            klass = branch_type(typing.get_type_hints(klass)[part])
+            if klass is None:
+                return None
+        return klass
+
+    for key, value in settings.items():
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            value = dataclasses.asdict(value)
+        place(key, value, ())
+    return nested
+
+
+def build_config(cls: type, settings: Mapping[str, Any] | None = None, *, source: str = "settings",
+                 base: Any = None, moved: Mapping[str, str] | None = None) -> Any:
+    """An instance of the tree `cls` from `settings`, on top of `base` (an instance of `cls`; default: `cls`'s
+    defaults).
+
+    Keys may be a branch with its fields (``{"update": {"lr": 1e-6}}``), a dotted path (``"update.lr"``) or a bare
+    field name, which is looked up in the whole tree (``"lr"``): every name is unique there. `moved` maps the
+    names of earlier versions (``"advantage.preset"``) to their place now (``"method.preset"``), to None where
+    the setting is gone and changed nothing, or to ``"!reason"`` to refuse it with one line. Values are checked
+    against their fields' types here, naming `source` and the field; each class's own checks run as it is built.
+    """
+    nested = _nest(cls, settings or {}, source, moved or {})
+    return _build(cls, nested, base, source, "")
+
+
+def _build(cls: type, given: Mapping[str, Any], base: Any, source: str, prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    leaves = {k: v for k, v in given.items() if branch_type(hints[k]) is None or v is None}
+    check_setting_types(leaves, cls, source, prefix=prefix)
+    values: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if not f.init:
+            continue
+        nested = branch_type(hints[f.name])
+        current = getattr(base, f.name) if base is not None else _default_of(cls, f.name)
+        if f.name in given and (nested is None or given[f.name] is None):
+            values[f.name] = given[f.name]
+        elif nested is not None and f.name in given:
+            values[f.name] = _build(nested, given[f.name], current, source, f"{prefix}{f.name}.")
+        elif base is not None:
+            values[f.name] = current
+    try:
+        return cls(**values)
+    except ValueError as e:  # the same kind of error (a DeviceError stays one), now naming where the value came from
+        if str(e).startswith(f"{source}: "):
+            raise
+        raise type(e)(f"{source}: {e}") from None
+
+
+def flat_settings(config: Any) -> dict[str, Any]:
+    """{field name: value} of every leaf of a tree instance (names are unique: `tree_paths`)."""
+    out: dict[str, Any] = {}
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            out.update(flat_settings(value))
+        else:
+            out[f.name] = value
+    return out
+
+
+# --------------------------------------------------------------------------------------------------
 # Command-line flags generated from config dataclasses
 # --------------------------------------------------------------------------------------------------
 
@@ -229,33 +396,28 @@ def _default(f: dataclasses.Field) -> Any:
     return f.default_factory() if f.default is dataclasses.MISSING else f.default  # type: ignore[misc]
 
 
-def setting_flags(cls: type, names: Mapping[str, str] | None = None) -> list[SettingFlag]:
-    """A flag for every field of dataclass `cls` a command line can spell, named ``--field-name``, and for each
-    nested field that `names` lists as ``"outer.inner"``; `names` also gives a field a shorter first option
-    string (``{"tasks_per_iteration": "--tasks"}``), its ``--field-name`` still accepted."""
-    names = dict(names or {})
-    hints, docs = typing.get_type_hints(cls), field_docs(cls)
+def setting_flags(cls: type, names: Mapping[str, str] | None = None, skip: Iterable[str] = ()) -> list[SettingFlag]:
+    """A flag for every field of the tree rooted at dataclass `cls` that a command line can spell, named
+    ``--field-name`` after the field (names are unique in a tree, so the flags stay flat: ``--lr`` sets
+    ``update.lr``), grouped by the branch that declares it, with the default the root gives it. `names` gives a
+    field a shorter first option string (``{"out_dir": "--out"}``), its ``--field-name`` still accepted; fields in
+    `skip` get no flag (a command that sets them itself)."""
+    names, skip = dict(names or {}), set(skip)
+    root, paths = cls(), tree_paths(cls)
     flags = []
-    for f in dataclasses.fields(cls):
-        kind, optional = _kind(hints[f.name])
-        long = "--" + f.name.replace("_", "-")
-        if kind is not None:
-            declared_in = next(k for k in cls.__mro__ if f.name in vars(k).get("__annotations__", {}))
+    for klass in tree_classes(cls):
+        hints, docs = typing.get_type_hints(klass), field_docs(klass)
+        for f in dataclasses.fields(klass):
+            kind, optional = _kind(hints[f.name])
+            if kind is None or branch_type(hints[f.name]) is not None or f.name in skip:
+                continue
+            default = root
+            for part in paths[f.name]:
+                default = getattr(default, part)
+            long = "--" + f.name.replace("_", "-")
             options = (names[f.name], long) if f.name in names else (long,)
-            flags.append(SettingFlag(f.name, options, kind, optional, _default(f), docs.get(f.name, ""), cls,
-                                     declared_in))
-    for setting, option in names.items():
-        if "." in setting:
-            outer, inner = setting.split(".", 1)
-            nested = hints[outer]
-            field = next(f for f in dataclasses.fields(nested) if f.name == inner)
-            kind, optional = _kind(typing.get_type_hints(nested)[inner])
-            flags.append(SettingFlag(setting, (option,), kind, optional, _default(field),
-                                     field_docs(nested).get(inner, ""), nested, nested))
-    # the config's own fields first, then its bases' in the order it names them (dataclass fields list the last
-    # base first), then the nested settings
-    order = cls.__mro__
-    return sorted(flags, key=lambda flag: order.index(flag.declared_in) if flag.declared_in in order else len(order))
+            flags.append(SettingFlag(f.name, options, kind, optional, default, docs.get(f.name, ""), klass, klass))
+    return flags
 
 
 def _shown(value: Any) -> str:
