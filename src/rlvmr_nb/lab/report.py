@@ -93,8 +93,8 @@ def _sign_flip(flip: Mapping[str, Any]) -> str:
     and, where the seeds are too few for any p below the level, that no verdict is reachable."""
     patterns = f"all {flip['patterns']} sign patterns" if flip["exact"] else f"{flip['patterns']} random sign patterns"
     away = "higher" if flip["hypothesis"] == "lower" else "lower"
-    text = (f"exact sign-flip test ({patterns}): one-sided p = {flip['p']:.3f} that it is {flip['hypothesis']} than "
-            f"{_pp(flip['null'])} pp, p = {flip['p_refuted']:.3f} that it is {away} than {_pp(flip['effect'])} pp; "
+    text = (f"exact sign-flip test ({patterns}): one-sided p = {flip['p']:.3f} for {flip['hypothesis']} than "
+            f"{_pp(flip['null'])} pp, p = {flip['p_refuted']:.3f} for {away} than {_pp(flip['effect'])} pp; "
             f"{100 * flip['confidence']:.0f} % interval {_bounds(flip)}")
     if flip["p_min"] >= flip["alpha"]:
         text += (f" (with {flip['n']} seeds no p falls below {flip['p_min']:.3f}, above the level "
