@@ -78,6 +78,7 @@ def fairness(document: dict[str, Any]) -> dict[str, Any]:
     per-seed L0 success of the summary's `per_seed` rows (the same per-seed means `lab.paired.seed_endpoint` takes),
     and the exact tests beside both conditions."""
     from rlvmr_nb.lab import paired
+    from rlvmr_nb.lab.signflip import sign_flip
 
     recorded = document["preregistered"]["fairness"]
     margin = document["config"].get("fairness_l0_margin")
@@ -92,7 +93,7 @@ def fairness(document: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"the per-seed L0 success does not reproduce the recorded L0 condition of {arm}")
     heldin = dict(recorded["grpo_heldin"])
     if len(heldin["per_seed"]) >= 5:
-        heldin["sign_flip_over_seeds"] = paired.sign_flip(heldin["per_seed"], "higher")
+        heldin["sign_flip_over_seeds"] = sign_flip(heldin["per_seed"], "higher", 0.0, 0.0, paired.ALPHA)
     return {**recorded, "grpo_heldin": heldin, "l0_vs_coldstart": l0}
 
 

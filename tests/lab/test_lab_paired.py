@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from rlvmr_nb.lab import paired
+from rlvmr_nb.lab import paired, signflip
 from rlvmr_nb.rollout.trajectory import Episode, Step
 
 
@@ -64,14 +64,14 @@ def test_sign_flip_p_on_hand_computed_examples():
     cases = [([1, 2, 3], "greater", 1 / 8), ([1, 2, 3], "less", 1.0), ([0, 1, 2, 2], "greater", 2 / 16),
              ([1, -1, 2], "greater", 3 / 8), ([-1, -2, -3], "less", 1 / 8)]
     for d, alternative, p in cases:
-        assert paired.sign_flip_p(d, alternative) == pytest.approx(p)
-        flips = paired._flip_sets(len(d))
-        assert paired.sign_flip_p_many(np.array([d]), alternative, flips)[0] == pytest.approx(p)
+        assert signflip.sign_flip_p(d, alternative) == pytest.approx(p)
+        flips = signflip.flip_sets(len(d))
+        assert signflip.sign_flip_p_many(np.array([d]), alternative, flips)[0] == pytest.approx(p)
     rng = np.random.default_rng(7)
     runs = rng.normal(0.01, 0.03, (40, 6))
     for alternative in ("greater", "less"):
-        many = paired.sign_flip_p_many(runs, alternative, paired._flip_sets(6))
-        assert many == pytest.approx([paired.sign_flip_p(r, alternative) for r in runs])
+        many = signflip.sign_flip_p_many(runs, alternative, signflip.flip_sets(6))
+        assert many == pytest.approx([signflip.sign_flip_p(r, alternative) for r in runs])
 
 
 def test_sign_flip_interval_on_a_hand_computed_example_and_as_the_tests_it_inverts():
@@ -80,17 +80,17 @@ def test_sign_flip_interval_on_a_hand_computed_example_and_as_the_tests_it_inver
     and the 3rd largest). With 6 seeds at 2.5 % the interval is [min, max] (k = 1); with 5 no shift can be excluded.
     Then the duality the verdicts rely on: a shift lies below the interval exactly when the one-sided 'greater' test
     of d - shift rejects at alpha, above it exactly when the 'less' test does."""
-    assert paired.sign_flip_interval([1, 2, 3, 10], alpha=0.2) == (pytest.approx(2.0), pytest.approx(6.0))
-    assert paired.sign_flip_interval([3, 1, 6, 2, 5, 4]) == (1.0, 6.0)
-    assert paired.sign_flip_interval([3, 1, 2, 5, 4]) == (-math.inf, math.inf)
+    assert signflip.sign_flip_interval([1, 2, 3, 10], 0.2) == (pytest.approx(2.0), pytest.approx(6.0))
+    assert signflip.sign_flip_interval([3, 1, 6, 2, 5, 4], paired.ALPHA) == (1.0, 6.0)
+    assert signflip.sign_flip_interval([3, 1, 2, 5, 4], paired.ALPHA) == (-math.inf, math.inf)
     rng = np.random.default_rng(11)
     for _ in range(60):
         n, alpha = int(rng.integers(3, 9)), float(rng.choice([0.025, 0.05, 0.1]))
         d = rng.normal(0.0, 1.0, n).round(1)  # rounding makes ties
-        lo, hi = paired.sign_flip_interval(d, alpha)
+        lo, hi = signflip.sign_flip_interval(d, alpha)
         for shift in np.concatenate([rng.normal(0, 1.5, 4), d[:2] - 1e-6]):
-            assert (shift < lo) == (paired.sign_flip_p(d - shift, "greater") < alpha)
-            assert (shift > hi) == (paired.sign_flip_p(d - shift, "less") < alpha)
+            assert (shift < lo) == (signflip.sign_flip_p(d - shift, "greater") < alpha)
+            assert (shift > hi) == (signflip.sign_flip_p(d - shift, "less") < alpha)
 
 
 def test_beyond_ten_seeds_the_sign_flip_test_draws_its_patterns():
@@ -98,9 +98,9 @@ def test_beyond_ten_seeds_the_sign_flip_test_draws_its_patterns():
     stay within Monte-Carlo error of the full enumeration (computed here by hand)."""
     d = np.random.default_rng(3).normal(0.01, 0.03, 12)
     every = (np.arange(2**12)[:, None] >> np.arange(12) & 1).astype(bool)
-    exact_p = paired.sign_flip_p_many(d[None], "greater", every)[0]
-    flip = paired.sign_flip(d, "higher")
-    assert not flip["exact"] and flip["patterns"] == paired.SIGN_FLIP_RESAMPLES + 1
+    exact_p = signflip.sign_flip_p_many(d[None], "greater", every)[0]
+    flip = signflip.sign_flip(d, "higher", 0.0, 0.0, paired.ALPHA)
+    assert not flip["exact"] and flip["patterns"] == signflip.RESAMPLES + 1
     assert flip["p"] == pytest.approx(exact_p, abs=0.01)
     sizes = every.sum(axis=1)
     means = np.sort(every[1:].astype(float) @ d / sizes[1:])
@@ -167,8 +167,8 @@ def test_a_difference_shared_by_every_seed_is_not_a_significant_one():
     r = paired.paired_t([0.15, 0.45 - 0.3])  # 0.15 and 0.15000000000000002: what the classroom's seeds gave
     assert r["sd"] == 0 and r["mean"] == pytest.approx(0.15)
     assert all(math.isnan(r[k]) for k in ("lo", "hi", "t", "p", "p_above", "p_below"))
-    for kind in ("lower", "higher", "non-inferior"):
-        flip = paired.sign_flip([0.15] * 6, *paired.claim(kind))  # six equal seeds would be decisive for it
+    for kind in ("lower", "higher", "non-inferior"):  # six equal seeds would be decisive for the sign-flip test
+        flip = signflip.sign_flip([0.15] * 6, *paired.claim(kind), paired.ALPHA)
         assert paired.endpoint_verdict(r, flip) == paired.IDENTICAL
     # the readers of the interval decline too: the non-inferiority rule of the fairness check does not pass on it
     assert paired.interval_verdict(r["lo"], r["hi"], *paired.claim("non-inferior")) == "inconclusive"

@@ -8,14 +8,10 @@ twice and resampled the two arms' episodes independently).
 
 The tests, on the libraries that maintain them (SciPy, statsmodels):
 
-* **the exact sign-flip test** (`sign_flip`; a paired permutation test). If the arms do not differ, each seed's
-  difference is as likely to come out positive as negative, so all 2^n sign patterns of the n differences are
-  equally likely; the p-value is the share of patterns whose mean is at least as extreme as the one observed
-  (`scipy.stats.permutation_test`: every pattern up to `EXACT_SEEDS` seeds, Monte-Carlo beyond). It assumes nothing
-  about the differences' spread or shape beyond that symmetry, which is all a handful of seeds can support. Its
-  interval (`sign_flip_interval`) is the set of shifts it does not reject. **The verdicts rest on it.** Note what
-  exactness costs: n seeds give p-values in steps of 1/2^n, so no one-sided test at 2.5 % can reject with fewer
-  than 6 seeds (1/32 > 0.025), whatever the data;
+* **the exact sign-flip test** over seeds (`lab.signflip`; a paired permutation test): it assumes nothing about
+  the differences' spread or shape beyond their symmetry when the arms do not differ, which is all a handful of
+  seeds can support. **The verdicts rest on it.** Exactness has a price: n seeds give p-values in steps of 1/2^n,
+  so no one-sided test at 2.5 % can reject with fewer than 6 seeds (1/32 > 0.025), whatever the data;
 * **the paired t** over seeds (`paired_t`, Student's t from `scipy.stats`), reported beside it; its interval is the
   descriptive interval of the mean difference;
 * **the paired bootstrap** (`paired_bootstrap`, `scipy.stats.bootstrap`): pre-registered as reported beside the t,
@@ -28,13 +24,14 @@ The tests, on the libraries that maintain them (SciPy, statsmodels):
 rules are already of this form: the primary is supported when the two-sided 95 % interval lies below 0, which is
 the one-sided test at 2.5 %; (b) is non-inferior when that interval's lower end lies above −5 pp, the one-sided
 test of d ≤ −5 pp at 2.5 %. Holm used to run at 5 % over a mixture of two-sided superiority p-values and those
-one-sided non-inferiority p-values; now every p it adjusts is one-sided and it runs at the same 2.5 %. (The other
-consistent choice, every test two-sided at 5 % with the one-sided p doubled, decides every test and every Holm
-step the same way, since the sign-flip null distribution is symmetric: a two-sided p is twice the smaller
-one-sided one. One-sided is the form in which the rules were written.)
+one-sided non-inferiority p-values; now every p it adjusts is one-sided and it runs at the same 2.5 %, one family
+per kind of claim (`holm_verdicts`). The other consistent choice, every test two-sided at 5 % with non-inferiority's
+one-sided p doubled, decides each single test the same way (the sign-flip null distribution is symmetric, so a
+two-sided p is twice the smaller one-sided one); one-sided is the form in which the rules were written, and it
+keeps a claim's two directions (supported, refuted) apart.
 
-**Verdicts** (`interval_verdict`) on the exact interval, which at level 1 − 2·`ALPHA` holds exactly the shifts that
-neither one-sided test rejects:
+**Verdicts** (`interval_verdict`) on the exact interval (`lab.signflip.sign_flip_interval`), which at level
+1 − 2·`ALPHA` holds exactly the shifts that neither one-sided test rejects:
 
 * *supported*: the test of "no difference" rejects in the hypothesised direction (the interval lies wholly on the
   hypothesised side of the null value: below 0 for repetition);
@@ -71,6 +68,7 @@ from statsmodels.stats.multitest import multipletests
 
 from ..scoring.metrics import repetitive_steps
 from ..rollout.trajectory import Episode
+from .signflip import EXACT_SEEDS, flip_sets, sign_flip, sign_flip_p_many
 
 ALPHA = 0.025
 """One-sided level of every test, in its pre-registered direction (module docstring, 'Convention')."""
@@ -80,10 +78,6 @@ NON_INFERIORITY_MARGIN = -0.05
 """(b): RLVMR's success may be at most 5 pp below GRPO's and still count as not lower."""
 STEP_BUDGETS: tuple[int, ...] = (8, 16, 24, 32)
 """Success within this many steps (budgets above the run's horizon are left out)."""
-EXACT_SEEDS = 10
-"""Up to this many seeds the sign-flip test enumerates all 2^n sign patterns (1,024 at 10); beyond, it draws them."""
-SIGN_FLIP_RESAMPLES = 9999
-"""Random sign patterns beyond `EXACT_SEEDS` seeds (with the observed one, p-values in steps of 1/10,000)."""
 MIN_PILOT_SEEDS = 5
 """A pilot SD from fewer seeds is too uncertain to plan with: its 80 % upper bound is 3.9× the SD from 2 seeds,
 2.1× from 3, 1.6× from 5, 1.5× from 6 (`sd_upper_bound`)."""
@@ -132,82 +126,6 @@ def paired_bootstrap(differences: Sequence[float], n: int = 2000, seed: int = 0,
     interval = stats.bootstrap((d,), np.mean, n_resamples=n, confidence_level=confidence, method="percentile",
                                random_state=np.random.default_rng(seed)).confidence_interval
     return {"mean": float(d.mean()), "lo": float(interval.low), "hi": float(interval.high)}
-
-
-def _flip_sets(n: int, resamples: int = SIGN_FLIP_RESAMPLES, seed: int = 0) -> np.ndarray:
-    """The sign patterns of n differences as the sets of seeds whose sign flips (bool [patterns, n]): all 2^n up to
-    `EXACT_SEEDS` seeds, the observed pattern (no flip) among them; beyond, the observed one and `resamples` drawn
-    at random (the observed pattern counted once more, as `scipy.stats.permutation_test` counts it)."""
-    if n <= EXACT_SEEDS:
-        return (np.arange(2**n)[:, None] >> np.arange(n) & 1).astype(bool)
-    drawn = np.random.default_rng(seed).random((resamples, n)) < 0.5
-    return np.vstack([np.zeros((1, n), dtype=bool), drawn])
-
-
-def sign_flip_p_many(x: np.ndarray, alternative: str, flips: np.ndarray) -> np.ndarray:
-    """One-sided sign-flip p-values of many runs at once: `x` [runs, n] (the differences less the shift tested),
-    `flips` from `_flip_sets`. Flipping the set A of seeds changes the sum by −2·Σ_A x, so a pattern is at least as
-    large as the observed sum ('greater') when Σ_A x <= 0, and at least as small ('less') when Σ_A x >= 0; ties
-    (a zero difference, equal ones) count as extreme, as in `sign_flip_p` (tests/lab/test_lab_paired.py checks the
-    two agree)."""
-    x = np.atleast_2d(np.asarray(x, dtype=float))
-    sums = x @ flips.T.astype(float)
-    tol = 1e-12 * np.abs(x).sum(axis=1, keepdims=True)
-    if alternative == "greater":
-        return np.mean(sums <= tol, axis=1)
-    if alternative == "less":
-        return np.mean(sums >= -tol, axis=1)
-    raise ValueError(f"alternative must be 'greater' or 'less', got {alternative!r}")
-
-
-def sign_flip_p(x: Sequence[float], alternative: str, resamples: int = SIGN_FLIP_RESAMPLES, seed: int = 0) -> float:
-    """One-sided p of the sign-flip test that the values `x` (differences less the shift tested) are centred at 0
-    against 'greater' or 'less' (`scipy.stats.permutation_test` over the signs: exact up to `EXACT_SEEDS` values,
-    `resamples` random patterns beyond)."""
-    x = np.asarray(x, dtype=float)
-    exact = len(x) <= EXACT_SEEDS
-    result = stats.permutation_test((x,), np.mean, permutation_type="samples", alternative=alternative,
-                                    vectorized=True, n_resamples=2 ** len(x) if exact else resamples,
-                                    random_state=None if exact else np.random.default_rng(seed))
-    return float(result.pvalue)
-
-
-def sign_flip_interval(differences: Sequence[float], alpha: float = ALPHA, resamples: int = SIGN_FLIP_RESAMPLES,
-                       seed: int = 0) -> tuple[float, float]:
-    """The exact 1 − 2·`alpha` interval of the sign-flip test: the shifts μ that neither one-sided test of
-    d − μ rejects at `alpha`. The 'greater' p at μ is (patterns whose flipped set A has Σ_A (d − μ) <= 0) / all,
-    and Σ_A (d − μ) <= 0 says that A's mean is <= μ, so the p counts the no-flip pattern and the subsets whose mean
-    lies at or below μ, and the lower end is the k-th smallest subset mean, k = ⌈alpha · patterns⌉ − 1 (Hartigan,
-    'Using subsample values as typical values', JASA 1969); the upper end is the k-th largest. When k < 1 no data
-    can exclude any shift and the interval is unbounded (5 seeds at 2.5 %: 1/32 > 0.025)."""
-    d = np.asarray(differences, dtype=float)
-    flips = _flip_sets(len(d), resamples, seed)
-    sizes = flips.sum(axis=1)
-    means = np.sort(flips[sizes > 0].astype(float) @ d / sizes[sizes > 0])
-    k = math.ceil(alpha * len(flips) - 1e-9) - int(np.sum(sizes == 0))
-    if k < 1:
-        return -math.inf, math.inf
-    return float(means[k - 1]), float(means[-k])
-
-
-def sign_flip(differences: Sequence[float], hypothesis: str, null: float = 0.0, effect: float = 0.0,
-              alpha: float = ALPHA, resamples: int = SIGN_FLIP_RESAMPLES, seed: int = 0) -> dict[str, Any]:
-    """The exact sign-flip test of a directional claim about the per-seed differences: `hypothesis` 'lower' or
-    'higher' than `null`, about an `effect` (module docstring, 'Verdicts'). `p`: the one-sided p of "no
-    difference from `null`" against the hypothesised side; `p_refuted`: the one-sided p of "the difference is
-    `effect`" against the null side; `lo`, `hi`: the exact 1 − 2·`alpha` interval; `p_min`: the smallest p that
-    `patterns` sign patterns can give (with 5 seeds 1/32, above `ALPHA`: no verdict is reachable)."""
-    if hypothesis not in ("lower", "higher"):
-        raise ValueError(f"hypothesis must be 'lower' or 'higher', got {hypothesis!r}")
-    d = np.asarray(differences, dtype=float)
-    towards, away = ("less", "greater") if hypothesis == "lower" else ("greater", "less")
-    lo, hi = sign_flip_interval(d, alpha, resamples, seed)
-    patterns = 2 ** len(d) if len(d) <= EXACT_SEEDS else resamples + 1
-    return {"n": len(d), "exact": len(d) <= EXACT_SEEDS, "patterns": patterns, "p_min": 1 / patterns,
-            "mean": float(d.mean()), "lo": lo, "hi": hi, "confidence": 1 - 2 * alpha, "alpha": alpha,
-            "hypothesis": hypothesis, "null": null, "effect": effect,
-            "p": sign_flip_p(d - null, towards, resamples, seed),
-            "p_refuted": sign_flip_p(d - effect, away, resamples, seed)}
 
 
 # ----- verdicts ---------------------------------------------------------------------------------------
@@ -272,7 +190,7 @@ def paired_comparison(a: Sequence[float], b: Sequence[float], kind: str, effect:
         return out
     hypothesis, null, claimed = claim(kind, effect, margin)
     out["t"] = paired_t(d, margin=null)
-    out["sign_flip"] = sign_flip(d, hypothesis, null, claimed)
+    out["sign_flip"] = sign_flip(d, hypothesis, null, claimed, ALPHA)
     out["bootstrap"] = paired_bootstrap(d, bootstrap)
     out["verdict"] = endpoint_verdict(out["t"], out["sign_flip"])
     return out
@@ -321,12 +239,13 @@ def power_paired_t(effect: float, sd: float, n: int, alpha: float = ALPHA) -> fl
 
 def power_sign_flip(effect: float, sd: float, n: int, alpha: float = ALPHA, sims: int = 4000, seed: int = 0) -> float:
     """Simulated power of the exact one-sided sign-flip test at level `alpha` in the direction of `effect` with `n`
-    seeds, the per-seed differences Normal(`effect`, `sd`) (`sims` runs; 0 where 2^n patterns cannot give p <
-    `alpha`)."""
+    seeds, the per-seed differences Normal(`effect`, `sd`): `sims` runs, each tested on every sign pattern (beyond
+    `lab.signflip.EXACT_SEEDS` seeds on 1,999 drawn ones, which the runs share); 0 where 2^n patterns cannot give a p
+    below `alpha`."""
     if n <= EXACT_SEEDS and 0.5**n >= alpha:
         return 0.0
     d = np.random.default_rng(seed).normal(abs(effect), sd, (sims, n))
-    return float(np.mean(sign_flip_p_many(d, "greater", _flip_sets(n, 1999, seed)) < alpha))
+    return float(np.mean(sign_flip_p_many(d, "greater", flip_sets(n, 1999, seed)) < alpha))
 
 
 def sd_upper_bound(sd: float, seeds: int, level: float = SD_UPPER_LEVEL) -> float:
@@ -452,7 +371,7 @@ def heldin_rise(before: Sequence[Sequence[Episode]], after: Sequence[Sequence[Ep
     passes = heldin["rise"] >= rise and heldin["lo"] > 0
     if len(per_seed) >= 5:
         heldin["t_over_seeds"] = paired_t(per_seed)
-        heldin["sign_flip_over_seeds"] = sign_flip(per_seed, "higher")
+        heldin["sign_flip_over_seeds"] = sign_flip(per_seed, "higher", 0.0, 0.0, ALPHA)
         passes = passes and heldin["t_over_seeds"]["lo"] > 0
     heldin["passes"] = bool(passes)
     return heldin
