@@ -135,8 +135,9 @@ SUPPORTED, REFUTED, INCONCLUSIVE = "supported", "refuted", "inconclusive"
 IDENTICAL = "uninformative (the same difference in every seed: no spread to test against)"
 """Verdict of a paired endpoint whose per-seed differences are all equal: no episode of either arm won (0 every
 time), or a few seeds coincide. A paired t then has no SE; reading its zero-width interval as 'supported' turned
-two seeds at +15.0 pp each into 'Holm p = 0.000' in a classroom run. (The sign-flip test would run, but a
-difference that did not vary across seeds is no evidence that the seeds are exchangeable around it.)"""
+two seeds at +15.0 pp each into 'Holm p = 0.000' in a classroom run. The sign-flip test would run (six equal seeds
+give p = 1/64), but a difference that never varied, such as 0 − 0 where no arm ever won, says nothing about how
+much it could: the verdict stays uninformative."""
 
 
 def interval_verdict(lo: float, hi: float, hypothesis: str, null: float = 0.0, effect: float = 0.0) -> str:
