@@ -59,7 +59,10 @@
 #   cold start on unseen L0.
 # * **Primary endpoint**: the per-episode repetitive-action rate on unseen L0 + L1 episodes, RLVMR − GRPO,
 #   paired over seeds (both arms of a seed play the same tasks with the same sampling seed); paired t over
-#   seeds, 95 % interval; "supported" when the interval lies below zero.
+#   seeds, 95 % interval; "supported" when the interval lies below zero. Re-analysed after the runs
+#   (docs/lab.md, 'Re-analysis'): the verdicts now rest on the exact sign-flip test over seeds, one-sided at
+#   2.5 %, and read supported / refuted (the interval excludes −5 pp) / inconclusive; the t interval is printed
+#   beside it.
 # * **Secondary endpoints**, Holm-adjusted together: repetition on L2, the invalid-step rate on L0 + L1,
 #   success on L0, and (b) as non-inferiority with margin −5 pp on L1 and L2.
 # * **Descriptive**: repetition of won and of failed episodes apart, success within 8/16/24 steps.

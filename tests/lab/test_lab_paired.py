@@ -1,4 +1,4 @@
-"""The lab's pre-registered paired statistics (lab/paired.py) against hand-computed examples."""
+"""The lab's pre-registered paired statistics (lab/paired.py) against hand-computed examples and known values."""
 
 from __future__ import annotations
 
@@ -6,17 +6,36 @@ import math
 
 import numpy as np
 import pytest
+from scipy import stats
 
-from rlvmr_nb.lab import paired
+from rlvmr_nb.lab import paired, signflip
 from rlvmr_nb.rollout.trajectory import Episode, Step
 
 
-def test_t_quantiles_match_the_tables():
-    assert paired.t_quantile(0.975, 1) == pytest.approx(12.7062, abs=2e-3)
-    assert paired.t_quantile(0.975, 2) == pytest.approx(4.3027, abs=1e-3)
-    assert paired.t_quantile(0.975, 5) == pytest.approx(2.5706, abs=1e-3)
-    assert paired.t_quantile(0.975, 30) == pytest.approx(2.0423, abs=1e-3)
-    assert paired.t_cdf(-1.0, 1) == pytest.approx(0.25, abs=1e-6)  # Cauchy: 1/2 + atan(x)/pi
+# What the package's former hand-written Student t (Simpson's rule on the density, bisection for quantiles) gave;
+# the library's t must agree with it where it was right (it was, to 1e-9, wherever it was checked against tables).
+FORMER_T_QUANTILES = {(1, 0.975): 12.706204736, (2, 0.975): 4.30265273, (3, 0.9): 1.637744354,
+                      (5, 0.975): 2.570581836, (5, 0.995): 4.032142984, (9, 0.6): 0.260955336,
+                      (30, 0.975): 2.042272456, (4, 0.025): -2.776445105}
+FORMER_T_CDF = {(-1.0, 1): 0.25, (2.5, 3): 0.9561466765, (-4.0415, 2): 0.0280594833, (0.7, 10): 0.7500562149}
+
+
+def test_the_library_t_agrees_with_the_former_hand_written_one():
+    """SciPy's t against the former numbers, and `paired_t` built on it: its interval's half-width is the 97.5 %
+    quantile times the SE (a normal quantile, or n instead of n − 1 degrees of freedom, would miss by more than
+    1e-6), its two-sided p twice the upper tail, its one-sided p's the two tails."""
+    for (df, p), former in FORMER_T_QUANTILES.items():
+        assert stats.t.ppf(p, df) == pytest.approx(former, abs=1e-6)
+    for (x, df), former in FORMER_T_CDF.items():
+        assert stats.t.cdf(x, df) == pytest.approx(former, abs=1e-6)
+    for df in (1, 2, 5, 30):
+        d = np.linspace(-0.02, 0.05, df + 1) ** 2  # df + 1 seeds, unequal
+        r = paired.paired_t(d)
+        assert (r["hi"] - r["mean"]) / r["se"] == pytest.approx(FORMER_T_QUANTILES.get((df, 0.975)), abs=1e-6)
+        assert r["mean"] - r["lo"] == pytest.approx(r["hi"] - r["mean"])
+    r = paired.paired_t([0.0, 0.01, 0.02, 0.05])  # t = 0.02 / (0.0216 / 2) = 1.852 on 3 df
+    assert r["p"] == pytest.approx(2 * (1 - stats.t.cdf(r["t"], 3)), abs=1e-12)
+    assert (r["p_above"], r["p_below"]) == (pytest.approx(r["p"] / 2), pytest.approx(1 - r["p"] / 2))
 
 
 def test_paired_t_on_a_hand_computed_example():
@@ -26,65 +45,226 @@ def test_paired_t_on_a_hand_computed_example():
     r = paired.paired_t([-0.10, -0.04, -0.07])
     assert r["mean"] == pytest.approx(-0.07) and r["sd"] == pytest.approx(0.03)
     assert r["t"] == pytest.approx(-4.0415, abs=1e-3)
-    assert r["p"] == pytest.approx(0.05612, abs=2e-4)
+    assert r["p"] == pytest.approx(0.05612, abs=2e-4) and r["p_below"] == pytest.approx(0.02806, abs=1e-4)
     assert (r["lo"], r["hi"]) == (pytest.approx(-0.14453, abs=2e-4), pytest.approx(0.00453, abs=2e-4))
-    assert paired.superiority_verdict(r, lower_is_better=True) == "inconclusive"
+    assert paired.interval_verdict(r["lo"], r["hi"], "lower") == "inconclusive"
     # non-inferiority at -5 pp: t = (mean + 0.05) / se
     ni = paired.paired_t([0.01, 0.03, 0.02], margin=-0.05)
     assert ni["t"] == pytest.approx((0.02 + 0.05) / (0.01 / math.sqrt(3)))
-    assert ni["p_above"] < 0.01 and paired.non_inferiority_verdict(ni) == "non-inferior"
-    assert paired.non_inferiority_verdict({"lo": -0.08, "hi": 0.02}) == "inconclusive"
-    assert paired.non_inferiority_verdict({"lo": -0.20, "hi": -0.06}) == "inferior"
+    assert ni["p_above"] < 0.01 and paired.interval_verdict(ni["lo"], ni["hi"], *paired.claim("non-inferior")) == (
+        "supported")
+
+
+def test_sign_flip_p_on_hand_computed_examples():
+    """The exact sign-flip test enumerates the 2^n sign patterns. [1, 2, 3]: only the observed pattern reaches the
+    observed mean, p = 1/8 one-sided ('greater'); every pattern lies at or below it, p = 1 ('less'). A zero and
+    ties count as extreme: [0, 1, 2, 2]: flipping the zero gives the observed mean again, p = 2/16; [1, -1, 2]:
+    sum 2 is reached by no flip, by flipping the -1 (sum 4) and by flipping 1 and -1 together (sum 2 again):
+    p = 3/8. `sign_flip_p_many` (what the power simulation counts) gives the same numbers."""
+    cases = [([1, 2, 3], "greater", 1 / 8), ([1, 2, 3], "less", 1.0), ([0, 1, 2, 2], "greater", 2 / 16),
+             ([1, -1, 2], "greater", 3 / 8), ([-1, -2, -3], "less", 1 / 8)]
+    for d, alternative, p in cases:
+        assert signflip.sign_flip_p(d, alternative) == pytest.approx(p)
+        flips = signflip.flip_sets(len(d))
+        assert signflip.sign_flip_p_many(np.array([d]), alternative, flips)[0] == pytest.approx(p)
+    rng = np.random.default_rng(7)
+    runs = rng.normal(0.01, 0.03, (40, 6))
+    for alternative in ("greater", "less"):
+        many = signflip.sign_flip_p_many(runs, alternative, signflip.flip_sets(6))
+        assert many == pytest.approx([signflip.sign_flip_p(r, alternative) for r in runs])
+
+
+def test_sign_flip_interval_on_a_hand_computed_example_and_as_the_tests_it_inverts():
+    """[1, 2, 3, 10] at alpha 0.2 per side: 16 patterns, k = ceil(0.2 * 16) - 1 = 3, and the 15 subset means
+    sorted are 1, 1.5, 2, 2, 2, 2.5, 3, 4, 4.67, 5, 5.33, 5.5, 6, 6.5, 10, so the interval is [2, 6] (the 3rd smallest
+    and the 3rd largest). With 6 seeds at 2.5 % the interval is [min, max] (k = 1); with 5 no shift can be excluded.
+    Then the duality the verdicts rely on: a shift lies below the interval exactly when the one-sided 'greater' test
+    of d - shift rejects at alpha, above it exactly when the 'less' test does."""
+    assert signflip.sign_flip_interval([1, 2, 3, 10], 0.2) == (pytest.approx(2.0), pytest.approx(6.0))
+    assert signflip.sign_flip_interval([3, 1, 6, 2, 5, 4], paired.ALPHA) == (1.0, 6.0)
+    assert signflip.sign_flip_interval([3, 1, 2, 5, 4], paired.ALPHA) == (-math.inf, math.inf)
+    rng = np.random.default_rng(11)
+    for _ in range(60):
+        n, alpha = int(rng.integers(3, 9)), float(rng.choice([0.025, 0.05, 0.1]))
+        d = rng.normal(0.0, 1.0, n).round(1)  # rounding makes ties
+        lo, hi = signflip.sign_flip_interval(d, alpha)
+        for shift in np.concatenate([rng.normal(0, 1.5, 4), d[:2] - 1e-6]):
+            assert (shift < lo) == (signflip.sign_flip_p(d - shift, "greater") < alpha)
+            assert (shift > hi) == (signflip.sign_flip_p(d - shift, "less") < alpha)
+
+
+def test_beyond_ten_seeds_the_sign_flip_test_draws_its_patterns():
+    """12 seeds: 4,096 patterns would be enumerable, but past `EXACT_SEEDS` the test draws them; its p and its interval
+    stay within Monte-Carlo error of the full enumeration (computed here by hand)."""
+    d = np.random.default_rng(3).normal(0.01, 0.03, 12)
+    every = (np.arange(2**12)[:, None] >> np.arange(12) & 1).astype(bool)
+    exact_p = signflip.sign_flip_p_many(d[None], "greater", every)[0]
+    flip = signflip.sign_flip(d, "higher", 0.0, 0.0, paired.ALPHA)
+    assert not flip["exact"] and flip["patterns"] == signflip.RESAMPLES + 1
+    assert flip["p"] == pytest.approx(exact_p, abs=0.01)
+    sizes = every.sum(axis=1)
+    means = np.sort(every[1:].astype(float) @ d / sizes[1:])
+    k = math.ceil(paired.ALPHA * 2**12) - 1
+    assert (flip["lo"], flip["hi"]) == (pytest.approx(means[k - 1], abs=0.003), pytest.approx(means[-k], abs=0.003))
+
+
+def test_verdicts_on_hand_made_intervals():
+    """The primary's claim: RLVMR − GRPO repetition lower, about the −5 pp the study was powered for. Refuted rests
+    on the interval's LOWER end lying above −5 pp (the interval on the null side of the effect); an upper end below
+    −5 pp says the effect is at least that large. Non-inferiority at −5 pp: supported above the margin, refuted
+    below it."""
+    primary = paired.claim("lower", 0.05)
+    assert primary == ("lower", 0.0, -0.05)
+    assert paired.interval_verdict(-0.08, -0.01, *primary) == "supported"
+    assert paired.interval_verdict(-0.12, -0.06, *primary) == "supported"  # at least the effect: not refuted
+    assert paired.interval_verdict(-0.03, -0.01, *primary) == "supported"  # smaller than powered for, but real
+    assert paired.interval_verdict(-0.04, 0.03, *primary) == "refuted"  # straddles 0, excludes -5 pp
+    assert paired.interval_verdict(0.01, 0.05, *primary) == "refuted"  # the other direction
+    assert paired.interval_verdict(-0.07, 0.02, *primary) == "inconclusive"  # holds both 0 and -5 pp
+    assert paired.interval_verdict(-0.05, 0.02, *primary) == "inconclusive"  # -5 pp on its edge is not excluded
+    ni = paired.claim("non-inferior")
+    assert ni == ("higher", -0.05, -0.05)
+    assert paired.interval_verdict(-0.03, 0.04, *ni) == "supported"
+    assert paired.interval_verdict(-0.12, -0.06, *ni) == "refuted"
+    assert paired.interval_verdict(-0.08, 0.02, *ni) == "inconclusive"
+    higher = paired.claim("higher", 0.05)
+    assert paired.interval_verdict(0.01, 0.09, *higher) == "supported"
+    assert paired.interval_verdict(-0.02, 0.04, *higher) == "refuted"
+    assert paired.interval_verdict(-0.02, 0.08, *higher) == "inconclusive"
+    no_size = paired.claim("lower")  # no effect size pre-registered: refuted means the other side of 0
+    assert paired.interval_verdict(-0.04, 0.03, *no_size) == "inconclusive"
+    assert paired.interval_verdict(0.01, 0.03, *no_size) == "refuted"
+    for lo, hi in ((math.nan, math.nan), (-math.inf, math.inf)):  # no interval, or too few seeds for one
+        assert paired.interval_verdict(lo, hi, *primary) == "inconclusive"
+    with pytest.raises(ValueError, match="effect"):
+        paired.interval_verdict(-0.1, 0.1, "lower", 0.0, 0.05)
+
+
+def test_a_paired_comparison_rests_its_verdict_on_the_exact_test():
+    """Six seeds, RLVMR − GRPO repetition +1 ... +6 pp (the recorded runs' primary had this shape): the exact
+    interval is [+1, +6] pp, which lies above −5 pp: refuted, with p = 1/64 at −5 pp (every shifted difference
+    positive) and p = 1 for 'lower'. Five seeds of the same: nothing below 1/32 > 2.5 %, inconclusive whatever the
+    data (the t interval would exclude both)."""
+    six = paired.paired_comparison([0.51, 0.52, 0.53, 0.54, 0.55, 0.56], [0.5] * 6, "lower", 0.05)
+    flip = six["sign_flip"]
+    assert six["differences"] == pytest.approx([0.01, 0.02, 0.03, 0.04, 0.05, 0.06])
+    assert (flip["lo"], flip["hi"]) == (pytest.approx(0.01), pytest.approx(0.06))
+    assert (flip["p"], flip["p_refuted"], flip["p_min"]) == (pytest.approx(1.0), pytest.approx(1 / 64), 1 / 64)
+    assert six["verdict"] == "refuted" and six["t"]["lo"] > 0
+    five = paired.paired_comparison([0.51, 0.52, 0.53, 0.54, 0.55], [0.5] * 5, "lower", 0.05)
+    assert five["sign_flip"]["p_refuted"] == pytest.approx(1 / 32) and five["verdict"] == "inconclusive"
+    assert five["t"]["lo"] > -0.05
+    lower = paired.paired_comparison([0.4, 0.41, 0.45, 0.42, 0.43, 0.44, 0.4], [0.5] * 7, "lower", 0.05)
+    assert lower["sign_flip"]["p"] == pytest.approx(1 / 128) and lower["verdict"] == "supported"
+    with_nan = paired.paired_comparison([0.5, math.nan, 0.6], [0.4, 0.4, math.nan], "higher")
+    assert with_nan["differences"] == pytest.approx([0.1]) and with_nan["verdict"] == paired.FEW_SEEDS
 
 
 def test_a_difference_shared_by_every_seed_is_not_a_significant_one():
     """Guards the classroom's 'success L0: +15.0 pp [+15.0, +15.0], Holm p = 0.000 -> supported': two seeds of 20
     layouts gave the same difference, the SE was 0, and the t test called that certain. No spread, no test: t and
-    both p are NaN and the lab reads the endpoint as uninformative."""
+    every p are NaN and the lab reads the endpoint as uninformative."""
     r = paired.paired_t([0.15, 0.45 - 0.3])  # 0.15 and 0.15000000000000002: what the classroom's seeds gave
     assert r["sd"] == 0 and r["mean"] == pytest.approx(0.15)
-    assert all(math.isnan(r[k]) for k in ("lo", "hi", "t", "p", "p_above"))
-    for kind in ("lower", "higher", "non-inferior"):
-        assert paired.endpoint_verdict(r, kind) == paired.IDENTICAL
+    assert all(math.isnan(r[k]) for k in ("lo", "hi", "t", "p", "p_above", "p_below"))
+    for kind in ("lower", "higher", "non-inferior"):  # six equal seeds would be decisive for the sign-flip test
+        flip = signflip.sign_flip([0.15] * 6, *paired.claim(kind), paired.ALPHA)
+        assert paired.endpoint_verdict(r, flip) == paired.IDENTICAL
     # the readers of the interval decline too: the non-inferiority rule of the fairness check does not pass on it
-    assert paired.non_inferiority_verdict(r) == "inconclusive" and not r["lo"] > -0.05
+    assert paired.interval_verdict(r["lo"], r["hi"], *paired.claim("non-inferior")) == "inconclusive"
     from rlvmr_nb.lab.report import _interval
 
     assert _interval(r) == "+15.0 pp [no interval: the same in every seed]"
-    spread = paired.paired_t([0.14, 0.16])  # the same mean with a spread is tested as before
-    assert paired.endpoint_verdict(spread, "higher") == paired.superiority_verdict(spread, lower_is_better=False)
-    assert paired.endpoint_verdict(paired.paired_t([0.01, 0.03, 0.02], margin=-0.05), "non-inferior") == "non-inferior"
+    zeros = paired.paired_comparison([0.0] * 6, [0.0] * 6, "non-inferior")  # L2 success: no arm ever won
+    assert zeros["verdict"] == paired.IDENTICAL
 
 
 def test_holm_adjusts_step_down():
-    # sorted 0.01, 0.03, 0.04 -> 3 * 0.01, max(0.03, 2 * 0.03), max(0.06, 1 * 0.04)
+    """Hand-computed with Holm's step-down rule (statsmodels computes it): sorted 0.01, 0.03, 0.04 -> 3 * 0.01,
+    max(0.03, 2 * 0.03), max(0.06, 1 * 0.04); and 0.01, 0.012, 0.04 -> 0.03, max(0.03, 0.024) = 0.03 (the running
+    maximum keeps the adjusted p's in the order of the raw ones), 0.04."""
     assert paired.holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "b": 0.06, "c": 0.06})
+    assert paired.holm({"a": 0.01, "b": 0.012, "c": 0.04}) == pytest.approx({"a": 0.03, "b": 0.03, "c": 0.04})
+    assert paired.holm({"a": 0.001, "b": 0.2, "c": 0.04, "d": 0.01}) == pytest.approx(
+        {"a": 0.004, "b": 0.2, "c": 0.08, "d": 0.03})
+    assert paired.holm({"a": 0.4, "b": 0.6}) == pytest.approx({"a": 0.8, "b": 0.8}) and paired.holm({}) == {}
 
 
 def test_a_secondary_verdict_stands_only_after_holm():
-    """Three secondaries with p 0.01, 0.03, 0.04: Holm gives 0.03, 0.06, 0.06, so only the first stays
-    'supported'; the others (decisive unadjusted) become 'inconclusive after Holm'; an 'inconclusive' stays
-    as it is, and an untested one (no p) keeps its verdict and gets no adjusted p."""
-    verdicts = {"a": "supported", "b": "non-inferior", "c": "contradicted", "d": "uninformative (identical)"}
-    out = paired.holm_verdicts(verdicts, {"a": 0.01, "b": 0.04, "c": 0.03})
-    assert out["a"] == {"verdict": "supported", "p_holm": pytest.approx(0.03)}
-    assert out["b"]["verdict"] == "inconclusive after Holm (unadjusted: non-inferior)"
-    assert out["c"]["verdict"] == "inconclusive after Holm (unadjusted: contradicted)"
-    assert out["b"]["p_holm"] == pytest.approx(0.06) and out["d"] == {"verdict": "uninformative (identical)",
-                                                                        "p_holm": None}
+    """Each kind of claim is its own Holm family at 2.5 %. 'Supported' rests on the p's 0.004, 0.009, 0.3, 0.9, 0.8:
+    Holm gives 5 * 0.004 = 0.02 (it stands) and 4 * 0.009 = 0.036 (it does not); 'refuted' on 0.9, 0.9, 0.4, 0.004,
+    0.02: 0.02 stands, 4 * 0.02 = 0.08 does not. An inconclusive verdict stays as it is, and so does one without a
+    p (no spread)."""
+    verdicts = {"a": "supported", "b": "supported", "c": "inconclusive", "d": "refuted", "e": "refuted",
+                "f": "uninformative (identical)"}
+    support = {"a": 0.004, "b": 0.009, "c": 0.3, "d": 0.9, "e": 0.8}
+    out = paired.holm_verdicts(verdicts, support, {"a": 0.9, "b": 0.9, "c": 0.4, "d": 0.004, "e": 0.02})
+    assert out["a"] == {"verdict": "supported", "p_holm": pytest.approx(0.02), "p_holm_refuted": pytest.approx(1.0)}
+    assert out["b"] == {"verdict": "inconclusive after Holm (unadjusted: supported)", "p_holm": pytest.approx(0.036),
+                        "p_holm_refuted": pytest.approx(1.0)}
+    assert out["c"]["verdict"] == "inconclusive"
+    assert out["d"]["verdict"] == "refuted" and out["d"]["p_holm_refuted"] == pytest.approx(0.02)
+    assert out["e"]["verdict"] == "inconclusive after Holm (unadjusted: refuted)"
+    assert out["e"]["p_holm_refuted"] == pytest.approx(0.08)
+    assert out["f"] == {"verdict": "uninformative (identical)", "p_holm": None, "p_holm_refuted": None}
+    # five supported p's: 5 * 0.005 = 0.025 is not below 2.5 %, so even the smallest no longer stands
+    crowded = paired.holm_verdicts({k: "supported" for k in "abcde"}, {k: 0.005 for k in "abcde"})
+    assert {v["verdict"] for v in crowded.values()} == {"inconclusive after Holm (unadjusted: supported)"}
 
 
 def test_paired_bootstrap_resamples_seeds():
+    """Descriptive only: with 2 seeds its interval is the two values (what the classroom reported), with 3 it
+    stays inside their range."""
     r = paired.paired_bootstrap([-0.10, -0.04, -0.07], n=4000)
     assert r["mean"] == pytest.approx(-0.07) and -0.1001 <= r["lo"] < -0.07 < r["hi"] <= -0.0399
+    two = paired.paired_bootstrap([0.021, 0.0098])
+    assert (two["lo"], two["hi"]) == (pytest.approx(0.0098), pytest.approx(0.021))
 
 
-def test_seeds_for_power():
-    """Effect = SD (d = 1): the normal approximation says (1.96 + 0.84)^2 = 7.8 pairs, the t-test needs ~10."""
-    r = paired.seeds_for_power(0.05, 0.05)
-    assert 9 <= r["seeds"] <= 11 and r["power"] >= 0.8
-    assert paired.power_paired_t(0.05, 0.05, r["seeds"] - 1) < 0.8
-    assert paired.seeds_for_power(0.05, 0.10)["seeds"] > r["seeds"]  # noisier pilot, more seeds
+def test_power_of_the_paired_t_is_exact():
+    """Known values (as G*Power gives them for the one-sample t): a standardised effect of 1 needs 10 pairs at
+    80 % power (power 0.8031), of 0.5 needs 34 (0.8078); one seed fewer falls short. A simulation of the same
+    test agrees within its error."""
+    assert paired.power_paired_t(0.05, 0.05, 10) == pytest.approx(0.8031, abs=1e-4)
+    assert paired.power_paired_t(0.05, 0.10, 34) == pytest.approx(0.8078, abs=1e-4)
+    assert paired.power_paired_t(-0.05, 0.10, 34) == paired.power_paired_t(0.05, 0.10, 34)
+    assert paired.seeds_for_power(0.05, 0.05)["seeds"] == 10 and paired.power_paired_t(0.05, 0.05, 9) < 0.8
+    assert paired.seeds_for_power(0.05, 0.10)["seeds"] == 34
+    d = np.random.default_rng(1).normal(0.05, 0.05, (100_000, 6))
+    t = d.mean(axis=1) / (d.std(axis=1, ddof=1) / math.sqrt(6))
+    assert paired.power_paired_t(0.05, 0.05, 6) == pytest.approx(np.mean(t > stats.t.ppf(0.975, 5)), abs=0.005)
+
+
+def test_power_of_the_sign_flip_test():
+    """At no effect the simulated rejection rate is the test's exact size: 1/64 at 6 seeds, 3/128 at 7 (p <= 3/128
+    is the largest p below 2.5 %); at 5 seeds no pattern can reject, so the power is 0 whatever the effect. It is
+    never above the paired t's (the t is the most powerful scale-invariant test for Normal differences), and at
+    10 seeds and one SD of effect it is close behind it."""
+    assert paired.power_sign_flip(0.0, 1.0, 6) == pytest.approx(1 / 64, abs=0.006)
+    assert paired.power_sign_flip(0.0, 1.0, 7) == pytest.approx(3 / 128, abs=0.007)
+    assert paired.power_sign_flip(10.0, 1.0, 5) == 0.0 and paired.power_sign_flip(10.0, 1.0, 6) == 1.0
+    for n in (6, 8, 10):
+        assert paired.power_sign_flip(0.05, 0.05, n) <= paired.power_paired_t(0.05, 0.05, n) + 0.015
+    assert paired.power_sign_flip(0.05, 0.05, 10) > paired.power_paired_t(0.05, 0.05, 10) - 0.08
+
+
+def test_seeds_for_power_from_the_pilot_sd_and_its_upper_bound():
+    """Chi-square with 2 degrees of freedom is exponential with mean 2, so its 20 % quantile is -2 ln 0.8 = 0.44629
+    and a 3-seed pilot's 80 % upper bound is sd * sqrt(2 / 0.44629) = 2.1169 sd. The recorded run's pilot (3.44 pp
+    from 3 seeds) asked for 6 seeds; its upper bound, 7.28 pp, asks for 19. Both counts are the smallest that reach
+    the target, for the t and for the exact test."""
+    assert paired.sd_upper_bound(0.0344, 3) == pytest.approx(0.0344 * math.sqrt(2 / (-2 * math.log(0.8))))
+    assert paired.sd_upper_bound(1.0, 2) == pytest.approx(1 / stats.norm.ppf(0.6))  # chi-square 1 df: a squared normal
+    r = paired.seeds_for_power(0.05, 0.0344, pilot_seeds=3)
+    assert (r["seeds"], r["pilot_too_small"], r["sd_upper"]) == (6, True, pytest.approx(0.07282, abs=1e-5))
+    assert r["seeds_upper"] == paired.seeds_for_power(0.05, r["sd_upper"])["seeds"] == 19
+    assert paired.power_paired_t(0.05, r["sd_upper"], 18) < 0.8 <= paired.power_paired_t(0.05, r["sd_upper"], 19)
+    flip = r["seeds_sign_flip"]
+    assert flip >= r["seeds"] and paired.power_sign_flip(0.05, 0.0344, flip - 1) < 0.8 <= r["power_sign_flip"]
+    assert r["seeds_sign_flip_upper"] >= r["seeds_upper"]
+    assert not paired.seeds_for_power(0.05, 0.0264, pilot_seeds=6)["pilot_too_small"]
+    assert "sd_upper" not in paired.seeds_for_power(0.05, 0.0344)
+    assert paired.seeds_for_power(0.05, 1.0, most=20)["seeds"] is None  # far more than 20 seeds
 
 
 def _episode(task: str, won: bool, actions: list[str]) -> Episode:

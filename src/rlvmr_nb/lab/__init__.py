@@ -5,7 +5,7 @@ seeds in a small house world where looping is a real way to fail (`envs.lab_worl
 transformer with a word-level vocabulary built from the world's text (`policy`), then evaluated on new
 layouts (L0), unseen object/destination combinations (L1) and a held-out task kind (L2). The pre-registered
 test is paired over seeds (`paired`: fairness check first, then the primary endpoint and the Holm-adjusted
-secondaries; docs/lab.md); descriptive tables carry two-stage bootstrap intervals (`stats`); figures
+secondaries, their verdicts on the exact sign-flip test over seeds, `signflip`; docs/lab.md); descriptive tables carry two-stage bootstrap intervals (`stats`); figures
 (`figures`), case studies (`cases`) and the results file (`report`) follow. Settings: `config.LabConfig`, ``configs/lab/*.json``.
 Entry points: `run_lab`, ``rlvmr-nb lab``, notebook ``06_metacognition_lab``.
 """

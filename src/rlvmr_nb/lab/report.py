@@ -79,6 +79,8 @@ def _pp(x: float) -> str:
 def _bounds(test: Mapping[str, Any]) -> str:
     if math.isnan(test["lo"]):  # `paired.paired_t` with no spread over the seeds
         return "[no interval: the same in every seed]"
+    if math.isinf(test["lo"]) and math.isinf(test["hi"]):  # `paired.sign_flip_interval` from too few seeds
+        return "[unbounded at this many seeds]"
     return f"[{_pp(test['lo'])}, {_pp(test['hi'])}]"
 
 
@@ -86,10 +88,45 @@ def _interval(test: Mapping[str, Any]) -> str:
     return f"{_pp(test['mean'])} pp {_bounds(test)}"
 
 
+def _sign_flip(flip: Mapping[str, Any]) -> str:
+    """The exact sign-flip test of a claim (`paired.sign_flip`) in words: its two one-sided p-values, its interval,
+    and, where the seeds are too few for any p below the level, that no verdict is reachable."""
+    patterns = f"all {flip['patterns']} sign patterns" if flip["exact"] else f"{flip['patterns']} random sign patterns"
+    away = "higher" if flip["hypothesis"] == "lower" else "lower"
+    text = (f"exact sign-flip test ({patterns}): one-sided p = {flip['p']:.3f} for {flip['hypothesis']} than "
+            f"{_pp(flip['null'])} pp, p = {flip['p_refuted']:.3f} for {away} than {_pp(flip['effect'])} pp; "
+            f"{100 * flip['confidence']:.0f} % interval {_bounds(flip)}")
+    if flip["p_min"] >= flip["alpha"]:
+        text += (f" (with {flip['n']} seeds no p falls below {flip['p_min']:.3f}, above the level "
+                 f"{flip['alpha']}: no verdict is reachable)")
+    return text
+
+
+def _t_beside(t: Mapping[str, Any], flip: Mapping[str, Any]) -> str:
+    """The paired t beside the sign-flip test: its interval and its one-sided p in the claim's direction."""
+    p = t["p_below" if flip["hypothesis"] == "lower" else "p_above"]
+    return f"paired t {_interval(t)} (one-sided p = {p:.3f})"
+
+
+def _seeds_needed(count: Mapping[str, Any], what: str) -> str:
+    """What a seed count (`paired.seeds_for_power`) asks for: the paired t's seeds, the exact test's, and the same
+    from the pilot SD's upper bound where the pilot's size is known."""
+    text = (f"{what} ({100 * count['sd']:.1f} pp) needs {count['seeds'] or 'more than 60'} seeds for "
+            f"≥ {100 * count['target']:.0f} % power at {_pp(-count['effect'])} pp (one-sided paired t), "
+            f"{count['seeds_sign_flip'] or 'more than 60'} for the exact sign-flip test")
+    if "sd_upper" in count:
+        text += (f"; from its {100 * count['sd_level']:.0f} % upper bound over {count['pilot_seeds']} seeds "
+                 f"({100 * count['sd_upper']:.1f} pp): {count['seeds_upper'] or 'more than 60'} and "
+                 f"{count['seeds_sign_flip_upper'] or 'more than 60'}"
+                 + (" (a pilot of fewer than 5 seeds)" if count["pilot_too_small"] else ""))
+    return text
+
+
 def preregistered_markdown(summary: Mapping[str, Any]) -> str:
     """The pre-registered analysis (`stats.preregistered`) as Markdown: the fairness check first (its verdict
-    decides whether the comparison means anything), then the primary endpoint, the secondaries with Holm's
-    adjusted p, and the number of seeds 80 % power needs with this run as the pilot."""
+    decides whether the comparison means anything), then the primary endpoint (the exact sign-flip test its verdict
+    rests on, the paired t and the bootstrap beside it), the secondaries with Holm's adjusted p (of 'no
+    difference' / of the claimed effect), and the number of seeds 80 % power needs with this run as the pilot."""
     pre = summary.get("preregistered") or {}
     lines = []
     fair = pre.get("fairness")
@@ -105,12 +142,14 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
             interval = f" {_bounds(r['interval'])}" if r.get("interval") else ""
             lines.append(f"* {arm} − cold start, unseen L0 success: {_pp(r['difference'])} pp{interval} "
                          f"(must not fall below the cold start: {rule}): {'passes' if r['passes'] else 'FAILS'}")
+            if r.get("sign_flip"):
+                lines.append(f"  beside the rule, non-inferiority: {_sign_flip(r['sign_flip'])}")
     count = pre.get("seed_count")
     if count:
-        lines.append(f"Seeds, stated before the run: the pilot's SD of the per-seed primary difference "
-                     f"({100 * count['sd']:.1f} pp) needs {count['seeds']} seeds for ≥ {100 * count['target']:.0f} % "
-                     f"power at {_pp(-count['effect'])} pp; this run has {count['seeds_run']}"
-                     f"{'' if count['meets'] else ' (TOO FEW)'}.")
+        needed = _seeds_needed(count, "the pilot SD of the per-seed primary difference")
+        lines.append(f"Seeds, stated before the run: {needed}; this run has {count['seeds_run']}"
+                     f"{'' if count['meets'] else ' (TOO FEW)'}"
+                     f"{'' if count.get('meets_sign_flip', True) else ' (too few for the exact test)'}.")
     l0_count = pre.get("l0_seed_count")
     if l0_count:
         lines.append(f"L0 condition's power, stated before the run: with the pilot's per-seed SD of an arm's L0 "
@@ -121,17 +160,17 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
                      f"{'' if l0_count['meets'] else ' (TOO FEW)'}.")
     primary = pre.get("primary")
     if primary and "t" in primary:
-        t = primary["t"]
+        t, flip = primary["t"], primary["sign_flip"]
         levels = "+".join(primary["levels"])
-        lines.append(f"**Primary** (per-episode repetitive-action rate, unseen {levels}, RLVMR − GRPO, paired t over "
-                     f"{t['n']} seeds): {_interval(t)}, p = {t['p']:.3f} → {primary['verdict']}; paired bootstrap "
-                     f"{_interval(primary['bootstrap'])}.")
-        power = primary["power"]
-        lines.append(f"Power: with this run's SD of the per-seed difference ({100 * power['sd']:.1f} pp), "
-                     f"{power['seeds']} seeds give ≥ {100 * power['target']:.0f} % power for "
-                     f"{_pp(-power['effect'])} pp.")
+        lines.append(f"**Primary** (per-episode repetitive-action rate, unseen {levels}, RLVMR − GRPO, paired over "
+                     f"{t['n']} seeds): {_sign_flip(flip)} → **{primary['verdict']}**. "
+                     f"Beside it: {_t_beside(t, flip)}; "
+                     f"paired bootstrap (descriptive, too narrow at few seeds) {_interval(primary['bootstrap'])}.")
+        lines.append(f"Power: {_seeds_needed(primary['power'], 'this run as the pilot, its per-seed SD')}.")
         for name, test in pre.get("secondaries", {}).items():
             if "t" in test:
-                lines.append(f"* {name}: {_interval(test['t'])}, Holm p = {test.get('p_holm', float('nan')):.3f} → "
-                             f"{test['verdict']}")
+                holm = (f"Holm p = {test['p_holm']:.3f} / {test['p_holm_refuted']:.3f}" if "p_holm" in test
+                        else "outside Holm's family")
+                lines.append(f"* {name}: {_sign_flip(test['sign_flip'])}; {holm}; "
+                             f"{_t_beside(test['t'], test['sign_flip'])} → {test['verdict']}")
     return "\n".join(lines) or "(no pre-registered analysis: needs GRPO, RLVMR and two seeds)"

@@ -19,7 +19,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -132,10 +132,47 @@ def load_eval_episodes(out: str | os.PathLike, arm: str, seeds: Sequence[int], l
     return [read_episodes(eval_path(out, arm, s, level).with_suffix(".episodes.jsonl")) for s in seeds]
 
 
-def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
+def secondary_kind(name: str) -> str:
+    """The claim of a secondary endpoint by its name (`preregistered`): '(b)' endpoints non-inferior at
+    `paired.NON_INFERIORITY_MARGIN`, success higher, repetition and invalid steps lower."""
+    return "non-inferior" if name.endswith("(b)") else "higher" if name.startswith("success") else "lower"
+
+
+def endpoint_tests(primary: Mapping[str, Any], secondaries: Mapping[str, Mapping[str, Any]], bootstrap: int = 2000,
+                   effect: float = PRIMARY_EFFECT) -> dict[str, Any]:
+    """The pre-registered comparisons from per-seed values, each ``{"a": RLVMR per seed, "b": GRPO per seed, ...}``
+    (other keys, such as the metric, are kept): the primary's paired comparison for "lower by `effect`"
+    (`paired.paired_comparison`: paired t, exact sign-flip test, bootstrap, verdict) with the seeds a next run needs
+    with this run as its pilot; each secondary's comparison for its `secondary_kind` claim (no effect size was
+    pre-registered for them: 'refuted' means the other side of the null value), its verdict then held to Holm over
+    the secondaries (`paired.holm_verdicts`, the sign-flip p-values). `lab_summary` feeds it the evaluation
+    episodes' values; benchmarks/lab_restats.py the per-seed values a results file stores."""
+    from . import paired
+
+    first = {**primary, **paired.paired_comparison(primary["a"], primary["b"], "lower", effect, bootstrap=bootstrap)}
+    if "t" in first:
+        first["power"] = paired.seeds_for_power(effect, max(first["t"]["sd"], 1e-6),
+                                                pilot_seeds=len(first["differences"]))
+    tested = {name: {**v, **paired.paired_comparison(v["a"], v["b"], secondary_kind(name), bootstrap=bootstrap)}
+              for name, v in secondaries.items()}
+    family = {name: test["sign_flip"] for name, test in tested.items()
+              if test["verdict"] not in (paired.FEW_SEEDS, paired.IDENTICAL)}  # no spread, no p: out of Holm's family
+    decided = paired.holm_verdicts({name: test["verdict"] for name, test in tested.items()},
+                                   {name: flip["p"] for name, flip in family.items()},
+                                   {name: flip["p_refuted"] for name, flip in family.items()})
+    for name, d in decided.items():
+        tested[name]["verdict"] = d["verdict"]
+        tested[name].update({k: d[k] for k in ("p_holm", "p_holm_refuted") if d[k] is not None})
+    return {"primary": first, "secondaries": tested}
+
+
+def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | None = None) -> dict[str, Any]:
     """The pre-registered analysis (`lab.paired`, docs/lab.md): the fairness check first, then the primary
-    endpoint, the Holm-adjusted secondaries, (b) as non-inferiority, the descriptive splits, and the number of
-    seeds the primary needs for 80 % power at `PRIMARY_EFFECT` with this run's SD as the pilot."""
+    endpoint, the Holm-adjusted secondaries, (b) as non-inferiority (`endpoint_tests`), the descriptive splits, and
+    the seeds the primary needs for 80 % power at `PRIMARY_EFFECT`: from the pilot SD the configuration states
+    (`seed_count`) and with this run's SD as the pilot (`primary.power`). `pilot_seeds`: how many seeds the
+    configuration's pilot SD came from (the configuration does not say); given, `seed_count` adds the seeds its
+    upper confidence bound asks for (`paired.seeds_for_power`)."""
     from . import paired
 
     seeds = config.seeds
@@ -145,12 +182,20 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
     def merged(arm: str, levels: Sequence[str]) -> list[list[Episode]]:
         return [sum((eps[(arm, lv)][i] for lv in levels if lv in config.levels), []) for i in range(len(seeds))]
 
+    def values(metric: str, levels: Sequence[str]) -> dict[str, Any]:
+        return {"metric": metric, **{side: [paired.seed_endpoint(x, metric) for x in merged(arm, levels)]
+                                     for side, arm in (("a", "rlvmr"), ("b", "grpo"))}}
+
     result: dict[str, Any] = {"seeds": list(seeds), "effect_for_power": PRIMARY_EFFECT,
-                              "margin": paired.NON_INFERIORITY_MARGIN}
+                              "margin": paired.NON_INFERIORITY_MARGIN, "alpha": paired.ALPHA,
+                              "tests": "exact sign-flip over seeds, one-sided at alpha in the pre-registered direction "
+                                       "(verdicts); paired t and bootstrap beside it"}
     if config.power_pilot_sd is not None:  # the seed count stated before the run, from its pilot
-        needed = paired.seeds_for_power(PRIMARY_EFFECT, config.power_pilot_sd)
+        needed = paired.seeds_for_power(PRIMARY_EFFECT, config.power_pilot_sd, pilot_seeds=pilot_seeds)
         result["seed_count"] = {**needed, "basis": "pilot", "seeds_run": len(seeds),
-                                "meets": needed["seeds"] is not None and len(seeds) >= needed["seeds"]}
+                                "meets": needed["seeds"] is not None and len(seeds) >= needed["seeds"],
+                                "meets_sign_flip": needed["seeds_sign_flip"] is not None
+                                and len(seeds) >= needed["seeds_sign_flip"]}
     if config.power_pilot_l0_sd is not None:  # the L0 condition's power at the seeds run, stated before the run
         result["l0_seed_count"] = {**paired.l0_seed_power(config.power_pilot_l0_sd, len(seeds),
                                                           config.fairness_l0_margin, arms=len(config.algos)),
@@ -172,50 +217,26 @@ def preregistered(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
     if not {"grpo", "rlvmr"} <= set(config.algos) or len(seeds) < 2:
         return result
     unseen = [lv for lv in ("L0", "L1") if lv in config.levels]
-    primary = paired.paired_endpoint(merged("rlvmr", unseen), merged("grpo", unseen), "repetitive",
-                                     bootstrap=config.bootstrap)
-    primary["levels"] = unseen
-    result["primary"] = primary
-    if "t" not in primary:
-        primary["verdict"] = "uninformative (fewer than 2 seeds with episodes)"
-        return result
-    primary["verdict"] = paired.endpoint_verdict(primary["t"], "lower")
-    primary["power"] = paired.seeds_for_power(PRIMARY_EFFECT, max(primary["t"]["sd"], 1e-6))
-    secondaries: dict[str, dict[str, Any]] = {}
+    secondaries = {}
     if "L2" in config.levels:
-        secondaries["repetitive L2"] = paired.paired_endpoint(merged("rlvmr", ["L2"]), merged("grpo", ["L2"]),
-                                                              "repetitive", bootstrap=config.bootstrap)
-    secondaries["invalid L0+L1"] = paired.paired_endpoint(merged("rlvmr", unseen), merged("grpo", unseen), "invalid",
-                                                          bootstrap=config.bootstrap)
+        secondaries["repetitive L2"] = values("repetitive", ["L2"])
+    secondaries["invalid L0+L1"] = values("invalid", unseen)
     if "L0" in config.levels:
-        secondaries["success L0"] = paired.paired_endpoint(merged("rlvmr", ["L0"]), merged("grpo", ["L0"]), "success",
-                                                           bootstrap=config.bootstrap)
+        secondaries["success L0"] = values("success", ["L0"])
     for level in ("L1", "L2"):
         if level in config.levels:
-            secondaries[f"success {level} (b)"] = paired.paired_endpoint(
-                merged("rlvmr", [level]), merged("grpo", [level]), "success", margin=paired.NON_INFERIORITY_MARGIN,
-                bootstrap=config.bootstrap)
-    pvalues = {}
-    for name, test in secondaries.items():
-        if "t" not in test:
-            test["verdict"] = "uninformative (fewer than 2 seeds with episodes)"
-            continue
-        kind = "non-inferior" if name.endswith("(b)") else "higher" if name.startswith("success") else "lower"
-        test["verdict"] = paired.endpoint_verdict(test["t"], kind)
-        if test["verdict"] != paired.IDENTICAL:  # no spread, no p: it stays out of Holm's family
-            pvalues[name] = test["t"]["p_above" if kind == "non-inferior" else "p"]
-    verdicts = {name: test["verdict"] for name, test in secondaries.items()}
-    for name, decided in paired.holm_verdicts(verdicts, pvalues).items():
-        secondaries[name]["verdict"] = decided["verdict"]
-        if decided["p_holm"] is not None:
-            secondaries[name]["p_holm"] = decided["p_holm"]
-    result["secondaries"] = secondaries
+            secondaries[f"success {level} (b)"] = values("success", [level])
+    tests = endpoint_tests({**values("repetitive", unseen), "levels": unseen}, secondaries, config.bootstrap)
+    result["primary"] = tests["primary"]
+    if "t" in tests["primary"]:  # the secondaries are read only when the primary was measured
+        result["secondaries"] = tests["secondaries"]
     return result
 
 
-def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
+def lab_summary(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | None = None) -> dict[str, Any]:
     """Every number of the lab: per (arm, level) metrics with intervals, per-seed values, the
-    RLVMR − GRPO differences the hypothesis is about, and the cold start's format validity."""
+    RLVMR − GRPO differences the hypothesis is about, the pre-registered analysis (`preregistered`; `pilot_seeds`
+    goes to it) and the cold start's format validity."""
     from ..runs import read_metrics
 
     out = Path(out)
@@ -254,7 +275,7 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
         "per_seed": per_seed,
         "differences": differences,
         "hypothesis": hypothesis_verdict(differences),
-        "preregistered": preregistered(config, out),
+        "preregistered": preregistered(config, out, pilot_seeds),
         "training_curves": curves,
         "training_rise": rises,
         "coldstart": {"trajectories": manifest["counts"]["trajectories"], "samples": manifest["counts"]["samples"],
@@ -266,18 +287,21 @@ def lab_summary(config: LabConfig, out: str | os.PathLike) -> dict[str, Any]:
 
 
 def hypothesis_verdict(differences: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The pre-stated hypothesis, read off the RLVMR − GRPO intervals: (a) RLVMR's repetitive-action rate is
-    lower (claimed side: below 0) on every level; (b) its success on the unseen splits (L1, L2) is not
-    lower (claimed side: 0 or above). Per part and level: 'supported' (the whole interval on the claimed
-    side), 'contradicted' (the whole interval on the other side), 'inconclusive' (it straddles), or
-    'uninformative' (exactly [0, 0]: e.g. no episode of either arm succeeded)."""
-    def verdict(d: dict[str, Any], below_zero: bool) -> str:
+    """The pre-stated hypothesis, read off the descriptive RLVMR − GRPO intervals (the two-stage bootstrap) with the
+    pre-registered analysis's verdict rule (`paired.interval_verdict`): (a) RLVMR's repetitive-action rate is
+    lower on every level, about the −`PRIMARY_EFFECT` the study was powered for ('supported' when the interval lies
+    below 0, 'refuted' when it lies above −5 pp); (b) its success on the unseen splits (L1, L2) is not lower, as
+    non-inferiority at `paired.NON_INFERIORITY_MARGIN` ('supported' when the interval lies above −5 pp, 'refuted'
+    when below); 'inconclusive' otherwise, and 'uninformative' for exactly [0, 0] (no episode of either arm
+    succeeded)."""
+    from . import paired
+
+    def verdict(d: dict[str, Any], kind: str, effect: float = 0.0) -> str:
         if d["lo"] == d["hi"] == 0:
             return "uninformative"
-        if below_zero:
-            return "supported" if d["hi"] < 0 else "contradicted" if d["lo"] >= 0 else "inconclusive"
-        return "supported" if d["lo"] >= 0 else "contradicted" if d["hi"] < 0 else "inconclusive"
+        return paired.interval_verdict(d["lo"], d["hi"], *paired.claim(kind, effect))
 
-    rep = {d["level"]: verdict(d, True) for d in differences if d["metric"] == "repetitive"}
-    unseen = {d["level"]: verdict(d, False) for d in differences if d["metric"] == "success" and d["level"] != "L0"}
+    rep = {d["level"]: verdict(d, "lower", PRIMARY_EFFECT) for d in differences if d["metric"] == "repetitive"}
+    unseen = {d["level"]: verdict(d, "non-inferior") for d in differences
+              if d["metric"] == "success" and d["level"] != "L0"}
     return {"repetitive_lower": rep, "unseen_success_not_lower": unseen}
