@@ -53,7 +53,12 @@ from rlvmr_nb.rollout.generation import shared_prefix
 from rlvmr_nb.rollout.generation.base import Generation, Generator, Prompt, SamplingConfig
 from rlvmr_nb.rollout.generation.cpu_attention import ATTENTION_NAME, register
 from rlvmr_nb.rollout.generation.shared_prefix import SharedPrefixCache
-from rlvmr_nb.rollout.generation.static_decode import STOP_CHECK_EVERY, static_decode, supports_static_decode
+from rlvmr_nb.rollout.generation.static_decode import (
+    PREFILL_TOKENS,
+    STOP_CHECK_EVERY,
+    static_decode,
+    supports_static_decode,
+)
 
 _STOP_TAIL_TOKENS = 16  # a stop string of <= 16 characters fits in the last 16 tokens
 CPU_BATCH_ROWS = 8
@@ -69,28 +74,51 @@ def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
 class _LogprobRecorder(LogitsProcessor):
     """Logits processor (placed last) recording the log-prob of each sampled token, computed in `dtype` (the
     model's `accumulation_dtype`: ``generate`` hands processors float32 scores even from a float64 model, and a
-    float32 log-softmax over the vocabulary sums in an order that differs between CPUs' vector kernels)."""
+    float32 log-softmax over the vocabulary sums in an order that differs between CPUs' vector kernels).
+
+    It follows `static_decode` when finished rows leave the batch (`keep_rows`): each step's log-probs are kept
+    with the rows (of the call) they belong to, and `finish` puts them back in place."""
 
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         self.dtype = dtype
         self.prev_logprobs: torch.Tensor | None = None
-        self.collected: list[torch.Tensor] = []
+        self.rows: torch.Tensor | None = None  # the current batch's rows of the call; None: all, in order
+        self.collected: list[tuple[torch.Tensor | None, torch.Tensor]] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.prev_logprobs is not None:  # input_ids now ends with the token sampled from prev
-            self.collected.append(self.prev_logprobs.gather(1, input_ids[:, -1:]).squeeze(1))
+        self._collect(input_ids)  # input_ids now ends with the token sampled from prev
         self.prev_logprobs = torch.log_softmax(scores.to(self.dtype), dim=-1)
         return scores
 
+    def _collect(self, input_ids: torch.Tensor) -> None:
+        if self.prev_logprobs is not None:
+            self.collected.append((self.rows, self.prev_logprobs.gather(1, input_ids[:, -1:]).squeeze(1)))
+            self.prev_logprobs = None
+
+    def keep_rows(self, keep: torch.Tensor, input_ids: torch.Tensor) -> None:
+        """Only the rows `keep` of the current batch go on; `input_ids` (current batch) end with the latest token,
+        whose log-prob is taken now for every row (the dropped rows' last token is often their kept EOS)."""
+        self._collect(input_ids)
+        rows = torch.arange(input_ids.shape[0], device=keep.device) if self.rows is None else self.rows
+        self.rows = rows[keep]
+
     def finish(self, generated: torch.Tensor) -> torch.Tensor:
-        """[B, T] log-probs of the generated tokens (the last one was never fed back)."""
+        """[B, T] log-probs of the generated tokens (the last one was never fed back); 0 where a row had left the
+        batch (after its finish, where nothing is kept)."""
         steps = generated.shape[1]
         if self.prev_logprobs is not None and len(self.collected) < steps:
-            last = generated[:, len(self.collected) : len(self.collected) + 1]
-            self.collected.append(self.prev_logprobs.gather(1, last).squeeze(1))
+            rows = slice(None) if self.rows is None else self.rows
+            self._collect(generated[rows, : len(self.collected) + 1])
         if len(self.collected) != steps:
             raise RuntimeError(f"recorded {len(self.collected)} log-probs for {steps} generated tokens")
-        return torch.stack(self.collected, dim=1) if steps else torch.zeros(generated.shape[0], 0)
+        if not steps:
+            return torch.zeros(generated.shape[0], 0)
+        if all(rows is None for rows, _ in self.collected):
+            return torch.stack([values for _, values in self.collected], dim=1)
+        out = torch.zeros((generated.shape[0], steps), dtype=self.collected[0][1].dtype, device=generated.device)
+        for k, (rows, values) in enumerate(self.collected):
+            out[slice(None) if rows is None else rows, k] = values
+        return out
 
 
 class _ExponentialRaceSampler(LogitsProcessor):
@@ -101,17 +129,32 @@ class _ExponentialRaceSampler(LogitsProcessor):
     i.i.d. Exp(1) picks i with probability p_i (a token of probability 0 never wins). E_i = -log U_i
     from uniforms costs a third of ``exponential_`` on this CPU (2.6 vs 8.0 ms for 8 x 49k). Unlike
     inverse-CDF sampling, a tiny numerical change of the logits (the batched vs the one-row path)
-    flips a draw only where two tokens nearly tie, so seeded samples agree across such paths."""
+    flips a draw only where two tokens nearly tie, so seeded samples agree across such paths.
 
-    def __init__(self, generator: torch.Generator | None, dtype: torch.dtype = torch.float32) -> None:
+    Rows keep their random numbers. Each step draws uniforms for `batch` rows (the seeded call's) and the scores'
+    row i takes those of row `rows[i]`, so a row's draws do not depend on which rows are still decoding
+    (`keep_rows`, after `static_decode` drops finished rows). None: the scores' own rows, all of them."""
+
+    def __init__(self, generator: torch.Generator | None, dtype: torch.dtype = torch.float32, *,
+                 batch: int | None = None, rows: torch.Tensor | None = None) -> None:
         self.generator, self.dtype = generator, dtype  # dtype: the softmax's, as `_LogprobRecorder`'s
+        self.batch, self.rows = batch, rows
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         probs = torch.softmax(scores.to(self.dtype), dim=-1)
+        shape = probs.shape if self.batch is None else (self.batch, probs.shape[1])
         # Exp(1); U = 0 gives inf. Drawn where the scores are (the generator lives on that device too).
-        waits = torch.rand(probs.shape, generator=self.generator, device=probs.device, dtype=probs.dtype).log_().neg_()
+        uniforms = torch.rand(shape, generator=self.generator, device=probs.device, dtype=probs.dtype)
+        waits = (uniforms if self.rows is None else uniforms.index_select(0, self.rows)).log_().neg_()
         tokens = probs.div_(waits).argmax(dim=-1, keepdim=True)
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
+
+    def keep_rows(self, keep: torch.Tensor, input_ids: torch.Tensor) -> None:
+        """Only the rows `keep` of the current batch go on (they keep their draws)."""
+        if self.batch is None:
+            self.batch = input_ids.shape[0]
+        rows = torch.arange(input_ids.shape[0], device=keep.device) if self.rows is None else self.rows
+        self.rows = rows[keep]
 
 
 DECODE_PATHS: tuple[str, ...] = ("auto", "static", "generate")
@@ -197,9 +240,13 @@ class HFGenerator(Generator):
         decode: one of `DECODE_PATHS`. The static path prefills without prefix sharing (on the H200 sharing
             measured 0.97x, i.e. no gain, where prefill is cheap next to decoding; benchmarks/results/gpu_rollout.json).
         cuda_graphs: capture the static path's decode step as a CUDA graph (on CUDA only).
+        prefill_tokens: the static path's prompt tokens per prefill forward (`static_decode.PREFILL_TOKENS`).
+        compact_rows: the static path drops finished rows from the decode batch (`static_decode`); the tokens do
+            not change, only the work of the rows that are done.
 
     Seeding: chunk k of a call is sampled under ``seed + k``, so seeded results are reproducible
-    for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead).
+    for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead). Each row keeps its place in its
+    chunk's random stream (`_ExponentialRaceSampler`), so the dropping of finished rows leaves the draws alone.
     """
 
     def __init__(
@@ -215,6 +262,8 @@ class HFGenerator(Generator):
         cpu_attention: bool | None = None,
         decode: str = "auto",
         cuda_graphs: bool = True,
+        prefill_tokens: int = PREFILL_TOKENS,
+        compact_rows: bool = True,
     ) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token")
@@ -238,6 +287,9 @@ class HFGenerator(Generator):
         if decode not in DECODE_PATHS:
             raise ValueError(f"decode={decode!r}; choose one of {DECODE_PATHS}")
         self.decode, self.cuda_graphs = decode, cuda_graphs
+        if prefill_tokens < 1:
+            raise ValueError(f"prefill_tokens must be >= 1, got {prefill_tokens}")
+        self.prefill_tokens, self.compact_rows = prefill_tokens, compact_rows
         on_cpu = next(self.model.parameters()).device.type == "cpu"
         if cpu_attention is None:
             cpu_attention = self.model is not model
@@ -386,7 +438,7 @@ class HFGenerator(Generator):
                     self.model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
                     eos_ids=self.eos_ids, processors=processors, use_graph=None if
                     self.cuda_graphs else False, finished=(lambda g: _rows_with_stop(self.tokenizer, g, sampling.stop))
-                    if sampling.stop else None)
+                    if sampling.stop else None, prefill_tokens=self.prefill_tokens, compact=self.compact_rows)
             return self._finish_rows(rows, generated, recorder, sampling)
         stopper = _StopOnStrings(self.tokenizer, sampling.stop, width)
         config = GenerationConfig(
