@@ -66,6 +66,57 @@ CPU_BATCH_ROWS = 8
 GPU every row of a call goes in one batch: a decode step reads the weights once for all of them."""
 
 
+AUTO_KV_CACHE_SHARE = 0.9
+"""`HFGenerator(kv_cache_tokens="auto")` on CUDA: the share of the memory left after `AUTO_KV_CACHE_RESERVE_BYTES` and
+the per-row step tensors that the KV cache may take; the rest absorbs the caching allocator's fragmentation."""
+AUTO_KV_CACHE_RESERVE_BYTES = 2 * 2**30
+"""Memory the automatic budget leaves to what a call holds besides its cache and per-row tensors: one prefill chunk's
+activations (`PREFILL_TOKENS` tokens: ~0.45 GB of MLP activations at Qwen2.5-1.5B's shape, ~0.9 GB at 7B's) and the
+CUDA graph's pool of one decode step. An estimate, not a GPU measurement."""
+STEP_VOCAB_TENSORS = 8
+"""fp32 [rows, vocab] tensors a decode step holds at once (the logits, the processors' outputs, the recorder's
+log-softmax kept until the next step, the sampler's probabilities, its uniforms and its output): per row, counted
+against the automatic budget (at Qwen's 151,936-token vocabulary, 4.9 MB per row)."""
+
+
+def kv_bytes_per_token(model: Any) -> int:
+    """Bytes of KV cache one token takes in `model`: 2 (keys and values) x layers x KV heads x head size x the
+    weights' element size (Qwen2.5-1.5B in bf16: 28,672, docs/gpu.md 'What fits where')."""
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def auto_kv_cache_tokens(free_bytes: int, rows: int, vocab: int, token_bytes: int) -> int:
+    """The automatic KV-cache budget in tokens for a call of `rows` rows with `free_bytes` available: what is left
+    after the fixed reserve and the rows' step tensors, times `AUTO_KV_CACHE_SHARE`, in cache tokens (0 when
+    nothing is left: every row then decodes alone)."""
+    usable = free_bytes - AUTO_KV_CACHE_RESERVE_BYTES - rows * vocab * 4 * STEP_VOCAB_TENSORS
+    return max(0, int(usable * AUTO_KV_CACHE_SHARE)) // token_bytes
+
+
+def split_by_kv_budget(lengths: Sequence[int], new_tokens: int, budget: int | None) -> list[list[int]]:
+    """Rows (indices into `lengths`, their prompt lengths) grouped so that each group's static KV cache, rows x
+    (its widest prompt + `new_tokens`) tokens, fits `budget`.
+
+    All rows in one group, in order, when they fit (or `budget` is None): the call is then what it was without a
+    budget. Otherwise longest prompts first, each group as many rows as fit at its first (widest) row's width, so
+    short rows share groups and do not pad to the long ones; a row that alone exceeds the budget decodes alone.
+    Within a group the rows keep the call's order."""
+    if budget is None or len(lengths) * (max(lengths, default=0) + new_tokens) <= budget:
+        return [list(range(len(lengths)))]
+    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+    groups = []
+    while order:
+        per_row = lengths[order[0]] + new_tokens
+        take = max(1, budget // per_row)
+        groups.append(sorted(order[:take]))
+        order = order[take:]
+    return groups
+
+
 def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
     """Length of the longest token prefix shared by every row."""
     return len(os.path.commonprefix([list(r) for r in rows])) if rows else 0
@@ -132,8 +183,9 @@ class _ExponentialRaceSampler(LogitsProcessor):
     flips a draw only where two tokens nearly tie, so seeded samples agree across such paths.
 
     Rows keep their random numbers. Each step draws uniforms for `batch` rows (the seeded call's) and the scores'
-    row i takes those of row `rows[i]`, so a row's draws do not depend on which rows are still decoding
-    (`keep_rows`, after `static_decode` drops finished rows). None: the scores' own rows, all of them."""
+    row i takes those of row `rows[i]`, so a row's draws depend on neither which rows are still decoding
+    (`keep_rows`, after `static_decode` drops finished rows) nor which part of the call it was decoded in
+    (`HFGenerator` under a KV-cache budget). None: the scores' own rows, all of them."""
 
     def __init__(self, generator: torch.Generator | None, dtype: torch.dtype = torch.float32, *,
                  batch: int | None = None, rows: torch.Tensor | None = None) -> None:
@@ -240,13 +292,19 @@ class HFGenerator(Generator):
         decode: one of `DECODE_PATHS`. The static path prefills without prefix sharing (on the H200 sharing
             measured 0.97x, i.e. no gain, where prefill is cheap next to decoding; benchmarks/results/gpu_rollout.json).
         cuda_graphs: capture the static path's decode step as a CUDA graph (on CUDA only).
+        kv_cache_tokens: the KV-cache budget of one decode, in tokens: a chunk of rows whose cache, rows x (widest
+            prompt + max_new_tokens), exceeds it is decoded in parts that fit (`split_by_kv_budget`); a chunk that
+            fits is decoded as without a budget. ``"auto"``: on CUDA, derived at each call from the free memory
+            (`auto_kv_cache_tokens`, `kv_bytes_per_token`), none on a CPU; None: no budget. docs/gpu.md,
+            'Rollouts at long prompts'.
         prefill_tokens: the static path's prompt tokens per prefill forward (`static_decode.PREFILL_TOKENS`).
         compact_rows: the static path drops finished rows from the decode batch (`static_decode`); the tokens do
             not change, only the work of the rows that are done.
 
     Seeding: chunk k of a call is sampled under ``seed + k``, so seeded results are reproducible
     for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead). Each row keeps its place in its
-    chunk's random stream (`_ExponentialRaceSampler`), so the dropping of finished rows leaves the draws alone.
+    chunk's random stream (`_ExponentialRaceSampler`), so the KV-cache budget and the dropping of finished rows
+    leave the draws alone.
     """
 
     def __init__(
@@ -262,6 +320,7 @@ class HFGenerator(Generator):
         cpu_attention: bool | None = None,
         decode: str = "auto",
         cuda_graphs: bool = True,
+        kv_cache_tokens: int | str | None = "auto",
         prefill_tokens: int = PREFILL_TOKENS,
         compact_rows: bool = True,
     ) -> None:
@@ -287,9 +346,11 @@ class HFGenerator(Generator):
         if decode not in DECODE_PATHS:
             raise ValueError(f"decode={decode!r}; choose one of {DECODE_PATHS}")
         self.decode, self.cuda_graphs = decode, cuda_graphs
+        if not (kv_cache_tokens in (None, "auto") or (isinstance(kv_cache_tokens, int) and kv_cache_tokens >= 1)):
+            raise ValueError(f"kv_cache_tokens must be a positive number of tokens, 'auto' or None, got {kv_cache_tokens!r}")
         if prefill_tokens < 1:
             raise ValueError(f"prefill_tokens must be >= 1, got {prefill_tokens}")
-        self.prefill_tokens, self.compact_rows = prefill_tokens, compact_rows
+        self.kv_cache_tokens, self.prefill_tokens, self.compact_rows = kv_cache_tokens, prefill_tokens, compact_rows
         on_cpu = next(self.model.parameters()).device.type == "cpu"
         if cpu_attention is None:
             cpu_attention = self.model is not model
@@ -352,8 +413,33 @@ class HFGenerator(Generator):
         results: list[Generation] = []
         for index, chunk in enumerate(tqdm(chunks, desc="generate", disable=not self.progress)):
             seed = None if sampling.seed is None else sampling.seed + index
-            results.extend(self._generate_chunk(chunk, sampling, seed))
+            results.extend(self._generate_within_budget(chunk, sampling, seed))
         return results
+
+    def kv_cache_budget(self, rows: int) -> int | None:
+        """This call's KV-cache budget in tokens for a chunk of `rows` rows (see `kv_cache_tokens`); None: none."""
+        if self.kv_cache_tokens != "auto":
+            return self.kv_cache_tokens  # type: ignore[return-value]
+        if self.device.type != "cuda":
+            return None
+        free, _ = torch.cuda.mem_get_info(self.device)
+        # memory the caching allocator holds but no tensor uses is this process's to reuse
+        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return auto_kv_cache_tokens(free, rows, self.model.config.vocab_size, kv_bytes_per_token(self.model))
+
+    def _generate_within_budget(self, rows: list[list[int]], sampling: SamplingConfig,
+                                seed: int | None) -> list[Generation]:
+        """One chunk, decoded in the parts `split_by_kv_budget` makes of it; every row keeps its place in the
+        chunk's random stream, so a part draws what the whole chunk would have drawn for its rows."""
+        parts = split_by_kv_budget([len(r) for r in rows], sampling.max_new_tokens, self.kv_cache_budget(len(rows)))
+        if len(parts) == 1:
+            return self._generate_chunk(rows, sampling, seed)
+        results: list[Generation | None] = [None] * len(rows)
+        for part in parts:
+            outs = self._generate_chunk([rows[i] for i in part], sampling, seed, places=(len(rows), part))
+            for i, out in zip(part, outs):
+                results[i] = out
+        return results  # type: ignore[return-value]
 
     @contextlib.contextmanager
     def _clean_generation_config(self) -> Iterator[Any]:
@@ -411,7 +497,10 @@ class HFGenerator(Generator):
         cache.batch_repeat_interleave(batch)
         return cache
 
-    def _generate_chunk(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Generation]:
+    def _generate_chunk(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None,
+                        places: tuple[int, list[int]] | None = None) -> list[Generation]:
+        """Generate for `rows` under `seed`; `places`: (rows of the seeded chunk, these rows' places in it), for
+        a part of a chunk (the sampler then draws as for the whole chunk)."""
         pad = self.tokenizer.pad_token_id
         static = self.uses_static_decode
         shared = 0 if static else self.shared_prefix_length(rows)
@@ -431,7 +520,9 @@ class HFGenerator(Generator):
         if not sampling.greedy:  # our sampler draws the token; generate then decodes greedily
             # A private generator: seeding never disturbs the caller's global RNG stream.
             generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
-            processors.append(_ExponentialRaceSampler(generator, accumulation_dtype(self.dtype)))
+            batch, own = (None, None) if places is None else (
+                places[0], torch.tensor(places[1], dtype=torch.long, device=self.device))
+            processors.append(_ExponentialRaceSampler(generator, accumulation_dtype(self.dtype), batch=batch, rows=own))
         if static:
             with torch.no_grad():
                 generated = static_decode(
