@@ -233,6 +233,7 @@ def main(argv: list[str] | None = None) -> int:
         by_round = [t / w for t, w in zip(record["seconds"], whole["seconds"])]
         record["vs_whole"] = {"peak_memory": round(record["peak_tensor_mib"] / whole["peak_tensor_mib"], 3),
                               "decode_row_steps": round(record["decode_row_steps"] / whole["decode_row_steps"], 3),
+                              "seconds_round_ratios": [round(r, 3) for r in by_round],
                               "seconds_median_of_round_ratios": round(statistics.median(by_round), 3)}
     sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
     report = {
