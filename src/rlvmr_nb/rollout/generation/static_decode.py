@@ -133,7 +133,7 @@ def _follows_rows(processor: Any) -> bool:
 def _prefill(model: Any, input_ids: torch.Tensor, real: torch.Tensor, length: int,
              prefill_tokens: int) -> tuple[Any, torch.Tensor]:
     """Prefill left-padded `input_ids` [B, W] (`real`: bool, the real tokens) into a static cache of `length`
-    columns, a chunk of rows at a time; returns (cache, fp32 logits [B, vocab] of the last column).
+    columns, a chunk of rows at a time; returns (cache, the last column's logits [B, vocab] in the accumulation dtype).
 
     Rows go longest first, so a chunk's rows have similar lengths: each chunk holds as many rows as fit
     `prefill_tokens` at its longest row's span (at least one row), and its columns left of every row's first real
