@@ -326,6 +326,68 @@ def step_rollout(check: Any) -> dict:
                     "generate (dynamic cache, other attention shapes) near-ties of random weights may differ", **record}
 
 
+TRAINER_BALLAST_GIB = 23
+"""What the trainer holds through an iteration of Qwen2.5-1.5B full fine-tuning beside the rollout copy (fp32
+weights, AdamW states, the reference: docs/gpu.md 'What fits where', 25.9 GiB less the 2.9 GiB rollout copy)."""
+
+
+def step_generation_budget(check: Any) -> dict:
+    """Rollouts at long prompts (docs/gpu.md, 'Rollouts at long prompts'): 128 rows (16 tasks x 8) of 2k, 4k and
+    6k-token prompts whose responses end (EOS) after 8 … 512 tokens, but one row per call runs all 1,024 (the long
+    tail), decoded with the static path and CUDA graphs next to `TRAINER_BALLAST_GIB` of ballast standing in for
+    the trainer, Qwen2.5-1.5B's shape with random bf16 weights. Variants (`benchmarks/generation_budget.py`, whose
+    `run_variants` runs them): ``whole``, the call in one piece (one prefill forward, every row decoded to the end,
+    no budget); ``default``, the generator's defaults (prefill in row chunks, finished rows dropped, the automatic
+    KV-cache budget); ``quarter_budget``, the defaults under a budget of a quarter of the whole call's cache (the
+    cost of decoding a call in parts). Peak allocated memory (ballast and weights included) and kept tokens/s, one
+    warm-up call (which is also the memory measurement) and one timed call each; a variant that runs out of memory
+    is reported as such. Not in the 8-minute plan: ``python scripts/gpu_check.py --steps generation_budget``."""
+    if not check.dry_run and not torch.cuda.is_available():
+        return {"status": "skipped", "reason": "the GPU generation benchmark needs a CUDA GPU and torch sees none"}
+    sys.path.insert(0, str(REPO / "benchmarks"))
+    import generation_budget as bench
+
+    from rlvmr_nb.rollout.generation.hf import HFGenerator, kv_bytes_per_token
+
+    tok = tokenizer()
+    model = random_model(check, tok).to(device=check.device, dtype=torch.bfloat16)  # the sampling copy
+    rows, prompt_lengths, new_tokens, short_ends, ballast_gib = (
+        (8, (48, 96), 32, 16, 0) if check.dry_run else (128, (2048, 4096, 6144), 1024, 512, TRAINER_BALLAST_GIB))
+    ballast = torch.empty(ballast_gib * 2**30, dtype=torch.uint8, device=check.device) if ballast_gib else None
+
+    def out_of_memory(name: str, err: BaseException) -> dict:
+        if not isinstance(err, torch.OutOfMemoryError):
+            raise err
+        return {"status": "out of memory", "reason": str(err)[:300]}
+
+    cases = []
+    for prompt in prompt_lengths:
+        prompts, ends = bench.make_call(tok, rows, prompt, prompt, short_ends)
+        width = max(map(len, prompts))
+        options = {"whole": bench.variant_options(0, 0)["whole"], "default": {},
+                   "quarter_budget": {"kv_cache_tokens": bench.kv_budget(prompts, new_tokens, 0.25)}}
+        with torch.no_grad():
+            variants = bench.run_variants(model, tok, prompts, ends, new_tokens, options, rounds=1,
+                                          timer=lambda: Timer(check.device), peak=peak_memory, on_error=out_of_memory)
+        cases.append({"prompt_tokens": prompt, "widest_prompt": width, "rows": rows, "new_tokens": new_tokens,
+                      "whole_cache_tokens": rows * (width + new_tokens),
+                      "whole_cache_gib": round(rows * (width + new_tokens) * kv_bytes_per_token(model) / 2**30, 2),
+                      "auto_kv_cache_tokens_after": HFGenerator(model, tok, dtype=None).kv_cache_budget(rows),
+                      "variants": variants})
+        print(json.dumps({"prompt_tokens": prompt, **{k: {m: v.get(m) for m in ("status", "peak_allocated_gib",
+                                                                              "kept_tokens_per_s", "median_s")}
+                                                       for k, v in variants.items()}}), file=sys.stderr, flush=True)
+    del ballast
+    return {"status": "ok", "model": "tiny-random:qwen2" if check.dry_run else "Qwen2.5-1.5B shape, random weights, bf16",
+            "trainer_ballast_gib": ballast_gib, "kv_bytes_per_token": kv_bytes_per_token(model),
+            "response_tokens": f"8 … {short_ends} (evenly spread), one row per call {new_tokens}", "cases": cases,
+            "note": "peak_allocated_gib includes the ballast and the sampling copy's weights; decode_row_steps counts "
+                    "rows x decode forwards (the decode work); rows_identical_to_first compares each variant's tokens "
+                    "with whole's (bf16 on a GPU: near-ties of random weights may differ between batch shapes); "
+                    "auto_kv_cache_tokens_after: the automatic budget a call of these rows gets after the case ran "
+                    "(the caching allocator's unused blocks count as free)"}
+
+
 def _update_samples(check: Any, tok: Any, count: int) -> list:
     from rlvmr_nb.update.samples import StepSample
 

@@ -57,25 +57,33 @@ def fresh_tiny_llama(tiny_llama):
 
 
 class ScriptedLogits:
-    """Logits processor forcing row i to emit `scripts[i % len(scripts)]` token by token.
+    """Logits processor forcing row i to emit `scripts[i % len(scripts)]` token by token; a None in a script
+    leaves that step to the sampler.
 
     After its script ends a row samples freely. Used to test stopping, EOS and cutting with a
-    random model that would never write ``</action>`` on its own.
+    random model that would never write ``</action>`` on its own. It follows the rows when the static decode
+    drops finished ones (`keep_rows`), so those tests run with the batch shrinking.
     """
 
-    def __init__(self, scripts: list[list[int]]):
+    def __init__(self, scripts: list[list[int | None]]):
         self.scripts = scripts
         self.step = 0
+        self.rows: list[int] | None = None  # the current batch's rows of the call; None: all, in order
 
     def __call__(self, input_ids, scores):
-        for row in range(scores.shape[0]):
+        for i in range(scores.shape[0]):
+            row = i if self.rows is None else self.rows[i]
             script = self.scripts[row % len(self.scripts)]
-            if self.step < len(script):
-                forced = torch.full_like(scores[row], float("-inf"))
+            if self.step < len(script) and script[self.step] is not None:
+                forced = torch.full_like(scores[i], float("-inf"))
                 forced[script[self.step]] = 0.0
-                scores[row] = forced
+                scores[i] = forced
         self.step += 1
         return scores
+
+    def keep_rows(self, keep, input_ids):
+        rows = list(range(input_ids.shape[0])) if self.rows is None else self.rows
+        self.rows = [rows[k] for k in keep.tolist()]
 
 
 def rescore_logprobs(model, prompt_ids: list[int], response_ids: list[int], temperature: float = 1.0) -> list[float]:

@@ -87,6 +87,29 @@ def test_the_plan_fits_an_eight_minute_gpu_run():
     module = _module()
     assert [name for name, _ in module.plan(list(module.STEPS), dry_run=False)] == list(module.STEPS)
     assert sum(budget for _, budget in module.plan(list(module.STEPS), dry_run=False)) <= 8 * 60
+    # a longer measurement runs only when named, under its own budget (one device command: at most 10 minutes)
+    assert "generation_budget" not in module.STEPS and "generation_budget" in module.ALL_STEPS
+    assert module.plan(["generation_budget"], dry_run=False) == [("generation_budget", 420)] and 420 <= 10 * 60
+
+
+@pytest.mark.slow
+def test_dry_run_of_the_generation_budget_step(tmp_path):
+    """The opt-in step's code paths at tiny shapes: every variant decodes the same rows, dropping finished rows cuts
+    the decode work, a budget of a quarter of the cache decodes the call in parts with smaller prefill masks."""
+    env = dict(os.environ, OMP_NUM_THREADS="1", CUDA_VISIBLE_DEVICES="")
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--dry-run", "--steps", "generation_budget", "--out",
+                           str(tmp_path)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    doc = _read(tmp_path, "generation_budget")
+    assert doc["status"] == "ok" and doc["device"]["name"] == "cpu" and len(doc["cases"]) == 2
+    for case in doc["cases"]:
+        whole, default, quarter = (case["variants"][k] for k in ("whole", "default", "quarter_budget"))
+        assert all(v["rows_identical_to_first"] == 1.0 and v["kept_tokens_per_s"] > 0 for v in (default, quarter))
+        assert whole["kept_tokens"] == default["kept_tokens"] == quarter["kept_tokens"]
+        assert default["decode_row_steps"] < whole["decode_row_steps"] == whole["decode_forwards"] * case["rows"]
+        assert quarter["prefill_forwards"] > 1
+        assert quarter["largest_prefill_mask_bytes"] < whole["largest_prefill_mask_bytes"]
+        assert case["auto_kv_cache_tokens_after"] is None  # no automatic budget on a CPU
 
 
 def test_carried_wheels_reach_every_step_subprocess(tmp_path, monkeypatch):

@@ -62,7 +62,9 @@ class EngineConfig:
     row on a GPU (where one decode step then serves them all, e.g. 128-row rollouts). vLLM schedules its own."""
     rollout_options: dict = field(default_factory=dict)
     """Further constructor options of the backend, e.g. ``{"kv_cache_gb": 4}`` or ``{"python": "/opt/vllm/bin/python"}``
-    for vLLM, ``{"gpu_memory_utilization": 0.9}`` for vLLM alone on a GPU."""
+    for vLLM, ``{"gpu_memory_utilization": 0.9}`` for vLLM alone on a GPU; for 'hf' ``{"kv_cache_tokens": 400000}``
+    (the KV-cache budget of one decode, in tokens; "auto" by default: from the free memory on CUDA, none on a CPU),
+    ``{"compact_rows": False}``, ``{"prefill_tokens": 4096}`` or ``{"decode": "generate"}`` (`HFGenerator`)."""
 
     def __post_init__(self) -> None:
         from rlvmr_nb.settings import require_choice, require_positive

@@ -53,12 +53,68 @@ from rlvmr_nb.rollout.generation import shared_prefix
 from rlvmr_nb.rollout.generation.base import Generation, Generator, Prompt, SamplingConfig
 from rlvmr_nb.rollout.generation.cpu_attention import ATTENTION_NAME, register
 from rlvmr_nb.rollout.generation.shared_prefix import SharedPrefixCache
-from rlvmr_nb.rollout.generation.static_decode import STOP_CHECK_EVERY, static_decode, supports_static_decode
+from rlvmr_nb.rollout.generation.static_decode import (
+    PREFILL_TOKENS,
+    STOP_CHECK_EVERY,
+    static_decode,
+    supports_static_decode,
+)
 
 _STOP_TAIL_TOKENS = 16  # a stop string of <= 16 characters fits in the last 16 tokens
 CPU_BATCH_ROWS = 8
 """Rows per generate call on a CPU when none is given (ml_stack_probe §1: larger batches stop paying there). On a
 GPU every row of a call goes in one batch: a decode step reads the weights once for all of them."""
+
+
+AUTO_KV_CACHE_SHARE = 0.9
+"""`HFGenerator(kv_cache_tokens="auto")` on CUDA: the share of the memory left after `AUTO_KV_CACHE_RESERVE_BYTES` and
+the per-row step tensors that the KV cache may take; the rest absorbs the caching allocator's fragmentation."""
+AUTO_KV_CACHE_RESERVE_BYTES = 2 * 2**30
+"""Memory the automatic budget leaves to what a call holds besides its cache and per-row tensors: one prefill chunk's
+activations (`PREFILL_TOKENS` tokens: ~0.45 GB of MLP activations at Qwen2.5-1.5B's shape, ~0.9 GB at 7B's) and the
+CUDA graph's pool of one decode step. An estimate, not a GPU measurement."""
+STEP_VOCAB_TENSORS = 8
+"""fp32 [rows, vocab] tensors a decode step holds at once (the logits, the processors' outputs, the recorder's
+log-softmax kept until the next step, the sampler's probabilities, its uniforms and its output): per row, counted
+against the automatic budget (at Qwen's 151,936-token vocabulary, 4.9 MB per row)."""
+
+
+def kv_bytes_per_token(model: Any) -> int:
+    """Bytes of KV cache one token takes in `model`: 2 (keys and values) x layers x KV heads x head size x the
+    weights' element size (Qwen2.5-1.5B in bf16: 28,672, docs/gpu.md 'What fits where')."""
+    config = model.config
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
+
+
+def auto_kv_cache_tokens(free_bytes: int, rows: int, vocab: int, token_bytes: int) -> int:
+    """The automatic KV-cache budget in tokens for a call of `rows` rows with `free_bytes` available: what is left
+    after the fixed reserve and the rows' step tensors, times `AUTO_KV_CACHE_SHARE`, in cache tokens (0 when
+    nothing is left: every row then decodes alone)."""
+    usable = free_bytes - AUTO_KV_CACHE_RESERVE_BYTES - rows * vocab * 4 * STEP_VOCAB_TENSORS
+    return max(0, int(usable * AUTO_KV_CACHE_SHARE)) // token_bytes
+
+
+def split_by_kv_budget(lengths: Sequence[int], new_tokens: int, budget: int | None) -> list[list[int]]:
+    """Rows (indices into `lengths`, their prompt lengths) grouped so that each group's static KV cache, rows x
+    (its widest prompt + `new_tokens`) tokens, fits `budget`.
+
+    All rows in one group, in order, when they fit (or `budget` is None): the call is then what it was without a
+    budget. Otherwise longest prompts first, each group as many rows as fit at its first (widest) row's width, so
+    short rows share groups and do not pad to the long ones; a row that alone exceeds the budget decodes alone.
+    Within a group the rows keep the call's order."""
+    if budget is None or len(lengths) * (max(lengths, default=0) + new_tokens) <= budget:
+        return [list(range(len(lengths)))]
+    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
+    groups = []
+    while order:
+        per_row = lengths[order[0]] + new_tokens
+        take = max(1, budget // per_row)
+        groups.append(sorted(order[:take]))
+        order = order[take:]
+    return groups
 
 
 def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
@@ -69,28 +125,51 @@ def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
 class _LogprobRecorder(LogitsProcessor):
     """Logits processor (placed last) recording the log-prob of each sampled token, computed in `dtype` (the
     model's `accumulation_dtype`: ``generate`` hands processors float32 scores even from a float64 model, and a
-    float32 log-softmax over the vocabulary sums in an order that differs between CPUs' vector kernels)."""
+    float32 log-softmax over the vocabulary sums in an order that differs between CPUs' vector kernels).
+
+    It follows `static_decode` when finished rows leave the batch (`keep_rows`): each step's log-probs are kept
+    with the rows (of the call) they belong to, and `finish` puts them back in place."""
 
     def __init__(self, dtype: torch.dtype = torch.float32) -> None:
         self.dtype = dtype
         self.prev_logprobs: torch.Tensor | None = None
-        self.collected: list[torch.Tensor] = []
+        self.rows: torch.Tensor | None = None  # the current batch's rows of the call; None: all, in order
+        self.collected: list[tuple[torch.Tensor | None, torch.Tensor]] = []
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        if self.prev_logprobs is not None:  # input_ids now ends with the token sampled from prev
-            self.collected.append(self.prev_logprobs.gather(1, input_ids[:, -1:]).squeeze(1))
+        self._collect(input_ids)  # input_ids now ends with the token sampled from prev
         self.prev_logprobs = torch.log_softmax(scores.to(self.dtype), dim=-1)
         return scores
 
+    def _collect(self, input_ids: torch.Tensor) -> None:
+        if self.prev_logprobs is not None:
+            self.collected.append((self.rows, self.prev_logprobs.gather(1, input_ids[:, -1:]).squeeze(1)))
+            self.prev_logprobs = None
+
+    def keep_rows(self, keep: torch.Tensor, input_ids: torch.Tensor) -> None:
+        """Only the rows `keep` of the current batch go on; `input_ids` (current batch) end with the latest token,
+        whose log-prob is taken now for every row (the dropped rows' last token is often their kept EOS)."""
+        self._collect(input_ids)
+        rows = torch.arange(input_ids.shape[0], device=keep.device) if self.rows is None else self.rows
+        self.rows = rows[keep]
+
     def finish(self, generated: torch.Tensor) -> torch.Tensor:
-        """[B, T] log-probs of the generated tokens (the last one was never fed back)."""
+        """[B, T] log-probs of the generated tokens (the last one was never fed back); 0 where a row had left the
+        batch (after its finish, where nothing is kept)."""
         steps = generated.shape[1]
         if self.prev_logprobs is not None and len(self.collected) < steps:
-            last = generated[:, len(self.collected) : len(self.collected) + 1]
-            self.collected.append(self.prev_logprobs.gather(1, last).squeeze(1))
+            rows = slice(None) if self.rows is None else self.rows
+            self._collect(generated[rows, : len(self.collected) + 1])
         if len(self.collected) != steps:
             raise RuntimeError(f"recorded {len(self.collected)} log-probs for {steps} generated tokens")
-        return torch.stack(self.collected, dim=1) if steps else torch.zeros(generated.shape[0], 0)
+        if not steps:
+            return torch.zeros(generated.shape[0], 0)
+        if all(rows is None for rows, _ in self.collected):
+            return torch.stack([values for _, values in self.collected], dim=1)
+        out = torch.zeros((generated.shape[0], steps), dtype=self.collected[0][1].dtype, device=generated.device)
+        for k, (rows, values) in enumerate(self.collected):
+            out[slice(None) if rows is None else rows, k] = values
+        return out
 
 
 class _ExponentialRaceSampler(LogitsProcessor):
@@ -101,17 +180,33 @@ class _ExponentialRaceSampler(LogitsProcessor):
     i.i.d. Exp(1) picks i with probability p_i (a token of probability 0 never wins). E_i = -log U_i
     from uniforms costs a third of ``exponential_`` on this CPU (2.6 vs 8.0 ms for 8 x 49k). Unlike
     inverse-CDF sampling, a tiny numerical change of the logits (the batched vs the one-row path)
-    flips a draw only where two tokens nearly tie, so seeded samples agree across such paths."""
+    flips a draw only where two tokens nearly tie, so seeded samples agree across such paths.
 
-    def __init__(self, generator: torch.Generator | None, dtype: torch.dtype = torch.float32) -> None:
+    Rows keep their random numbers. Each step draws uniforms for `batch` rows (the seeded call's) and the scores'
+    row i takes those of row `rows[i]`, so a row's draws depend on neither which rows are still decoding
+    (`keep_rows`, after `static_decode` drops finished rows) nor which part of the call it was decoded in
+    (`HFGenerator` under a KV-cache budget). None: the scores' own rows, all of them."""
+
+    def __init__(self, generator: torch.Generator | None, dtype: torch.dtype = torch.float32, *,
+                 batch: int | None = None, rows: torch.Tensor | None = None) -> None:
         self.generator, self.dtype = generator, dtype  # dtype: the softmax's, as `_LogprobRecorder`'s
+        self.batch, self.rows = batch, rows
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
         probs = torch.softmax(scores.to(self.dtype), dim=-1)
+        shape = probs.shape if self.batch is None else (self.batch, probs.shape[1])
         # Exp(1); U = 0 gives inf. Drawn where the scores are (the generator lives on that device too).
-        waits = torch.rand(probs.shape, generator=self.generator, device=probs.device, dtype=probs.dtype).log_().neg_()
+        uniforms = torch.rand(shape, generator=self.generator, device=probs.device, dtype=probs.dtype)
+        waits = (uniforms if self.rows is None else uniforms.index_select(0, self.rows)).log_().neg_()
         tokens = probs.div_(waits).argmax(dim=-1, keepdim=True)
         return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
+
+    def keep_rows(self, keep: torch.Tensor, input_ids: torch.Tensor) -> None:
+        """Only the rows `keep` of the current batch go on (they keep their draws)."""
+        if self.batch is None:
+            self.batch = input_ids.shape[0]
+        rows = torch.arange(input_ids.shape[0], device=keep.device) if self.rows is None else self.rows
+        self.rows = rows[keep]
 
 
 DECODE_PATHS: tuple[str, ...] = ("auto", "static", "generate")
@@ -197,9 +292,19 @@ class HFGenerator(Generator):
         decode: one of `DECODE_PATHS`. The static path prefills without prefix sharing (on the H200 sharing
             measured 0.97x, i.e. no gain, where prefill is cheap next to decoding; benchmarks/results/gpu_rollout.json).
         cuda_graphs: capture the static path's decode step as a CUDA graph (on CUDA only).
+        kv_cache_tokens: the KV-cache budget of one decode, in tokens: a chunk of rows whose cache, rows x (widest
+            prompt + max_new_tokens), exceeds it is decoded in parts that fit (`split_by_kv_budget`); a chunk that
+            fits is decoded as without a budget. ``"auto"``: on CUDA, derived at each call from the free memory
+            (`auto_kv_cache_tokens`, `kv_bytes_per_token`), none on a CPU; None: no budget. docs/gpu.md,
+            'Rollouts at long prompts'.
+        prefill_tokens: the static path's prompt tokens per prefill forward (`static_decode.PREFILL_TOKENS`).
+        compact_rows: the static path drops finished rows from the decode batch (`static_decode`); the tokens do
+            not change, only the work of the rows that are done.
 
     Seeding: chunk k of a call is sampled under ``seed + k``, so seeded results are reproducible
-    for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead).
+    for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead). Each row keeps its place in its
+    chunk's random stream (`_ExponentialRaceSampler`), so the KV-cache budget and the dropping of finished rows
+    leave the draws alone.
     """
 
     def __init__(
@@ -215,6 +320,9 @@ class HFGenerator(Generator):
         cpu_attention: bool | None = None,
         decode: str = "auto",
         cuda_graphs: bool = True,
+        kv_cache_tokens: int | str | None = "auto",
+        prefill_tokens: int = PREFILL_TOKENS,
+        compact_rows: bool = True,
     ) -> None:
         if tokenizer.pad_token_id is None:
             raise ValueError("tokenizer has no pad token; set tokenizer.pad_token = tokenizer.eos_token")
@@ -238,6 +346,11 @@ class HFGenerator(Generator):
         if decode not in DECODE_PATHS:
             raise ValueError(f"decode={decode!r}; choose one of {DECODE_PATHS}")
         self.decode, self.cuda_graphs = decode, cuda_graphs
+        if not (kv_cache_tokens in (None, "auto") or (isinstance(kv_cache_tokens, int) and kv_cache_tokens >= 1)):
+            raise ValueError(f"kv_cache_tokens must be a positive number of tokens, 'auto' or None, got {kv_cache_tokens!r}")
+        if prefill_tokens < 1:
+            raise ValueError(f"prefill_tokens must be >= 1, got {prefill_tokens}")
+        self.kv_cache_tokens, self.prefill_tokens, self.compact_rows = kv_cache_tokens, prefill_tokens, compact_rows
         on_cpu = next(self.model.parameters()).device.type == "cpu"
         if cpu_attention is None:
             cpu_attention = self.model is not model
@@ -300,8 +413,33 @@ class HFGenerator(Generator):
         results: list[Generation] = []
         for index, chunk in enumerate(tqdm(chunks, desc="generate", disable=not self.progress)):
             seed = None if sampling.seed is None else sampling.seed + index
-            results.extend(self._generate_chunk(chunk, sampling, seed))
+            results.extend(self._generate_within_budget(chunk, sampling, seed))
         return results
+
+    def kv_cache_budget(self, rows: int) -> int | None:
+        """This call's KV-cache budget in tokens for a chunk of `rows` rows (see `kv_cache_tokens`); None: none."""
+        if self.kv_cache_tokens != "auto":
+            return self.kv_cache_tokens  # type: ignore[return-value]
+        if self.device.type != "cuda":
+            return None
+        free, _ = torch.cuda.mem_get_info(self.device)
+        # memory the caching allocator holds but no tensor uses is this process's to reuse
+        free += torch.cuda.memory_reserved(self.device) - torch.cuda.memory_allocated(self.device)
+        return auto_kv_cache_tokens(free, rows, self.model.config.vocab_size, kv_bytes_per_token(self.model))
+
+    def _generate_within_budget(self, rows: list[list[int]], sampling: SamplingConfig,
+                                seed: int | None) -> list[Generation]:
+        """One chunk, decoded in the parts `split_by_kv_budget` makes of it; every row keeps its place in the
+        chunk's random stream, so a part draws what the whole chunk would have drawn for its rows."""
+        parts = split_by_kv_budget([len(r) for r in rows], sampling.max_new_tokens, self.kv_cache_budget(len(rows)))
+        if len(parts) == 1:
+            return self._generate_chunk(rows, sampling, seed)
+        results: list[Generation | None] = [None] * len(rows)
+        for part in parts:
+            outs = self._generate_chunk([rows[i] for i in part], sampling, seed, places=(len(rows), part))
+            for i, out in zip(part, outs):
+                results[i] = out
+        return results  # type: ignore[return-value]
 
     @contextlib.contextmanager
     def _clean_generation_config(self) -> Iterator[Any]:
@@ -359,7 +497,10 @@ class HFGenerator(Generator):
         cache.batch_repeat_interleave(batch)
         return cache
 
-    def _generate_chunk(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None) -> list[Generation]:
+    def _generate_chunk(self, rows: list[list[int]], sampling: SamplingConfig, seed: int | None,
+                        places: tuple[int, list[int]] | None = None) -> list[Generation]:
+        """Generate for `rows` under `seed`; `places`: (rows of the seeded chunk, these rows' places in it), for
+        a part of a chunk (the sampler then draws as for the whole chunk)."""
         pad = self.tokenizer.pad_token_id
         static = self.uses_static_decode
         shared = 0 if static else self.shared_prefix_length(rows)
@@ -379,14 +520,16 @@ class HFGenerator(Generator):
         if not sampling.greedy:  # our sampler draws the token; generate then decodes greedily
             # A private generator: seeding never disturbs the caller's global RNG stream.
             generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
-            processors.append(_ExponentialRaceSampler(generator, accumulation_dtype(self.dtype)))
+            batch, own = (None, None) if places is None else (
+                places[0], torch.tensor(places[1], dtype=torch.long, device=self.device))
+            processors.append(_ExponentialRaceSampler(generator, accumulation_dtype(self.dtype), batch=batch, rows=own))
         if static:
             with torch.no_grad():
                 generated = static_decode(
                     self.model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
                     eos_ids=self.eos_ids, processors=processors, use_graph=None if
                     self.cuda_graphs else False, finished=(lambda g: _rows_with_stop(self.tokenizer, g, sampling.stop))
-                    if sampling.stop else None)
+                    if sampling.stop else None, prefill_tokens=self.prefill_tokens, compact=self.compact_rows)
             return self._finish_rows(rows, generated, recorder, sampling)
         stopper = _StopOnStrings(self.tokenizer, sampling.stop, width)
         config = GenerationConfig(
