@@ -18,7 +18,7 @@ import pytest
 from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: F401  (session fixtures)
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
-from rlvmr_nb.envs.forking import ForkDiverged, ForkPoint, fork
+from rlvmr_nb.envs.forking import ForkDiverged, ForkPoint, fork, replay
 from rlvmr_nb.envs.lab_world import LabEnv, lab_expert_actions
 from rlvmr_nb.envs.lab_world import level_tasks as lab_level_tasks
 from rlvmr_nb.envs.lazy import LazyActionList, StaleActionsError
@@ -64,7 +64,9 @@ def check_fork_is_exact(parent: Any, task: TaskSpec, prefix: Sequence[str], same
     first, first_view = fork(parent, into=into[0])
     second, second_view = fork(parent, into=into[1])
     assert len({id(parent), id(first), id(second)}) == 3
-    assert into == (None, None) or (first, second) == into
+    assert into == (None, None) or (first is into[0] and second is into[1])
+    if isinstance(last.admissible_actions, LazyActionList):  # the parent has not read its list: nor has a fork
+        assert not last.admissible_actions.loaded and not first_view.admissible_actions.loaded
     for shown in (first_view, second_view):
         assert (shown.observation, shown.info) == (last.observation, last.info)
         assert (shown.task_text, shown.task_type) == (reset.task_text, reset.task_type)
@@ -108,11 +110,16 @@ def test_toy_fork_is_exact_and_restoring_leaves_no_live_lazy_list_behind():
     prefix = ["dance wildly", *plan[:2]]  # a refused command, then two moves of the expert
     _, last = play(ToyEnv(), task, prefix)
     same, other = plan[2], other_than(last.admissible_actions, plan[2])
-    used = ToyEnv(admissible="lazy")
+    check_fork_is_exact(ToyEnv(admissible="lazy"), task, prefix, same, other,
+                        into=(ToyEnv(admissible="lazy"), ToyEnv(admissible="lazy")))
+
+    parent, used = ToyEnv(admissible="lazy"), ToyEnv(admissible="lazy")
+    _, last = play(parent, task, prefix)
     stale = used.reset(toy_tasks(1)[0]).admissible_actions  # the branch env's own episode, its list unread
-    check_fork_is_exact(ToyEnv(admissible="lazy"), task, prefix, same, other, into=(used, ToyEnv(admissible="lazy")))
+    _, shown = fork(parent, into=used)
     with pytest.raises(StaleActionsError):
         list(stale)  # it belonged to the env's earlier episode: it must not read the restored state
+    assert list(shown.admissible_actions) == list(last.admissible_actions)
 
 
 def test_fork_refuses_what_it_cannot_stand_exactly():
@@ -135,11 +142,10 @@ def test_a_replay_that_ends_elsewhere_raises_instead_of_handing_out_another_stat
     parent = ToyEnv()
     play(parent, task, toy_expert_actions(task)[:1])
     point = parent.fork_point()
-    from rlvmr_nb.envs.forking import replay
-
     short = ForkPoint(point.env_class, point.settings, task, point.steps, point.observation, ())
+    target = ToyEnv()
     with pytest.raises(ForkDiverged, match="ended elsewhere"):
-        replay(ToyEnv(), short, ToyEnv().step)  # one action too few
+        replay(target, short, target.step)  # one action too few
 
 
 def test_local_slots_fork_like_the_env():
