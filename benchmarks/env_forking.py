@@ -18,9 +18,9 @@ For each env the package ships (lab, toy, ALFWorld, ScienceWorld) and each prefi
   and the median ratio of the paired calls.
 
 What dominates: lab and toy copy references to frozen state (microseconds, flat in k); ALFWorld replays, a
-reset (~45 ms) then ~8 ms a step; ScienceWorld replays too, a load (0.15-0.3 s) then ~20 ms a step and ~40 ms a
-list read, so the reads outweigh the steps; a new ScienceWorld env adds a JVM start (seconds), so branches fork
-into warm envs. On a loaded machine the ScienceWorld medians are noisy: read them with the load average.
+reset (~20 ms) then 3-4 ms a step; ScienceWorld replays too, a load (~0.2 s) then ~20 ms a step and ~37 ms a
+list read, so the reads outweigh the steps; a new ScienceWorld env adds a JVM start (~3 s), so branches fork
+into warm envs. On a loaded machine runs differ by up to 2x: read the medians with the load average.
 
 Reproduce (about 3 minutes on 2 shared cores; the load average at start is recorded):
 

@@ -333,8 +333,8 @@ class ALFWorldEnv:
         return take_point(self, self._task, len(self._actions), self._done, self._observation, tuple(self._actions))
 
     def restore(self, point: ForkPoint) -> Reset:
-        """Stand where `point` stands: reset its game and replay its actions in this env's engine (~8 ms a step
-        with the accelerator, plus a reset, ~45 ms; the game's parse is skipped when this engine holds it already).
+        """Stand where `point` stands: reset its game and replay its actions in this env's engine (3-4 ms a step
+        with the accelerator, plus a reset, ~20 ms; the game's parse is skipped when this engine holds it already).
 
         Exact because a TextWorld PDDL game is a deterministic function of its file and the command list: reset
         rebuilds the state from the file's PDDL problem, an admissible command applies one planner operator, any

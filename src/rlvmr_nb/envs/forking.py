@@ -17,21 +17,21 @@ there again, and can stand itself where another env of its class stands:
 * ``fork_settings()``: its constructor arguments. A point restores only into an env of the same class built
   with the same arguments: another step limit, simplification or data folder is another world.
 
-What each env keeps, and what a fork into a warm env costs (benchmarks/env_forking.py; medians on 2 shared
-cores, benchmarks/results/env_forking.json, after 0 / 5 / 10 / 20 steps):
+What each env keeps, and what a fork into a warm env costs after 0 / 5 / 10 / 20 steps (benchmarks/env_forking.py,
+medians in benchmarks/results/env_forking.json; on its 2 shared, loaded cores runs differ by up to 2x):
 
 * lab and toy worlds (`FrozenStateFork`): the world and the state are frozen dataclasses, tuples and
   frozensets that a step replaces and never mutates, so the point holds references to them and a restore
   copies those references: 5 us whatever the prefix, no replay.
 * ALFWorld: the actions since reset. The state lives in fast-downward's C library (one private copy per
   engine) with no call to set it, and TextWorld's ``Environment.copy`` is not implemented, so a restore
-  resets the game and replays the actions in the target's own engine: 42 / 80 / 121 / 218 ms, a reset
-  (~45 ms) plus ~8 ms a step with the accelerator (`envs.alfworld_accel`); into a new env ~0.2 s.
+  resets the game and replays the actions in the target's own engine: 18 / 36 / 52 / 85 ms, a reset
+  (~20 ms) plus 3-4 ms a step with the accelerator (`envs.alfworld_accel`); into a new env ~0.1 s.
 * ScienceWorld: the engine calls since reset (steps and admissible-list reads). The engine's Python API
   (``scienceworld==1.2.3``) has no state save/load, only load, reset, step and read-outs, so a restore
-  reloads the task and replays the calls in the target's JVM: 0.3 / 0.3 / 0.7 / 0.7 s, a load (0.15-0.3 s)
-  plus ~20 ms a step and ~40 ms a list read (the rollout reads about one a step), so the reads dominate long
-  prefixes. Into a new env ~4 s, mostly the JVM start: fork into warm envs (``into=``, or a pool slot).
+  reloads the task and replays the calls in the target's JVM: 0.18 / 0.45 / 0.43 / 0.67 s, a load (~0.2 s)
+  plus ~20 ms a step and ~37 ms a list read (the rollout reads about one a step), so the reads dominate long
+  prefixes. Into a new env ~3 s, mostly the JVM start: fork into warm envs (``into=``, or a pool slot).
   Pure-Python forks scale with nothing; engine forks with the prefix, as any replay does.
 
 Why replays are exact, and what could break them, is said at each env's ``restore``. Every replay checks its

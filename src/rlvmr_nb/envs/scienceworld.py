@@ -60,8 +60,9 @@ identity hashes, which by default come from a per-thread generator, so a room li
 read spells referents, in an order that depends on everything the JVM did before. Measured on 6 tasks, 20-step
 walks with the same engine calls in two JVMs that had run other episodes before: without the flag all 6
 transcripts differed somewhere (observations, info, lists); with it none did, as between two fresh JVMs. Its
-cost is within this machine's noise: paired with a default JVM, the median ratio of a step or a list read is
-0.94-1.10 and of a load 0.99-1.22 across runs (benchmarks/env_forking.py, ``identity_hash_cost``)."""
+cost is within this machine's noise: paired call by call with a default JVM, the median ratio is 1.08 for a
+step, 0.99 for a list read and 1.07 for a load (``identity_hash_cost`` in benchmarks/results/env_forking.json;
+two earlier runs: 0.94-1.10 for steps and reads, 0.99-1.22 for loads)."""
 DEFAULT_SIMPLIFICATION = "easy"
 DEFAULT_ENV_STEP_LIMIT = 100
 SUCCESS_CRITERIA = ("completed", "official")
@@ -418,8 +419,8 @@ class ScienceWorldEnv:
 
     def restore(self, point: ForkPoint) -> Reset:
         """Stand where `point` stands: load its task in this env's JVM and make the same engine calls again (a load,
-        then ~10-20 ms a step and 20-90 ms a list read; the JVM is reused, so forking into a warm env costs no JVM
-        start). The view's admissible list is this env's own, lazy as ever; if the parent had read it, it was
+        ~0.2 s, then ~20 ms a step and ~37 ms a list read; the JVM is reused, so forking into a warm env costs no
+        JVM start). The view's admissible list is this env's own, lazy as ever; if the parent had read it, it was
         read again here and is cached, so reading it costs nothing and draws nothing.
 
         Why the calls and not only the actions. The engine holds one random generator per JVM (scala.util.Random),
