@@ -333,8 +333,9 @@ class ScienceWorldEnv:
         Lists are rendered as Python list literals, as in the official prompt; `with_example` appends
         the official "example: <action>focus on door</action>" line.
         """
-        self._calls.append(("available_actions_text",))
-        return self._available_actions_text(with_example)
+        text = self._available_actions_text(with_example)
+        self._calls.append(("available_actions_text",))  # reads the objects' names: may draw, as a list read does
+        return text
 
     def _available_actions_text(self, with_example: bool = False) -> str:
         """`available_actions_text` as `reset` and `step` call it: part of those calls, so not logged apart."""
