@@ -46,6 +46,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
+from rlvmr_nb.envs.forking import FrozenStateFork
 from rlvmr_nb.envs.lab_record import LabRecord, lab_record
 # visible_objects: used by coldstart.lab_world_rules through this module
 from rlvmr_nb.envs.rooms import (AGENT, RoomState, apply_room_command, article, carried,  # noqa: F401
@@ -322,8 +323,10 @@ def heldout_task_types(level: str) -> frozenset[str]:
 # ----- the environment ------------------------------------------------------------------------------
 
 
-class LabEnv:
-    """`TextEnv` over the lab world. `max_steps` ends an episode (done, not won) after that many steps."""
+class LabEnv(FrozenStateFork):
+    """`TextEnv` over the lab world. `max_steps` ends an episode (done, not won) after that many steps.
+
+    Forks by sharing its frozen state (`envs.forking.FrozenStateFork`): microseconds, no replay."""
 
     name = ENV_NAME
 
@@ -334,13 +337,16 @@ class LabEnv:
         self._world: LabWorld | None = None
         self._state: RoomState | None = None
         self._t = 0
+        self._task: TaskSpec | None = None
+        self._observation = ""
 
     def reset(self, task: TaskSpec) -> Reset:
         if task.env not in (ENV_NAME, ""):
             raise ValueError(f"task {task.task_id!r} is for env {task.env!r}, not {ENV_NAME!r}")
         self._world, self._state = build_world(task.task_id)
-        self._t = 0
-        return Reset(observation=describe(self._world, self._state), admissible_actions=self.admissible_actions(),
+        self._t, self._task = 0, task
+        self._observation = describe(self._world, self._state)
+        return Reset(observation=self._observation, admissible_actions=self.admissible_actions(),
                      task_text=self._world.goal_text, task_type=self._world.kind, info={"t": 0})
 
     def step(self, action: str) -> StepResult:
@@ -348,10 +354,10 @@ class LabEnv:
             raise RuntimeError("call reset(task) before step()")
         if not isinstance(action, str):
             raise TypeError(f"action must be a str, got {type(action).__name__}")
-        self._state, feedback = transition(self._world, self._state, action)
+        self._state, self._observation = transition(self._world, self._state, action)
         self._t += 1
         won = is_won(self._world, self._state)
-        return StepResult(observation=feedback, reward=1.0 if won else 0.0, done=won or self._t >= self.max_steps,
+        return StepResult(observation=self._observation, reward=1.0 if won else 0.0, done=self._episode_over(),
                           won=won, admissible_actions=self.admissible_actions(), info={"t": self._t})
 
     def admissible_actions(self) -> list[str]:
@@ -360,7 +366,16 @@ class LabEnv:
         return admissible(self._world, self._state)
 
     def close(self) -> None:
-        self._world = self._state = None
+        self._world = self._state = self._task = None
+
+    def fork_settings(self) -> tuple[tuple[str, Any], ...]:
+        return (("max_steps", self.max_steps),)
+
+    def _episode_over(self) -> bool:
+        return is_won(self._world, self._state) or self._t >= self.max_steps  # type: ignore[arg-type]
+
+    def _admissible_result(self) -> list[str]:
+        return self.admissible_actions()
 
     def __repr__(self) -> str:
         return f"LabEnv(max_steps={self.max_steps})"

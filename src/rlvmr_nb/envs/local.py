@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping, Sequence
 
-from .base import TaskSpec, TextEnv
+from .base import Reset, TaskSpec, TextEnv
+from .forking import check_fork_map
 
 
 class LocalEnvs:
@@ -25,6 +26,16 @@ class LocalEnvs:
 
     def step(self, actions: Mapping[int, str]) -> dict[int, Any]:
         return {slot: self._envs[slot].step(action) for slot, action in actions.items()}
+
+    def fork_slots(self, forks: Mapping[int, int]) -> dict[int, Reset]:
+        """Stand each destination slot where its source slot stands, ``{destination: source}``, as
+        `envs.pool.EnvPool.fork_slots` does: the source env's fork point restored into the destination's own env
+        (built when the slot is new). Returns what each destination shows there."""
+        check_fork_map(forks.items())
+        points = {src: self._envs[src].fork_point() for src in set(forks.values())}  # type: ignore[attr-defined]
+        while len(self._envs) <= max(forks, default=-1):
+            self._envs.append(self._make_env())
+        return {dst: self._envs[dst].restore(points[src]) for dst, src in forks.items()}  # type: ignore[attr-defined]
 
     def close(self) -> None:
         for env in self._envs:

@@ -26,6 +26,9 @@ of all active slots at once (in parallel across workers); ``admissible_actions(s
 explicitly, and ``prefetch_admissible=True`` makes idle workers compute them in the background while
 the caller is busy (e.g. generating with the LLM) - use it when every step's list will be read.
 
+Forking: ``fork_slots({destination: source})`` stands slots where others stand (`envs.forking`): the source's
+worker hands its env's fork point, the destination's worker restores it into the slot's own env.
+
 Start method: ``spawn`` (default) re-imports the caller's ``__main__`` in each worker, so a script that
 builds a pool at import time needs the usual ``if __name__ == "__main__":`` guard (notebooks do not).
 
@@ -48,6 +51,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec, TextEnv
+from rlvmr_nb.envs.forking import check_fork_map
 from rlvmr_nb.envs.lazy import LazyActionList, StaleActionsError
 from rlvmr_nb.envs.pool_worker import (  # noqa: F401  (Aborted, RemoteTraceback, CONFIG_ERRORS: public here too)
     CONFIG_ERRORS,
@@ -226,6 +230,41 @@ class EnvPool:
             self._slots[slot] = _Slot(task=task, worker=slot % self.num_workers, epoch=(old.epoch + 1) if old else 1)
         return self._finish("reset", self._run("reset", dict(tasks), self.reset_timeout))
 
+    def fork_slots(self, forks: Mapping[int, int]) -> dict[int, Reset | Aborted]:
+        """Stand each destination slot where its source slot stands, ``{destination: source}`` (envs.forking):
+        the branches of a SPARK-style rollout (Wu et al., arXiv 2601.20209). Returns what each destination shows
+        there (a `Reset`: the source's last observation, admissible actions and info), or an `Aborted`.
+
+        Two parallel rounds: each source's worker hands its env's `ForkPoint` (a frozen state, or the actions or
+        engine calls to replay), then each destination's worker restores it into the slot's own env (built if
+        the slot has none; its episode is dropped). A destination on another worker than its source is fine: the
+        point is plain data. Costs: lab and toy copy frozen state (no replay); ALFWorld and ScienceWorld replay
+        the prefix in the destination's warm engine (no JVM start), under `reset_timeout`.
+
+        A finished source is a caller error (ValueError: nothing to branch); an aborted source aborts its
+        destinations. A slot may not be both a source and a destination in one call.
+        """
+        self._check_open()
+        check_fork_map(forks.items())
+        for dst, src in forks.items():
+            if self._slot(src).state == "done":
+                raise ValueError(f"slot {src} ({self._slots[src].task.task_id}) is done; a finished episode has no "
+                                 "continuation to fork")
+        points = self.call("fork_point", sorted(set(forks.values())))
+        out: dict[int, Reset | Aborted] = {}
+        send: dict[int, Any] = {}
+        for dst, src in forks.items():
+            old = self._slots.get(dst)
+            self._slots[dst] = _Slot(task=self._slots[src].task, worker=dst % self.num_workers,
+                                     epoch=(old.epoch + 1) if old else 1)
+            point = points[src]
+            if isinstance(point, Aborted):
+                out[dst] = self._abort(dst, Aborted(dst, point.kind, f"fork source slot {src} was aborted: {point.reason}"))
+            else:
+                send[dst] = point
+        out.update(self._finish("reset", self._run("restore", send, self.reset_timeout)))
+        return out
+
     def step(self, actions: Mapping[int, str]) -> dict[int, StepResult | Aborted]:
         """Step the given slots, one action each, in parallel; returns one result per slot."""
         self._check_open()
@@ -359,7 +398,7 @@ class EnvPool:
         raised: list[tuple[BaseException, str]] = []
         pending: dict[int, set[int]] = {}
         last: dict[int, float] = {}
-        if op in ("reset", "release"):
+        if op in ("reset", "restore", "release"):
             # A worker that died while idle costs its live episodes, but must not abort a fresh reset.
             for w in by_worker:
                 if not self._workers[w].process.is_alive():
@@ -393,7 +432,7 @@ class EnvPool:
                 if not pending[w]:
                     del pending[w]
                 if status == "ok":
-                    out[slot] = (payload, extra) if op in ("reset", "step") else payload
+                    out[slot] = (payload, extra) if op in ("reset", "restore", "step") else payload
                 elif status == "raise":
                     raised.append((payload, extra))
                     out[slot] = self._abort(slot, Aborted(slot, "env_error", f"{type(payload).__name__}: {payload}"))

@@ -108,11 +108,12 @@ def _serve(
     env_kwargs: dict[str, Any],
 ) -> tuple:
     try:
-        if op == "reset":
+        if op in ("reset", "restore"):  # restore: stand the slot at a fork point (envs.forking)
             unread.pop(slot, None)
             if slot not in envs:
                 envs[slot] = factory(**env_kwargs)
-            return _pack(slot, envs[slot].reset(arg), unread)
+            env = envs[slot]
+            return _pack(slot, env.reset(arg) if op == "reset" else env.restore(arg), unread)  # type: ignore[attr-defined]
         if op == "step":
             unread.pop(slot, None)
             return _pack(slot, envs[slot].step(arg), unread)
@@ -133,7 +134,8 @@ def _serve(
         raise ValueError(f"unknown pool op {op!r}")
     except Exception as e:  # noqa: BLE001 - every env failure is reported, never kills the worker
         tb = traceback.format_exc()
-        config = op in ("reset", "call") and isinstance(e, CONFIG_ERRORS + ((AttributeError,) if op == "call" else ()))
+        config = op in ("reset", "restore", "call") and isinstance(
+            e, CONFIG_ERRORS + ((AttributeError,) if op == "call" else ()))
         if not config:
             unread.pop(slot, None)
             env = envs.pop(slot, None)  # a failed env is not trusted again; the next reset makes a new one

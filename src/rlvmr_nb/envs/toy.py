@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
+from rlvmr_nb.envs.forking import ForkPoint, FrozenStateFork
 from rlvmr_nb.envs.lazy import state_bound_actions
 from rlvmr_nb.envs.rooms import RoomState, apply_room_command, article, carried, room_commands, room_view
 
@@ -179,8 +180,10 @@ def level_tasks(role: str, level: str) -> list[TaskSpec]:
     return toy_tasks(8, split="train") if role == "train" else toy_tasks(16, split="test")
 
 
-class ToyEnv:
-    """`TextEnv` over the toy game. `max_steps` ends an episode (done, not won) after that many steps."""
+class ToyEnv(FrozenStateFork):
+    """`TextEnv` over the toy game. `max_steps` ends an episode (done, not won) after that many steps.
+
+    Forks by sharing its frozen state (`envs.forking.FrozenStateFork`): microseconds, no replay."""
 
     name = ENV_NAME
 
@@ -207,19 +210,20 @@ class ToyEnv:
         self._world: ToyWorld | None = None
         self._state: RoomState | None = None
         self._t = 0
-        self._done = False
-        self._version = 0  # bumped on every reset/step; a lazy list is valid for one version only
+        self._task: TaskSpec | None = None
+        self._observation = ""
+        self._version = 0  # bumped on every reset/step/restore; a lazy list is valid for one version only
 
     def reset(self, task: TaskSpec) -> Reset:
         if task.env not in (ENV_NAME, ""):
             raise ValueError(f"task {task.task_id!r} is for env {task.env!r}, not {ENV_NAME!r}")
         self._world, self._state = build_world(task.task_id)
-        self._t, self._done = 0, False
+        self._t, self._task = 0, task
         self._version += 1
         text = self._world.goal_text
-        observation = describe(self._world, self._state) + f" Your task is to: {text}"
+        self._observation = describe(self._world, self._state) + f" Your task is to: {text}"
         return Reset(
-            observation=observation,
+            observation=self._observation,
             admissible_actions=self._admissible_result(),  # type: ignore[arg-type]
             task_text=text,
             task_type=self._world.kind,
@@ -234,15 +238,14 @@ class ToyEnv:
         self._inject_faults(action)
         if self.step_delay:
             time.sleep(self.step_delay)
-        self._state, feedback = transition(self._world, self._state, action)
+        self._state, self._observation = transition(self._world, self._state, action)
         self._t += 1
         self._version += 1
         won = is_won(self._world, self._state)
-        done = won or self._t >= self.max_steps
         return StepResult(
-            observation=feedback,
+            observation=self._observation,
             reward=1.0 if won else 0.0,
-            done=done,
+            done=self._episode_over(),
             won=won,
             admissible_actions=self._admissible_result(),  # type: ignore[arg-type]
             info={"t": self._t},
@@ -260,7 +263,19 @@ class ToyEnv:
         return state_bound_actions(self.admissible_actions, lambda: self._version, "ToyEnv")
 
     def close(self) -> None:
-        self._world = self._state = None
+        self._world = self._state = self._task = None
+
+    def fork_settings(self) -> tuple[tuple[str, Any], ...]:
+        return (("max_steps", self.max_steps), ("step_delay", self.step_delay), ("crash_on", self.crash_on),
+                ("hang_on", self.hang_on), ("raise_on", self.raise_on), ("hang_seconds", self.hang_seconds),
+                ("admissible", self.admissible_mode))
+
+    def restore(self, point: ForkPoint) -> Reset:
+        self._version += 1  # lazy lists of this env's earlier state must not read the restored one
+        return super().restore(point)
+
+    def _episode_over(self) -> bool:
+        return is_won(self._world, self._state) or self._t >= self.max_steps  # type: ignore[arg-type]
 
     def _inject_faults(self, action: str) -> None:
         if self.crash_on is not None and action == self.crash_on:
