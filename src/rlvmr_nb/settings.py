@@ -15,13 +15,16 @@ precedence "dataclass defaults < --config file < typed flags" and lets ``none`` 
 (the ``"Class.field must …"`` errors of the ``require_*`` checks) is refused at parse time naming the flag;
 checks that involve other settings run when the whole config is built.
 
-Why hand-written rather than `tyro` (what CleanRL uses): the flags already in use must keep their names
-(``--out`` for ``out_dir``, ``--tasks``, ``--kl-coef`` for ``loss.kl_coef``, ``--preset`` switching the
-advantage preset with `train_config.switch_advantage_preset`'s semantics), not-given must stay
-distinguishable from given-as-default for the --config precedence, bad values must end in the CLI's one
-error line, and ``--help`` must not import torch before a command is chosen. tyro would rename nested
-fields (``--loss.kl-coef``), fill in every default itself and add three dependencies (tyro, docstring-parser,
-typeguard, plus rich); the ~80 lines below keep argparse, which the rest of the CLI uses.
+Configuration trees (`build_config`, `tree_paths`, `flat_settings`): a root dataclass whose dataclass-typed fields
+are branches, each branch the settings one stage receives. Every field name is unique in a tree, so a setting can
+be named by its field alone (``"lr"``), by its path (``"update.lr"``) or inside its branch, in files, flags and
+Python alike; `build_config` builds a root from any mix of these on top of a base instance.
+
+Why hand-written rather than `tyro` (what CleanRL uses): the flags stay flat (``--lr``, not ``--update.lr``) and keep
+the names already in use (``--out`` for ``out_dir``, ``--tasks``), not-given must stay distinguishable from
+given-as-default for the --config precedence, bad values must end in the CLI's one error line, and ``--help`` must
+not import torch before a command is chosen. tyro would prefix nested fields (``--update.lr``), fill in every
+default itself and add three dependencies (tyro, docstring-parser, typeguard, plus rich).
 """
 
 from __future__ import annotations
@@ -359,7 +362,7 @@ class SettingFlag:
     """One command-line flag and the config field it sets."""
 
     setting: str
-    """The field it sets: ``"group_size"``, or ``"loss.kl_coef"`` for a field of a nested setting."""
+    """The field it sets, by its name (unique in the tree): ``"group_size"``, ``"kl_coef"``."""
     options: tuple[str, ...]
     """Its option strings, the name shown in --help first (``("--tasks", "--tasks-per-iteration")``)."""
     kind: type
@@ -371,10 +374,9 @@ class SettingFlag:
     doc: str
     """The field's docstring."""
     owner: type
-    """The dataclass built to check a value alone: the config, or the nested setting's class."""
+    """The branch class built to check a value alone."""
     declared_in: type
-    """The class whose body declares the field (a base such as `RolloutEngineConfig`, or the nested class):
-    --help groups the flags by it."""
+    """The branch class whose body declares the field (e.g. `UpdateConfig`): --help groups the flags by it."""
 
 
 _SPELLABLE = (str, int, float, bool)

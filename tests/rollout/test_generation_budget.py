@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from model_fixtures import smollm2_tokenizer, tiny_llama  # noqa: E402,F401
-from rlvmr_nb.rollout.generation import RolloutEngineConfig, SamplingConfig, make_generator, make_rollout_generator  # noqa: E402
+from rlvmr_nb.rollout.generation import EngineConfig, SamplingConfig, make_generator, make_rollout_generator  # noqa: E402
 from rlvmr_nb.rollout.generation import hf  # noqa: E402
 from rlvmr_nb.rollout.prompts import to_chat  # noqa: E402
 
@@ -87,14 +87,13 @@ def test_a_budget_splits_the_call_and_keeps_every_token(decode, sampling, tiny_l
 
 
 def test_the_budget_reaches_the_generator_through_the_rollout_options(tiny_llama, smollm2_tokenizer):
-    config = RolloutEngineConfig(rollout_options={"kv_cache_tokens": 5000, "compact_rows": False, "prefill_tokens": 512})
-    config.check_rollout_engine()
-    gen = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, config.engine_settings_for(seed=0, sleep_level=0,
-                                                                                                  live_model=True))
+    config = EngineConfig(rollout_options={"kv_cache_tokens": 5000, "compact_rows": False, "prefill_tokens": 512})
+    gen = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, config.engine_settings(seed=0, sleeps=False,
+                                                                                              live_model=True))
     assert (gen.kv_cache_tokens, gen.compact_rows, gen.prefill_tokens) == (5000, False, 512)
     assert gen.kv_cache_budget(128) == 5000
-    default = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, RolloutEngineConfig().engine_settings_for(
-        seed=0, sleep_level=0, live_model=True))
+    default = make_rollout_generator("hf", tiny_llama, smollm2_tokenizer, EngineConfig().engine_settings(
+        seed=0, sleeps=False, live_model=True))
     assert default.kv_cache_tokens == "auto" and default.kv_cache_budget(128) is None  # no budget on a CPU
     for bad in (0, -5, "big", 2.5):
         with pytest.raises(ValueError, match="kv_cache_tokens"):
