@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from rlvmr_nb.models import load_model
-    from rlvmr_nb.rollout.generation.hf import kv_bytes_per_token
+    from rlvmr_nb.rollout.generation.kv_budget import kv_bytes_per_token
 
     model, tok = load_model("tiny-random:llama", seed=0)
     prompts, ends = make_call(tok, args.short + 1, args.long_prompt, args.short_prompt, args.short_ends)

@@ -144,18 +144,18 @@ def test_seeded_sampling_is_reproducible_and_n_is_prompt_major(tiny_llama, smoll
 
 
 def test_sampler_draws_the_softmax_distribution():
-    from rlvmr_nb.rollout.generation.hf import _ExponentialRaceSampler
+    from rlvmr_nb.rollout.generation.processors import ExponentialRaceSampler
 
     probs = torch.tensor([0.5, 0.0, 0.3, 0.2, 0.0])  # zero-probability tokens inside and at the end
     n = 40_000
     scores = probs.log().expand(n, -1).clone()
-    out = _ExponentialRaceSampler(torch.Generator().manual_seed(0))(None, scores)
+    out = ExponentialRaceSampler(torch.Generator().manual_seed(0))(None, scores)
     assert torch.equal((out == 0).sum(-1), torch.ones(n, dtype=torch.long))  # one finite score per row...
     assert torch.isinf(out).sum() == n * 4  # ...the others -inf, so greedy decoding emits the draw
     freq = torch.bincount(out.argmax(-1), minlength=5).float() / n
     assert freq[1] == 0 and freq[4] == 0
     assert (freq - probs).abs().max() < 0.012  # > 4 standard errors (<= 0.0025 each) at n = 40k
-    again = _ExponentialRaceSampler(torch.Generator().manual_seed(0))(None, scores)
+    again = ExponentialRaceSampler(torch.Generator().manual_seed(0))(None, scores)
     assert torch.equal(out, again)
 
 

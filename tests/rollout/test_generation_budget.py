@@ -12,7 +12,7 @@ torch = pytest.importorskip("torch")
 
 from model_fixtures import smollm2_tokenizer, tiny_llama  # noqa: E402,F401
 from rlvmr_nb.rollout.generation import EngineConfig, SamplingConfig, make_generator, make_rollout_generator  # noqa: E402
-from rlvmr_nb.rollout.generation import hf  # noqa: E402
+from rlvmr_nb.rollout.generation import hf, kv_budget  # noqa: E402
 from rlvmr_nb.rollout.prompts import to_chat  # noqa: E402
 
 FP32_LOGPROB_TOL = 1e-4
@@ -27,14 +27,14 @@ def _prompts(tok):
 
 def test_split_by_kv_budget():
     lengths, new = [10, 50, 20, 30], 10  # caches per row at the widest: 60 tokens, so 240 for all four
-    assert hf.split_by_kv_budget(lengths, new, None) == [[0, 1, 2, 3]]
-    assert hf.split_by_kv_budget(lengths, new, 240) == [[0, 1, 2, 3]]  # fits: one part, the call's order
-    parts = hf.split_by_kv_budget(lengths, new, 239)
+    assert kv_budget.split_by_kv_budget(lengths, new, None) == [[0, 1, 2, 3]]
+    assert kv_budget.split_by_kv_budget(lengths, new, 240) == [[0, 1, 2, 3]]  # fits: one part, the call's order
+    parts = kv_budget.split_by_kv_budget(lengths, new, 239)
     assert parts == [[1, 2, 3], [0]]  # longest first: 3 rows x 60; the short row alone at 20 per row
-    assert hf.split_by_kv_budget(lengths, new, 90) == [[1], [2, 3], [0]]  # 60 alone; 2 x 40; 20
-    assert hf.split_by_kv_budget(lengths, new, 30) == [[1], [3], [2], [0]]  # too small for any row: one each
+    assert kv_budget.split_by_kv_budget(lengths, new, 90) == [[1], [2, 3], [0]]  # 60 alone; 2 x 40; 20
+    assert kv_budget.split_by_kv_budget(lengths, new, 30) == [[1], [3], [2], [0]]  # too small for any row: one each
     for budget in (239, 90, 75, 61):
-        parts = hf.split_by_kv_budget(lengths, new, budget)
+        parts = kv_budget.split_by_kv_budget(lengths, new, budget)
         assert sorted(i for p in parts for i in p) == [0, 1, 2, 3]
         assert all(len(p) * (max(lengths[i] for i in p) + new) <= budget for p in parts)
 
@@ -108,8 +108,8 @@ def test_kv_bytes_per_token_of_qwen25_1p5b():
                          num_key_value_heads=2, vocab_size=151936)
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
-    assert hf.kv_bytes_per_token(model) == 28 * 1024
-    assert hf.kv_bytes_per_token(model.float()) == 56 * 1024
+    assert kv_budget.kv_bytes_per_token(model) == 28 * 1024
+    assert kv_budget.kv_bytes_per_token(model.float()) == 56 * 1024
 
 
 def test_the_automatic_budget_leaves_its_reserve_and_the_step_tensors(tiny_llama, smollm2_tokenizer, monkeypatch):
@@ -117,19 +117,19 @@ def test_the_automatic_budget_leaves_its_reserve_and_the_step_tensors(tiny_llama
     that fit beside the reserve and the rows' [rows, vocab] step tensors; nothing left means one row at a time."""
     gib, token, vocab = 2**30, 28 * 1024, 151936
     for free, rows in ((52 * gib, 128), (20 * gib, 16), (3 * gib, 128)):
-        tokens = hf.auto_kv_cache_tokens(free, rows, vocab, token)
-        step_tensors = rows * vocab * 4 * hf.STEP_VOCAB_TENSORS
-        assert tokens * token + hf.AUTO_KV_CACHE_RESERVE_BYTES + step_tensors <= free
-        assert (tokens + 1) * token > hf.AUTO_KV_CACHE_SHARE * (free - hf.AUTO_KV_CACHE_RESERVE_BYTES - step_tensors)
-    assert hf.auto_kv_cache_tokens(gib, 8, vocab, token) == 0
-    assert hf.split_by_kv_budget([100, 200], 50, 0) == [[1], [0]]
+        tokens = kv_budget.auto_kv_cache_tokens(free, rows, vocab, token)
+        step_tensors = rows * vocab * 4 * kv_budget.STEP_VOCAB_TENSORS
+        assert tokens * token + kv_budget.AUTO_KV_CACHE_RESERVE_BYTES + step_tensors <= free
+        assert (tokens + 1) * token > kv_budget.AUTO_KV_CACHE_SHARE * (free - kv_budget.AUTO_KV_CACHE_RESERVE_BYTES - step_tensors)
+    assert kv_budget.auto_kv_cache_tokens(gib, 8, vocab, token) == 0
+    assert kv_budget.split_by_kv_budget([100, 200], 50, 0) == [[1], [0]]
     # the 128 rows of 6k-token prompts + 1,024 new tokens (cache 24.5 GiB) fit beside 23 GiB of trainer on 80 GB
-    assert hf.auto_kv_cache_tokens(52 * gib, 128, vocab, token) >= 128 * (6000 + 1024)
+    assert kv_budget.auto_kv_cache_tokens(52 * gib, 128, vocab, token) >= 128 * (6000 + 1024)
 
     gen = make_generator("hf", tiny_llama, smollm2_tokenizer, dtype=None)
     monkeypatch.setattr(hf.HFGenerator, "device", property(lambda self: torch.device("cuda")))
     monkeypatch.setattr(torch.cuda, "mem_get_info", lambda device=None: (40 * gib, 80 * gib))
     monkeypatch.setattr(torch.cuda, "memory_reserved", lambda device=None: 10 * gib)
     monkeypatch.setattr(torch.cuda, "memory_allocated", lambda device=None: 4 * gib)
-    assert gen.kv_cache_budget(64) == hf.auto_kv_cache_tokens(46 * gib, 64, tiny_llama.config.vocab_size,
-                                                              hf.kv_bytes_per_token(tiny_llama))
+    assert gen.kv_cache_budget(64) == kv_budget.auto_kv_cache_tokens(46 * gib, 64, tiny_llama.config.vocab_size,
+                                                              kv_budget.kv_bytes_per_token(tiny_llama))

@@ -213,12 +213,12 @@ def test_recorder_keeps_the_log_probs_of_rows_that_leave():
     """The recorder told that rows 1 and 3 leave after the third token returns, for every row and step before
     that and for the staying rows after it, what a recorder that saw the whole batch returns; the leaving rows'
     last token (often their EOS, which training keeps) included."""
-    from rlvmr_nb.rollout.generation.hf import _LogprobRecorder
+    from rlvmr_nb.rollout.generation.processors import LogprobRecorder
 
     gen = torch.Generator().manual_seed(0)
     scores = torch.randn(5, 4, 11, generator=gen)
     tokens = torch.randint(0, 11, (4, 5), generator=gen)
-    whole, cut = _LogprobRecorder(), _LogprobRecorder()
+    whole, cut = LogprobRecorder(), LogprobRecorder()
     keep = torch.tensor([0, 2])
     for t in range(5):
         ids = tokens[:, :t]
@@ -237,10 +237,10 @@ def test_recorder_keeps_the_log_probs_of_rows_that_leave():
 def test_sampler_rows_draw_what_the_whole_batch_draws():
     """A part of a batch (rows 1 and 4 of 5), and a batch that lost rows, draw what the whole batch draws for them;
     a sampler that did not follow the rows would draw the first rows' numbers instead."""
-    from rlvmr_nb.rollout.generation.hf import _ExponentialRaceSampler
+    from rlvmr_nb.rollout.generation.processors import ExponentialRaceSampler
 
     def sampler(**places):
-        return _ExponentialRaceSampler(torch.Generator().manual_seed(7), **places)
+        return ExponentialRaceSampler(torch.Generator().manual_seed(7), **places)
 
     scores = torch.randn(8, 300, generator=torch.Generator().manual_seed(1))
     full = sampler()(None, scores.clone()).argmax(-1)

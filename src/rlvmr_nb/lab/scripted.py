@@ -16,7 +16,6 @@ from typing import Callable, Sequence
 from ..envs.base import TaskSpec
 from ..envs.lab_record import LabRecord, lab_record
 from ..envs.lab_world import ENV_NAME, LAB_HORIZON, LabEnv, level_tasks
-from ..rollout.loop import RolloutConfig
 from ..rollout.trajectory import Episode, Step
 
 Chooser = Callable[[str, LabRecord, Sequence[str]], str]
@@ -38,8 +37,7 @@ def play(task: TaskSpec | str, choose: Chooser, max_steps: int = LAB_HORIZON, me
         result = env.step(action)
         steps.append(Step(t=t, observation=observations[-1], admissible_actions=admissible_now,
                           output=f"<action>{action}</action>", action=action, admissible=action in admissible_now,
-                          feedback=result.observation, done=result.done, won=result.won,
-                          env_reward=RolloutConfig.success_reward if result.won else 0.0))
+                          feedback=result.observation, done=result.done, won=result.won))
         observations.append(result.observation)
         actions.append(action)
         admissible_now, won = list(result.admissible_actions), result.won

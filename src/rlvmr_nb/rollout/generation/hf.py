@@ -14,7 +14,7 @@ step's scores.
 
 Sampling. ``generate``'s own sampler is ``torch.multinomial``, whose exponential variates cost ~8 ms
 per decode step for 8 rows x 49k tokens on this CPU (the whole model step is ~70 ms).
-`_ExponentialRaceSampler` (the last processor) makes the same kind of draw from uniforms in ~2.6 ms
+`ExponentialRaceSampler` (the last processor) makes the same kind of draw from uniforms in ~2.6 ms
 and hands ``generate``, run in greedy mode, scores whose argmax is the drawn token.
 
 Shared-prefix prefill. A rollout group is G copies of one task: at step 0 the G prompts are
@@ -39,9 +39,7 @@ import torch
 from tqdm.auto import tqdm
 from transformers import (
     GenerationConfig,
-    LogitsProcessor,
     LogitsProcessorList,
-    StoppingCriteria,
     StoppingCriteriaList,
     TemperatureLogitsWarper,
     TopKLogitsWarper,
@@ -53,68 +51,19 @@ from rlvmr_nb.rollout.generation import shared_prefix
 from rlvmr_nb.rollout.generation.base import Generation, Generator, Prompt, SamplingConfig
 from rlvmr_nb.rollout.generation.cpu_attention import ATTENTION_NAME, register
 from rlvmr_nb.rollout.generation.shared_prefix import SharedPrefixCache
-from rlvmr_nb.rollout.generation.static_decode import (
-    PREFILL_TOKENS,
-    STOP_CHECK_EVERY,
-    static_decode,
-    supports_static_decode,
+from rlvmr_nb.rollout.generation.kv_budget import auto_kv_cache_tokens, kv_bytes_per_token, split_by_kv_budget
+from rlvmr_nb.rollout.generation.processors import (
+    ExponentialRaceSampler,
+    LogprobRecorder,
+    StopOnStrings,
+    rows_with_stop,
+    stop_cut,
 )
+from rlvmr_nb.rollout.generation.static_decode import PREFILL_TOKENS, static_decode, supports_static_decode
 
-_STOP_TAIL_TOKENS = 16  # a stop string of <= 16 characters fits in the last 16 tokens
 CPU_BATCH_ROWS = 8
 """Rows per generate call on a CPU when none is given (ml_stack_probe §1: larger batches stop paying there). On a
 GPU every row of a call goes in one batch: a decode step reads the weights once for all of them."""
-
-
-AUTO_KV_CACHE_SHARE = 0.9
-"""`HFGenerator(kv_cache_tokens="auto")` on CUDA: the share of the memory left after `AUTO_KV_CACHE_RESERVE_BYTES` and
-the per-row step tensors that the KV cache may take; the rest absorbs the caching allocator's fragmentation."""
-AUTO_KV_CACHE_RESERVE_BYTES = 2 * 2**30
-"""Memory the automatic budget leaves to what a call holds besides its cache and per-row tensors: one prefill chunk's
-activations (`PREFILL_TOKENS` tokens: ~0.45 GB of MLP activations at Qwen2.5-1.5B's shape, ~0.9 GB at 7B's) and the
-CUDA graph's pool of one decode step. An estimate, not a GPU measurement."""
-STEP_VOCAB_TENSORS = 8
-"""fp32 [rows, vocab] tensors a decode step holds at once (the logits, the processors' outputs, the recorder's
-log-softmax kept until the next step, the sampler's probabilities, its uniforms and its output): per row, counted
-against the automatic budget (at Qwen's 151,936-token vocabulary, 4.9 MB per row)."""
-
-
-def kv_bytes_per_token(model: Any) -> int:
-    """Bytes of KV cache one token takes in `model`: 2 (keys and values) x layers x KV heads x head size x the
-    weights' element size (Qwen2.5-1.5B in bf16: 28,672, docs/gpu.md 'What fits where')."""
-    config = model.config
-    heads = config.num_attention_heads
-    kv_heads = getattr(config, "num_key_value_heads", None) or heads
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
-    return 2 * config.num_hidden_layers * kv_heads * head_dim * next(model.parameters()).element_size()
-
-
-def auto_kv_cache_tokens(free_bytes: int, rows: int, vocab: int, token_bytes: int) -> int:
-    """The automatic KV-cache budget in tokens for a call of `rows` rows with `free_bytes` available: what is left
-    after the fixed reserve and the rows' step tensors, times `AUTO_KV_CACHE_SHARE`, in cache tokens (0 when
-    nothing is left: every row then decodes alone)."""
-    usable = free_bytes - AUTO_KV_CACHE_RESERVE_BYTES - rows * vocab * 4 * STEP_VOCAB_TENSORS
-    return max(0, int(usable * AUTO_KV_CACHE_SHARE)) // token_bytes
-
-
-def split_by_kv_budget(lengths: Sequence[int], new_tokens: int, budget: int | None) -> list[list[int]]:
-    """Rows (indices into `lengths`, their prompt lengths) grouped so that each group's static KV cache, rows x
-    (its widest prompt + `new_tokens`) tokens, fits `budget`.
-
-    All rows in one group, in order, when they fit (or `budget` is None): the call is then what it was without a
-    budget. Otherwise longest prompts first, each group as many rows as fit at its first (widest) row's width, so
-    short rows share groups and do not pad to the long ones; a row that alone exceeds the budget decodes alone.
-    Within a group the rows keep the call's order."""
-    if budget is None or len(lengths) * (max(lengths, default=0) + new_tokens) <= budget:
-        return [list(range(len(lengths)))]
-    order = sorted(range(len(lengths)), key=lambda row: -lengths[row])
-    groups = []
-    while order:
-        per_row = lengths[order[0]] + new_tokens
-        take = max(1, budget // per_row)
-        groups.append(sorted(order[:take]))
-        order = order[take:]
-    return groups
 
 
 def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
@@ -122,131 +71,9 @@ def common_prefix_length(rows: Sequence[Sequence[int]]) -> int:
     return len(os.path.commonprefix([list(r) for r in rows])) if rows else 0
 
 
-class _LogprobRecorder(LogitsProcessor):
-    """Logits processor (placed last) recording the log-prob of each sampled token, computed in `dtype` (the
-    model's `accumulation_dtype`: ``generate`` hands processors float32 scores even from a float64 model, and a
-    float32 log-softmax over the vocabulary sums in an order that differs between CPUs' vector kernels).
-
-    It follows `static_decode` when finished rows leave the batch (`keep_rows`): each step's log-probs are kept
-    with the rows (of the call) they belong to, and `finish` puts them back in place."""
-
-    def __init__(self, dtype: torch.dtype = torch.float32) -> None:
-        self.dtype = dtype
-        self.prev_logprobs: torch.Tensor | None = None
-        self.rows: torch.Tensor | None = None  # the current batch's rows of the call; None: all, in order
-        self.collected: list[tuple[torch.Tensor | None, torch.Tensor]] = []
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        self._collect(input_ids)  # input_ids now ends with the token sampled from prev
-        self.prev_logprobs = torch.log_softmax(scores.to(self.dtype), dim=-1)
-        return scores
-
-    def _collect(self, input_ids: torch.Tensor) -> None:
-        if self.prev_logprobs is not None:
-            self.collected.append((self.rows, self.prev_logprobs.gather(1, input_ids[:, -1:]).squeeze(1)))
-            self.prev_logprobs = None
-
-    def keep_rows(self, keep: torch.Tensor, input_ids: torch.Tensor) -> None:
-        """Only the rows `keep` of the current batch go on; `input_ids` (current batch) end with the latest token,
-        whose log-prob is taken now for every row (the dropped rows' last token is often their kept EOS)."""
-        self._collect(input_ids)
-        rows = torch.arange(input_ids.shape[0], device=keep.device) if self.rows is None else self.rows
-        self.rows = rows[keep]
-
-    def finish(self, generated: torch.Tensor) -> torch.Tensor:
-        """[B, T] log-probs of the generated tokens (the last one was never fed back); 0 where a row had left the
-        batch (after its finish, where nothing is kept)."""
-        steps = generated.shape[1]
-        if self.prev_logprobs is not None and len(self.collected) < steps:
-            rows = slice(None) if self.rows is None else self.rows
-            self._collect(generated[rows, : len(self.collected) + 1])
-        if len(self.collected) != steps:
-            raise RuntimeError(f"recorded {len(self.collected)} log-probs for {steps} generated tokens")
-        if not steps:
-            return torch.zeros(generated.shape[0], 0)
-        if all(rows is None for rows, _ in self.collected):
-            return torch.stack([values for _, values in self.collected], dim=1)
-        out = torch.zeros((generated.shape[0], steps), dtype=self.collected[0][1].dtype, device=generated.device)
-        for k, (rows, values) in enumerate(self.collected):
-            out[slice(None) if rows is None else rows, k] = values
-        return out
-
-
-class _ExponentialRaceSampler(LogitsProcessor):
-    """Draws each row's next token from softmax(scores) and returns scores that are 0 at the drawn token
-    and -inf elsewhere, so greedy decoding emits it.
-
-    The draw is the one ``torch.multinomial`` makes for a single sample: argmax_i p_i / E_i with E_i
-    i.i.d. Exp(1) picks i with probability p_i (a token of probability 0 never wins). E_i = -log U_i
-    from uniforms costs a third of ``exponential_`` on this CPU (2.6 vs 8.0 ms for 8 x 49k). Unlike
-    inverse-CDF sampling, a tiny numerical change of the logits (the batched vs the one-row path)
-    flips a draw only where two tokens nearly tie, so seeded samples agree across such paths.
-
-    Rows keep their random numbers. Each step draws uniforms for `batch` rows (the seeded call's) and the scores'
-    row i takes those of row `rows[i]`, so a row's draws depend on neither which rows are still decoding
-    (`keep_rows`, after `static_decode` drops finished rows) nor which part of the call it was decoded in
-    (`HFGenerator` under a KV-cache budget). None: the scores' own rows, all of them."""
-
-    def __init__(self, generator: torch.Generator | None, dtype: torch.dtype = torch.float32, *,
-                 batch: int | None = None, rows: torch.Tensor | None = None) -> None:
-        self.generator, self.dtype = generator, dtype  # dtype: the softmax's, as `_LogprobRecorder`'s
-        self.batch, self.rows = batch, rows
-
-    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        probs = torch.softmax(scores.to(self.dtype), dim=-1)
-        shape = probs.shape if self.batch is None else (self.batch, probs.shape[1])
-        # Exp(1); U = 0 gives inf. Drawn where the scores are (the generator lives on that device too).
-        uniforms = torch.rand(shape, generator=self.generator, device=probs.device, dtype=probs.dtype)
-        waits = (uniforms if self.rows is None else uniforms.index_select(0, self.rows)).log_().neg_()
-        tokens = probs.div_(waits).argmax(dim=-1, keepdim=True)
-        return torch.full_like(scores, float("-inf")).scatter_(1, tokens, 0.0)
-
-    def keep_rows(self, keep: torch.Tensor, input_ids: torch.Tensor) -> None:
-        """Only the rows `keep` of the current batch go on (they keep their draws)."""
-        if self.batch is None:
-            self.batch = input_ids.shape[0]
-        rows = torch.arange(input_ids.shape[0], device=keep.device) if self.rows is None else self.rows
-        self.rows = rows[keep]
-
-
 DECODE_PATHS: tuple[str, ...] = ("auto", "static", "generate")
 """How `HFGenerator` decodes: ``generate`` (transformers' loop, dynamic cache), ``static`` (`static_decode`: a static
 cache, one CUDA graph per token on a GPU), ``auto`` (static on CUDA where the model supports it, else generate)."""
-
-
-def _rows_with_stop(tokenizer: Any, generated: torch.Tensor, stops: Sequence[str]) -> torch.Tensor:
-    """bool [B]: rows whose latest generated tokens, decoded, contain a stop string (for `static_decode`, which looks
-    every `STOP_CHECK_EVERY` tokens: the tokens since its last look plus `_STOP_TAIL_TOKENS` before them cover any
-    stop string of up to 16 characters)."""
-    tail = generated[:, -(STOP_CHECK_EVERY + _STOP_TAIL_TOKENS):]
-    texts = tokenizer.batch_decode(tail.cpu().tolist(), skip_special_tokens=False)
-    return torch.tensor([any(s in t for s in stops) for t in texts], dtype=torch.bool, device=generated.device)
-
-
-class _StopOnStrings(StoppingCriteria):
-    """Per-row stopping: a row is done once its decoded generated tail contains a stop string."""
-
-    def __init__(self, tokenizer: Any, stops: Sequence[str], prompt_len: int) -> None:
-        self.tokenizer, self.stops, self.prompt_len = tokenizer, tuple(stops), prompt_len
-
-    def __call__(self, input_ids: torch.LongTensor, scores: Any, **kwargs: Any) -> torch.BoolTensor:
-        tails = input_ids[:, max(self.prompt_len, input_ids.shape[1] - _STOP_TAIL_TOKENS) :]
-        texts = self.tokenizer.batch_decode(tails, skip_special_tokens=False)
-        return torch.tensor([any(s in t for s in self.stops) for t in texts], dtype=torch.bool, device=input_ids.device)
-
-
-def _stop_cut(tokenizer: Any, tokens: list[int], stops: Sequence[str]) -> int | None:
-    """Smallest k such that decode(tokens[:k]) contains a stop string, or None."""
-    if not stops or not any(s in tokenizer.decode(tokens, skip_special_tokens=False) for s in stops):
-        return None
-    lo, hi = 1, len(tokens)
-    while lo < hi:  # decoded prefixes only grow, so "contains a stop" is monotone in k
-        mid = (lo + hi) // 2
-        if any(s in tokenizer.decode(tokens[:mid], skip_special_tokens=False) for s in stops):
-            hi = mid
-        else:
-            lo = mid + 1
-    return lo
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> list[int]:
@@ -303,7 +130,7 @@ class HFGenerator(Generator):
 
     Seeding: chunk k of a call is sampled under ``seed + k``, so seeded results are reproducible
     for a fixed ``max_batch_size`` (the vLLM backend seeds per row instead). Each row keeps its place in its
-    chunk's random stream (`_ExponentialRaceSampler`), so the KV-cache budget and the dropping of finished rows
+    chunk's random stream (`ExponentialRaceSampler`), so the KV-cache budget and the dropping of finished rows
     leave the draws alone.
     """
 
@@ -515,23 +342,23 @@ class HFGenerator(Generator):
                 processors.append(TopKLogitsWarper(top_k=sampling.top_k))
             if sampling.top_p < 1.0:
                 processors.append(TopPLogitsWarper(top_p=sampling.top_p))
-        recorder = _LogprobRecorder(accumulation_dtype(self.dtype))
+        recorder = LogprobRecorder(accumulation_dtype(self.dtype))
         processors.append(recorder)
         if not sampling.greedy:  # our sampler draws the token; generate then decodes greedily
             # A private generator: seeding never disturbs the caller's global RNG stream.
             generator = None if seed is None else torch.Generator(device=self.device).manual_seed(seed)
             batch, own = (None, None) if places is None else (
                 places[0], torch.tensor(places[1], dtype=torch.long, device=self.device))
-            processors.append(_ExponentialRaceSampler(generator, accumulation_dtype(self.dtype), batch=batch, rows=own))
+            processors.append(ExponentialRaceSampler(generator, accumulation_dtype(self.dtype), batch=batch, rows=own))
         if static:
             with torch.no_grad():
                 generated = static_decode(
                     self.model, input_ids, attention_mask, max_new_tokens=sampling.max_new_tokens, pad_token_id=pad,
                     eos_ids=self.eos_ids, processors=processors, use_graph=None if
-                    self.cuda_graphs else False, finished=(lambda g: _rows_with_stop(self.tokenizer, g, sampling.stop))
+                    self.cuda_graphs else False, finished=(lambda g: rows_with_stop(self.tokenizer, g, sampling.stop))
                     if sampling.stop else None, prefill_tokens=self.prefill_tokens, compact=self.compact_rows)
             return self._finish_rows(rows, generated, recorder, sampling)
-        stopper = _StopOnStrings(self.tokenizer, sampling.stop, width)
+        stopper = StopOnStrings(self.tokenizer, sampling.stop, width)
         config = GenerationConfig(
             do_sample=False,
             max_new_tokens=sampling.max_new_tokens,
@@ -555,7 +382,7 @@ class HFGenerator(Generator):
             )
         return self._finish_rows(rows, sequences[:, width:], recorder, sampling)
 
-    def _finish_rows(self, rows: list[list[int]], generated: torch.Tensor, recorder: _LogprobRecorder,
+    def _finish_rows(self, rows: list[list[int]], generated: torch.Tensor, recorder: LogprobRecorder,
                      sampling: SamplingConfig) -> list[Generation]:
         logprobs = recorder.finish(generated)
         return [
@@ -567,7 +394,7 @@ class HFGenerator(Generator):
     ) -> Generation:
         eos_at = next((k for k, tok in enumerate(tokens) if tok in self.eos_ids), None)
         before_eos = tokens if eos_at is None else tokens[:eos_at]
-        cut = _stop_cut(self.tokenizer, before_eos, sampling.stop)
+        cut = stop_cut(self.tokenizer, before_eos, sampling.stop)
         if cut is not None:
             keep, reason = cut, "stop"
         elif eos_at is not None:
