@@ -219,7 +219,7 @@ def test_eval_builds_its_config_from_the_flags_given(monkeypatch, tmp_path):
 
 @pytest.mark.parametrize("arguments, named", [
     (["train", "--group-size", "0"], "argument --group-size: must be a finite number > 0, got 0"),
-    (["train", "--rollout-dtype", "int8"], "argument --rollout-dtype: must be one of ('bfloat16', 'float16', 'float32'), got 'int8'"),
+    (["train", "--rollout-dtype", "int8"], "argument --rollout-dtype: must be one of ('bfloat16', 'float16', 'float32', 'float64'), got 'int8'"),
     (["train", "--iterations", "two"], "argument --iterations: not an integer: 'two'"),
     (["eval", "--max-steps", "0"], "argument --max-steps: must be a finite number > 0, got 0"),
     (["eval", "--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got -1.0"),
