@@ -17,7 +17,7 @@ export RLVMR_CACHE ?= $(HOME)/.cache/rlvmr-nb
 VLLM_VENV  := $(RLVMR_CACHE)/venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-.PHONY: venv vllm-venv demo demo-quick test test-pinned test-fast figures data bench clean gpu-check metalab metalab-recorded metalab-recorded-ni
+.PHONY: venv vllm-venv demo demo-quick verify test test-pinned test-fast figures data bench clean gpu-check metalab metalab-recorded metalab-recorded-ni
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,6 +52,13 @@ demo: $(STAMP)
 
 demo-quick: $(STAMP)
 	$(BIN)/rlvmr-nb demo $(FIGURE_FLAGS)
+
+# Rerun the quick reproductions (paper tables, the demo's example group and SmolLM2 cold start, the lab demo) in
+# runs/verify/ and judge every committed number they quote: exact / within tolerance / outside, this machine named
+# beside the one that wrote them (docs/verification.md, 'Numbers across machines'). ~10 minutes once `make demo`
+# has cached the lab's cold start.
+verify: $(STAMP)
+	$(BIN)/rlvmr-nb verify
 
 # The README's test command, what CI runs (.ci/run): every optional engine the suite exercises (the vLLM side
 # environment, Chromium for the browser test), then the whole suite, then the pinned tests again under other numerics

@@ -266,12 +266,23 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_verify(args: argparse.Namespace) -> int:
+    from .paper.verify import format_checks, verify
+
+    checks = verify(args.names or None, record=args.record)
+    if args.record:
+        return 0
+    print(format_checks(checks))
+    return 1 if any(c.verdict == "outside" for c in checks) else 0
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `rlvmr-nb` parser; `command` ("train", "eval"): with that command's settings flags."""
     from .envs.registry import env_names, get_env
     from .envs.split_overlap import OVERLAP_MEASURES
     from .scoring.method import PRESETS, MethodConfig
     from .settings import positive_int
+    from .paper.verify import REPRODUCTIONS
 
     parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -357,6 +368,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", default=LAB_DEMO_OUT, help="run folder; rerunning resumes")
     p.add_argument("--figures", default=None, help="figure folder (default <out>/figures)")
     p.set_defaults(func=_cmd_lab_demo)
+
+    p = sub.add_parser("verify", help="rerun the quick reproductions (paper tables, the demo's numbers, the lab demo) "
+                                      "and judge each committed number: exact / within tolerance / outside")
+    p.add_argument("names", nargs="*", metavar="NAME",
+                   help=f"which reproductions (default: all of {', '.join(REPRODUCTIONS)})")
+    p.add_argument("--record", action="store_true",
+                   help="write this run's numbers as the committed ones (on purpose, like make demo UPDATE=1)")
+    p.set_defaults(func=_cmd_verify)
 
     return parser
 

@@ -30,6 +30,7 @@ from .scoring.metrics import metric_intervals, summarize
 from .scoring.stats import spread
 from .rollout.trajectory import Episode, write_episodes
 from .settings import build_config
+from .runs.machine import machine_facts
 
 RESULTS_PATH = "runs/eval/results.json"
 """Where `rlvmr-nb eval` writes its results file unless told (--out)."""
@@ -227,7 +228,8 @@ def provenance(seed: int | None = None) -> dict:
     except (OSError, subprocess.SubprocessError):
         sha = None
     return {"command": " ".join(sys.argv), "versions": versions, "git_sha": sha, "seed": seed,
-            "python": platform.python_version(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%d")}
+            "python": platform.python_version(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%d"),
+            "machine_facts": machine_facts()}
 
 
 def write_results(path: str | Path, summary: dict, config: Any, episodes: Sequence[Episode] | None = None,

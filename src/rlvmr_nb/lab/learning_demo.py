@@ -31,6 +31,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..runs.machine import machine_facts
 from .config import LabConfig
 from .layout import COLDSTART_ARM, HELDIN, coldstart_dir, eval_path
 
@@ -111,7 +112,8 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     demo.results = out / "learning_demo.json"
     document = {k: v for k, v in vars(demo).items() if k not in ("run_dir", "figure", "results")}
     demo.results.write_text(json.dumps({**document, "algo": algo, "seed": seed, "run_dir": str(run_dir),
-                                        "figure": str(demo.figure)}, indent=2, default=float) + "\n")
+                                        "figure": str(demo.figure), "machine_facts": machine_facts()},
+                                       indent=2, default=float) + "\n")
     return demo
 
 
