@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.lab.experiment import COLDSTART_ARM, eval_path, play_sampling_seed
     from rlvmr_nb.lab.paired import l0_condition_power, l0_seed_power, seed_endpoint, seeds_for_power
     from rlvmr_nb.lab.stats import PRIMARY_EFFECT
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     out = Path(args.runs)
     config = LabConfig.from_dict(json.loads((out / "lab_config.json").read_text()))

@@ -69,7 +69,7 @@ def one_iteration(backend: str, model: str, shape: dict, work: Path) -> dict:
     from rlvmr_nb.models import load_model
     from rlvmr_nb.train_config import TrainConfig
     from rlvmr_nb.trainer import train
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     load_before = os.getloadavg()
     t0 = time.perf_counter()

@@ -45,7 +45,7 @@ from rlvmr_nb.scoring.metrics import summarize  # noqa: E402
 from rlvmr_nb.models import ensure_embedded_model, load_model  # noqa: E402
 from rlvmr_nb.rollout.prompts import PromptConfig  # noqa: E402
 from rlvmr_nb.rollout import LocalEnvs, RolloutConfig, run_rollouts  # noqa: E402
-from rlvmr_nb.rollout.trajectory import read_episodes, write_episodes  # noqa: E402
+from rlvmr_nb.records import read_episodes, write_episodes  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results" / "rollout_throughput.json"
 

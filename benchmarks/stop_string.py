@@ -31,7 +31,7 @@ RATES = ("success", "invalid", "invalid_malformed", "invalid_non_admissible", "e
 
 def run_summary(results_file: Path) -> tuple[dict, list]:
     """Metrics, config and per-step generation facts of one eval results file, and its episodes."""
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     doc = json.loads(results_file.read_text())
     episodes = read_episodes(results_file.with_suffix(".episodes.jsonl"))

@@ -74,7 +74,7 @@ from rlvmr_nb.scoring.method import PRESETS, MethodConfig
 from rlvmr_nb.scoring.rewards import RewardConfig, with_rewards
 from rlvmr_nb.scoring.scored import score_episodes
 from rlvmr_nb.rollout.tags import parse_output
-from rlvmr_nb.rollout.trajectory import read_episodes
+from rlvmr_nb.records import read_episodes
 
 out_path = Path(out_dir)
 group = read_episodes(episodes_file or example_group_path())

@@ -98,7 +98,7 @@ from rlvmr_nb.runs import model_label, read_metrics, read_validation
 from rlvmr_nb.runs.config import read_run_settings
 from rlvmr_nb.train_config import train_config
 from rlvmr_nb.trainer import train
-from rlvmr_nb.rollout.trajectory import read_episodes
+from rlvmr_nb.records import read_episodes
 
 run_dir = Path(runs_root) / f"{algo}_{env}_{level}_seed{seed}"
 out_path = Path(out_dir)

@@ -67,7 +67,7 @@ from rlvmr_nb import casestudy, plots
 from rlvmr_nb.scoring.method import MethodConfig
 from rlvmr_nb.demo import example_group_path, reparse
 from rlvmr_nb.scoring.scored import score_episodes
-from rlvmr_nb.rollout.trajectory import read_episodes
+from rlvmr_nb.records import read_episodes
 
 out_path = Path(out_dir)
 rendered = []  # every HTML fragment shown, for the standalone page

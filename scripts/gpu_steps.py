@@ -532,7 +532,7 @@ def _profile(work: Callable[[], None], device: str, top: int = 12) -> list[dict]
 def train_once(check: Any, config_fields: dict, policy: Any, tok: Any) -> tuple[dict, list]:
     """One `train` call in a fresh folder, without writing its final checkpoint (timed, not kept)."""
     from rlvmr_nb import trainer
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     with tempfile.TemporaryDirectory(dir=check.out) as run_dir:
         config = trainer.TrainConfig.from_dict(dict(out_dir=run_dir, resume="never", progress=False, device=check.device,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks
 from rlvmr_nb.rollout.tags import parse_output
-from rlvmr_nb.rollout.trajectory import Episode, Step, write_episodes
+from rlvmr_nb.records import Episode, Step, write_episodes
 
 GAME = "pick_heat_then_place_in_recep-Apple-None-DiningTable-26"
 PLAN = "<planning>step 1: find an apple, step 2: heat it with the microwave, step 3: put it in a diningtable.</planning>"

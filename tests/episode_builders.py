@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rlvmr_nb.rollout.tags import format_step, parse_output
-from rlvmr_nb.rollout.trajectory import Episode, Step
+from rlvmr_nb.records import Episode, Step
 
 
 def step(t: int, tag: str | None, action: str, *, output: str | None = None, admissible: bool = True,

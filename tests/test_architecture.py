@@ -94,9 +94,11 @@ def test_modules_stay_small_and_the_trainer_reads_in_one_sitting():
     assert sizes["trainer.py"] <= 200
 
 
-def test_the_top_level_holds_at_most_twelve_modules_the_rest_is_in_stage_folders():
+def test_the_top_level_holds_at_most_thirteen_modules_the_rest_is_in_stage_folders():
+    """Thirteen since `records` (the `Step`/`Episode` format every stage reads) moved to the ground floor: a
+    record all stages share belongs below them, not in the stage that first writes it."""
     top = sorted(p.name for p in SRC.glob("*.py"))
-    assert len(top) <= 12, top
+    assert len(top) <= 13, top
     for stage in ("envs", "rollout", "scoring", "update", "runs"):
         assert (SRC / stage / "__init__.py").is_file()
 
@@ -105,13 +107,11 @@ STAGES = ("envs", "rollout", "scoring", "update", "runs")
 """The method's stages in the order data flows; a stage imports only from the stages before it."""
 
 ALLOWED_UPWARD = {
-    ("rlvmr_nb.envs.alfworld_experts", "rlvmr_nb.rollout.trajectory"),
-    ("rlvmr_nb.envs.scienceworld_gold", "rlvmr_nb.rollout.trajectory"),
     ("rlvmr_nb.rollout.generation.hf", "rlvmr_nb.update.sharding"),
     ("rlvmr_nb.rollout.generation.vllm_backend", "rlvmr_nb.update.sharding"),
 }
-"""Known imports against the flow, to be removed rather than added to: the expert replays of two envs record
-`Episode`s, and the rollout engines gather FSDP-sharded weights."""
+"""Known imports against the flow, to be removed rather than added to: the rollout engines gather FSDP-sharded
+weights."""
 
 
 def _stage(module: str) -> int | None:

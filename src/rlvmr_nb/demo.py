@@ -13,7 +13,7 @@ from importlib import resources
 from pathlib import Path
 
 from .rollout.tags import parse_output
-from .rollout.trajectory import Episode, read_episodes
+from .records import Episode, read_episodes
 from .scoring.method import MethodConfig
 from .scoring.metrics import summarize
 from .scoring.scored import score_episodes

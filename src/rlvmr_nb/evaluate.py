@@ -28,7 +28,7 @@ from .rollout.generation import EngineConfig, EngineSettings, Generator, make_ro
 from .rollout.loop import RolloutConfig, run_rollouts
 from .scoring.metrics import metric_intervals, summarize
 from .scoring.stats import spread
-from .rollout.trajectory import Episode, write_episodes
+from .records import Episode, write_episodes
 from .settings import build_config
 from .runs.machine import machine_facts
 

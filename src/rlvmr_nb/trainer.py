@@ -34,7 +34,7 @@ from .envs import slots
 from .envs.base import TaskSpec
 from .envs.registry import get_env
 from .rollout.generation import get_backend, make_rollout_generator
-from .rollout.trajectory import Episode, append_episodes
+from .records import Episode, append_episodes
 from .runs import MetricsLog, owns_run_folder, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
 from .runs.reporters import open_reporters
 from .scoring.metrics import summarize

@@ -39,7 +39,7 @@ from .scoring.metrics import summarize
 from .runs import MetricsLog, read_validation
 from .scoring.stats import wilson_interval
 from .settings import require_non_negative, require_positive
-from .rollout.trajectory import Episode
+from .records import Episode
 
 SCALAR_METRICS = ("episodes", "aborted", "success", "episode_length", "invalid", "invalid_malformed",
                   "invalid_non_admissible", "repetitive", "repetitive_consecutive")

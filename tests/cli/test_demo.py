@@ -2,7 +2,7 @@ import pytest
 
 from rlvmr_nb.cli import main
 from rlvmr_nb.demo import example_group_path, run_demo
-from rlvmr_nb.rollout.trajectory import read_episodes
+from rlvmr_nb.records import read_episodes
 
 
 def test_example_group_is_a_recorded_alfworld_group():

@@ -138,7 +138,7 @@ def test_dry_run_never_writes_into_the_results_folder(monkeypatch):
 
 def test_bf16_peaks_by_device_name_and_update_flops():
     from rlvmr_nb.models import tiny_random_model, resolve_tokenizer
-    from rlvmr_nb.rollout.trajectory import Episode, Step
+    from rlvmr_nb.records import Episode, Step
 
     module = _module()
     assert module.datasheet_tflops("NVIDIA H100 80GB HBM3") == 989.4

@@ -20,7 +20,7 @@ from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: E402,
 from rlvmr_nb.cli import main  # noqa: E402
 from rlvmr_nb.envs.registry import get_env  # noqa: E402
 from rlvmr_nb.runs import read_metrics  # noqa: E402
-from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
+from rlvmr_nb.records import read_episodes  # noqa: E402
 
 ENVS = ("toy", "alfworld", "scienceworld")
 ALGOS = ("rlvmr", "grpo", "gigpo")

@@ -30,7 +30,7 @@ from rlvmr_nb.coldstart.teachers import task_of
 from rlvmr_nb.envs.base import TaskSpec
 from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig
 from rlvmr_nb.rollout.tags import META_TAGS, parse_output
-from rlvmr_nb.rollout.trajectory import Episode, Step, read_episodes
+from rlvmr_nb.records import Episode, Step, read_episodes
 
 L2_HELDOUT = {"pick_cool_then_place_in_recep", "pick_two_obj_and_place"}
 

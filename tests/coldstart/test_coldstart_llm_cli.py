@@ -14,7 +14,7 @@ from rlvmr_nb import cli
 from rlvmr_nb.coldstart import read_manifest
 from rlvmr_nb.coldstart.experts import coldstart_envs
 from rlvmr_nb.coldstart.teachers import annotation_prompt
-from rlvmr_nb.rollout.trajectory import Episode, Step
+from rlvmr_nb.records import Episode, Step
 
 
 class _Teacher(BaseHTTPRequestHandler):

@@ -12,7 +12,7 @@ import pytest
 
 from rlvmr_nb.coldstart.alfworld_rules import label_steps, plan_from_actions
 from rlvmr_nb.coldstart.mistakes import Mistake
-from rlvmr_nb.rollout.trajectory import Step
+from rlvmr_nb.records import Step
 
 LOOK_AT = (
     "You are in the middle of a room. Looking quickly around you, you see a desk 1, a drawer 1, and a shelf 1.\n\n"

@@ -14,7 +14,7 @@ from rlvmr_nb.envs import lab_world as lab
 from rlvmr_nb.envs.lab_record import lab_record
 from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig
 from rlvmr_nb.rollout.tags import format_step, parse_output
-from rlvmr_nb.rollout.trajectory import Episode, Step
+from rlvmr_nb.records import Episode, Step
 
 TASK = next(t for t in lab.level_tasks("train", "L0") if t.task_id.startswith("put:"))
 

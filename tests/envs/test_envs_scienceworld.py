@@ -21,7 +21,7 @@ from rlvmr_nb.envs.scienceworld_splits import (
     scienceworld_tasks,
     split_pairs,
 )
-from rlvmr_nb.rollout.trajectory import Episode
+from rlvmr_nb.records import Episode
 
 
 # ----- splits (no Java needed) ----------------------------------------------------------------------

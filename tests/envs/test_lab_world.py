@@ -75,7 +75,7 @@ def test_inadmissible_commands_do_nothing_and_the_world_is_fast():
 def test_walking_back_and_forth_counts_as_repetitive():
     """Looping is a real failure mode here: revisiting a room repeats an observation already seen."""
     from rlvmr_nb.scoring.metrics import repetitive_steps
-    from rlvmr_nb.rollout.trajectory import Episode, Step
+    from rlvmr_nb.records import Episode, Step
 
     env = lab.LabEnv()
     reset = env.reset(get_env("lab").tasks("train")[0])

@@ -95,7 +95,7 @@ def test_policy_saves_as_a_model_folder_the_library_loads_and_samples(lab_tokeni
 
 def test_pooled_metrics_match_metrics_summarize():
     from rlvmr_nb.scoring.metrics import summarize
-    from rlvmr_nb.rollout.trajectory import Episode, Step
+    from rlvmr_nb.records import Episode, Step
 
     eps = [Episode(task_id=f"t{i}", env="lab", won=i % 2 == 0, steps=[
         Step(t=t, observation="o", action=a, feedback=f, valid=t != 1, admissible=f != "Nothing happens.")
@@ -271,7 +271,7 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
         played[arm] = sorted(ep["task_id"] for ep in episodes)
         assert set(played[arm]) <= pool
     assert played["grpo"] == played["rlvmr"]
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     heldin = {arm: read_episodes(out / "eval" / f"{arm}-seed1" / "heldin.episodes.jsonl")
               for arm in ("cold_start", "grpo", "rlvmr")}  # the fairness check's pairs: same tasks, same seed
@@ -395,7 +395,7 @@ def test_rlvmr_nb_lab_demo_end_to_end_with_the_ci_config(tmp_path, capsys):
     pool = [t.task_id for t in level_tasks("train", "L0")[:3]]  # ci.json: train_pool 3, each played heldin_episodes
     repeats = doc["config"]["heldin_episodes"]
     assert doc["heldin"]["tasks"] == 3 and doc["heldin"]["pairs"] == 3 * repeats
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     played = {arm: [e.task_id for e in read_episodes(out / "eval" / f"{arm}-seed0" / "heldin.episodes.jsonl")]
               for arm in ("cold_start", "rlvmr")}

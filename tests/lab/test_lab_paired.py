@@ -9,7 +9,7 @@ import pytest
 from scipy import stats
 
 from rlvmr_nb.lab import paired, signflip
-from rlvmr_nb.rollout.trajectory import Episode, Step
+from rlvmr_nb.records import Episode, Step
 
 
 # What the package's former hand-written Student t (Simpson's rule on the density, bisection for quantiles) gave;

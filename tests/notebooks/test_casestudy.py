@@ -10,7 +10,7 @@ import pytest
 from rlvmr_nb import casestudy as cs
 from rlvmr_nb.demo import example_group_path, run_demo
 from rlvmr_nb.plots import TAG_COLORS
-from rlvmr_nb.rollout.trajectory import Episode, Step, read_episodes, write_episodes
+from rlvmr_nb.records import Episode, Step, read_episodes, write_episodes
 
 from episode_builders import episode, step
 

@@ -123,7 +123,7 @@ def test_preset_comparison_and_coldstart_figures():
     import copy
 
     from rlvmr_nb.demo import example_group_path, reparse
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
     from rlvmr_nb.scoring.method import MethodConfig
     from rlvmr_nb.scoring.scored import score_episodes
 
@@ -284,7 +284,7 @@ def test_html_tables_state_their_alignment_for_jupyterlab():
 
     from rlvmr_nb import casestudy
     from rlvmr_nb.demo import example_group_path, reparse
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     group = reparse(read_episodes(example_group_path()))
     markup = casestudy.episode_html(group[1]) + casestudy.matches_html(casestudy.find_loops(group))

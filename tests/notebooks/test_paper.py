@@ -162,7 +162,7 @@ def test_ours_takes_metrics_summaries_as_they_are():
 
 def test_ours_from_real_metrics_summarize():
     from rlvmr_nb.scoring.metrics import summarize
-    from rlvmr_nb.rollout.trajectory import Episode, Step
+    from rlvmr_nb.records import Episode, Step
 
     def episode(won: bool) -> Episode:
         steps = [Step(t=0, observation="o", action="go to desk 1", feedback="You see a desk.", won=won, done=won)]

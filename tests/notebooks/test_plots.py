@@ -8,7 +8,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from rlvmr_nb import paper, plots
-from rlvmr_nb.rollout.trajectory import Episode, Step
+from rlvmr_nb.records import Episode, Step
 
 matplotlib.use("Agg")
 

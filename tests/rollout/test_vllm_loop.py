@@ -27,7 +27,7 @@ from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
 from rlvmr_nb.update.samples import StepSample, pack  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 from rlvmr_nb.trainer import train  # noqa: E402
-from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
+from rlvmr_nb.records import read_episodes  # noqa: E402
 
 from door_env import door_tasks  # noqa: E402
 from trainer_helpers import door_slots, random_samples, small_config  # noqa: E402

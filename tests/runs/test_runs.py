@@ -15,7 +15,7 @@ from rlvmr_nb.runs import (  # noqa: E402
     read_validation, restore_run, resume_checkpoint, save_checkpoint, truncate_logs,
 )
 from rlvmr_nb.runs.checkpoints import read_checkpoint  # noqa: E402
-from rlvmr_nb.rollout.trajectory import Episode, append_episodes, episode_id, parse_episode_id, read_episodes  # noqa: E402
+from rlvmr_nb.records import Episode, append_episodes, episode_id, parse_episode_id, read_episodes  # noqa: E402
 
 
 def _tiny_model():

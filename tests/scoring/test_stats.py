@@ -8,7 +8,7 @@ import pytest
 
 from rlvmr_nb.scoring.metrics import metric_intervals, summarize
 from rlvmr_nb.scoring.stats import ratio_interval, resample_indices, spread, wilson_interval, z_value
-from rlvmr_nb.rollout.trajectory import Episode
+from rlvmr_nb.records import Episode
 
 from episode_builders import episode, step
 

@@ -18,7 +18,7 @@ from rlvmr_nb.train_config import train_config  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.runs import read_metrics  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig  # noqa: E402
-from rlvmr_nb.rollout.trajectory import read_episodes  # noqa: E402
+from rlvmr_nb.records import read_episodes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ABLATIONS = ("wo_mr_advantage", "wo_outcome_advantage", "wo_cold_start")

@@ -39,7 +39,7 @@ def test_evaluate_writes_traceable_results(tmp_path):
 
 
 def _played(task_ids, wins, seed):
-    from rlvmr_nb.rollout.trajectory import Episode
+    from rlvmr_nb.records import Episode
 
     return [Episode(task_id=t, env="door", task_type="door", won=w, seed=seed) for t, w in zip(task_ids, wins)]
 
@@ -63,7 +63,7 @@ def test_seeds_aggregate_over_all_episodes_with_task_clustered_intervals():
 @pytest.mark.slow
 def test_cli_eval_with_several_seeds_writes_each_seed_and_the_aggregate(tmp_path, capsys):
     from rlvmr_nb import cli
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     out = tmp_path / "toy.json"
     assert cli.main(["eval", "--model", "tiny-random:llama", "--env", "toy", "--max-tasks", "3", "--max-steps", "2",

@@ -32,7 +32,7 @@ from rlvmr_nb.envs.alfworld import game_path, walkthrough_actions
 from rlvmr_nb.envs.alfworld_data import JSON_DIRNAME, MARKER_NAME, resolve_alfworld_data
 from rlvmr_nb.envs.base import TaskSpec
 from rlvmr_nb.evaluate import write_results
-from rlvmr_nb.rollout.trajectory import Episode, Step, append_episodes, iter_episodes, read_episodes, write_episodes
+from rlvmr_nb.records import Episode, Step, append_episodes, iter_episodes, read_episodes, write_episodes
 
 SRC = str(Path(__file__).resolve().parents[2] / "src")
 

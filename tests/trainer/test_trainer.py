@@ -132,7 +132,7 @@ def test_kill_and_resume_reproduces_uninterrupted_run(tmp_path):
     assert a.keys() == b.keys()
     assert all(torch.equal(a[k], b[k]) for k in a), "resumed parameters differ from the uninterrupted run"
     assert [r["iteration"] for r in read_metrics(run_dir)] == [0, 1, 2]
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     ids = [e.episode_id for e in read_episodes(run_dir / "episodes.jsonl")]
     assert ids == [e.episode_id for e in read_episodes(ref_dir / "episodes.jsonl")] and len(ids) == len(set(ids))
@@ -199,7 +199,7 @@ def test_torchrun_cli_train_resumes_with_awkward_sizes(tmp_path):
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1, 2] and all(r["samples"] == 18 for r in rows)
     assert latest_checkpoint(out).name == "ckpt-00002"
-    from rlvmr_nb.rollout.trajectory import read_episodes
+    from rlvmr_nb.records import read_episodes
 
     ids = [e.episode_id for e in read_episodes(out / "episodes.jsonl")]
     assert len(ids) == len(set(ids)) == 27

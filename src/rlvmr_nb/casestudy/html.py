@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from ..scoring.metrics import repetitive_steps
 from ..plots import DARK_TAGS, TAG_COLORS, tag_color
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 from .patterns import Loop, Recovery
 
 _PAID_TAGS = ("planning", "explore", "reflection")  # tags with a verifiable reward (monitor has none, paper §3.4.1)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 
 
 def _excerpt_step(t: int, action: str, *, tag: str | None = None, feedback: str = "", admissible: bool = True) -> Step:

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Iterable, Sequence
 
 from ..scoring.metrics import NO_EFFECT_FEEDBACK
-from ..rollout.trajectory import Episode, Step, iter_episodes
+from ..records import Episode, Step, iter_episodes
 
 DEFAULT_EPISODE_GLOB = "**/*episodes.jsonl"
 """Files `search_runs` reads: the trainer's ``episodes.jsonl`` and evaluation's ``*.episodes.jsonl``."""

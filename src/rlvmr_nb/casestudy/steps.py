@@ -6,7 +6,7 @@ from typing import Any, Iterable
 
 from ..scoring.metrics import repetitive_steps
 from ..rollout.prompts import PROMPT_FAMILIES, AgentMemory, PromptConfig
-from ..rollout.trajectory import Episode
+from ..records import Episode
 
 
 def prompt_at(episode: Episode, t: int, style: str = "meta_think", max_prompt_tokens: int | None = None) -> str:

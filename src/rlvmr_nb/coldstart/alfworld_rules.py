@@ -24,7 +24,7 @@ import random
 import re
 from typing import Sequence
 
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 from .alfworld_plan import (
     NOTHING_HAPPENS,
     Command,

@@ -34,7 +34,7 @@ from ..envs.base import TaskSpec
 from ..envs.registry import get_env
 from ..rollout.prompts import AgentMemory, PromptConfig
 from ..rollout.tags import META_TAGS
-from ..rollout.trajectory import Episode, read_episodes, write_episodes
+from ..records import Episode, read_episodes, write_episodes
 from ..runs.lock import RunFolderLock
 from ..settings import positive_float
 from .experts import (

@@ -158,7 +158,7 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     from ..rollout.loop import RolloutConfig
     from ..models import describe_model
     from .sft import load_sft_model, train_sft
-    from ..rollout.trajectory import write_episodes
+    from ..records import write_episodes
     from .dataset import build_coldstart_dataset, load_coldstart_samples, read_manifest
 
     t_start, cpu_start = time.time(), time.process_time()

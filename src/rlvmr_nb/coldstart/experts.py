@@ -21,7 +21,7 @@ from typing import Any, Iterator, Sequence
 
 from ..envs.base import TaskSpec
 from ..envs.registry import check_level, get_env
-from ..rollout.trajectory import Episode
+from ..records import Episode
 from .replay import replay_actions
 from .kits import MAX_TRAJECTORY_STEPS, SCIENCEWORLD_LONG_GOLD_TASKS, ColdStartKit  # noqa: F401  (re-exported)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from ..envs.base import TaskSpec
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 
 
 MAX_TRAJECTORY_STEPS = 29

@@ -22,7 +22,7 @@ from typing import Any, Sequence
 from ..envs.lab_record import lab_record
 from ..envs.lab_world import build_world, transition
 from ..rollout.prompts import PromptConfig
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 from .dataset import step_samples
 from .lab_world_rules import policy_state_label
 

@@ -33,7 +33,7 @@ from ..envs.lab_record import LabRecord
 from ..envs.lab_world import LabWorld, build_world, expert_choice, is_refusal, transition, visible_objects
 from ..envs.rooms import RoomState
 from ..rollout.tags import format_step
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 from .mistakes import Mistake, order_mistakes
 from .phrasing import numbered_plan, say
 

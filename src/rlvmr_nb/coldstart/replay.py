@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ..envs.base import TaskSpec
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 
 
 def replay_actions(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], template: Episode,

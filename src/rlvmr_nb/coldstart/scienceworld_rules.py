@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..rollout.prompts import INVALID_ACTION_FEEDBACK
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 from .mistakes import Mistake, order_mistakes
 from .phrasing import join_words, numbered_plan, say
 

@@ -32,7 +32,7 @@ from typing import Any, Protocol, Sequence
 from ..envs.base import TaskSpec
 from ..envs.registry import get_env
 from ..rollout.tags import META_TAGS, format_step, parse_output
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 from .chat_transport import TransientTransportError, post_chat_completion, redact
 from .experts import MAX_TRAJECTORY_STEPS, replay
 

@@ -20,7 +20,7 @@ import uuid
 from collections import Counter
 from typing import Any, Iterator, Sequence
 
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 from .alfworld import ENV_NAME, ALFWorldEnv, alfworld_tasks, task_type_from_path, walkthrough_actions
 from .base import TaskSpec
 

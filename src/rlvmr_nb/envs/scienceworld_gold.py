@@ -14,7 +14,7 @@ from typing import Any, Sequence
 from rlvmr_nb.envs.base import TaskSpec
 from rlvmr_nb.envs.scienceworld import ScienceWorldEnv, is_success
 from rlvmr_nb.envs.scienceworld_splits import ENV_NAME, TASK_NAMES, make_task, parse_task_id
-from rlvmr_nb.rollout.trajectory import Episode, Step
+from rlvmr_nb.records import Episode, Step
 
 __all__ = ["GoldPathError", "replay_gold_sample", "scienceworld_gold_episode"]
 

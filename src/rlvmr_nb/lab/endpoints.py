@@ -75,7 +75,7 @@ from typing import Callable, Sequence
 
 from ..envs.lab_record import LabRecord, lab_record
 from ..envs.lab_world import is_refusal, parse_goal
-from ..rollout.trajectory import Episode
+from ..records import Episode
 
 PHASES: tuple[str, ...] = ("search", "seek", "deliver")
 """What the record says is left to do: ``search`` (a target neither held nor delivered), ``seek`` (every target

@@ -55,7 +55,7 @@ class LearningDemo:
 def training_curve(run_dir: str | os.PathLike) -> list[dict[str, float]]:
     """Success per iteration of a trainer run folder, from its episodes (``episodes.jsonl``), with a Wilson
     interval over the iteration's episodes, and the per-episode repetitive-step rate."""
-    from ..rollout.trajectory import parse_episode_id, read_episodes
+    from ..records import parse_episode_id, read_episodes
     from .paired import episode_repetition
     from .stats import wilson
 
@@ -78,7 +78,7 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     played before and after at the evaluation temperature (`heldin_episodes` plays of each layout of the pool); the figure and ``learning_demo.json`` are written
     to `figures_dir` (default ``<out>/figures``) and `out`. A rerun resumes (every stage skips what is written)."""
     from ..plots import save_figure
-    from ..rollout.trajectory import read_episodes
+    from ..records import read_episodes
     from .experiment import run_arm, run_coldstart, run_evaluation
     from .paired import heldin_rise
     from .stats import TRAINING_HEAD, training_rise

@@ -67,7 +67,7 @@ from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
 from ..scoring.metrics import repetitive_steps
-from ..rollout.trajectory import Episode
+from ..records import Episode
 from .signflip import EXACT_SEEDS, flip_sets, sign_flip, sign_flip_p_many
 
 ALPHA = 0.025

@@ -16,7 +16,7 @@ from typing import Callable, Sequence
 from ..envs.base import TaskSpec
 from ..envs.lab_record import LabRecord, lab_record
 from ..envs.lab_world import ENV_NAME, LAB_HORIZON, LabEnv, level_tasks
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 
 Chooser = Callable[[str, LabRecord, Sequence[str]], str]
 """A player: (task sentence, the episode's record, admissible commands) -> the next command, as

@@ -24,7 +24,7 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from ..scoring.metrics import repetitive_steps
-from ..rollout.trajectory import Episode, read_episodes
+from ..records import Episode, read_episodes
 from .config import LabConfig
 from .layout import COLDSTART_ARM, HELDIN, arm_label, eval_path
 

@@ -22,7 +22,7 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
                        title: str | None = None) -> Figure | Path:
     """Draw each rollout of a group: per-step tag (colour strip), MR reward and advantage bars.
 
-    ``episodes`` are `rlvmr_nb.rollout.trajectory.Episode` objects whose steps have `tag_class`,
+    ``episodes`` are `rlvmr_nb.records.Episode` objects whose steps have `tag_class`,
     `mr_reward` and `advantage` filled (rewards: paper §3.4.1; advantages: paper Eqs. 2-4); None
     values are simply not drawn.
     The strip shows the tag the model wrote (`Step.tag`, so <monitor> is visible) and marks

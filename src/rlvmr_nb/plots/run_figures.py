@@ -46,7 +46,7 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
     """
     from ..runs import read_metrics, read_validation  # runs loads torch; the paper figures need only matplotlib
     from ..runs.config import read_run_settings
-    from ..rollout.trajectory import read_episodes
+    from ..records import read_episodes
 
     if not run_dirs:
         raise ValueError("no run folders given")
@@ -77,7 +77,7 @@ def training_fig6_figure(run_dirs: Mapping[str, str | os.PathLike], *, env: str)
 
 def coldstart_figure(run_dir: str | os.PathLike, title: str | None = None) -> Figure:
     """The cold-start figure of a notebook-01 run folder (``results.json``, ``sft/``, held-out episodes)."""
-    from ..rollout.trajectory import read_episodes
+    from ..records import read_episodes
 
     run_dir = Path(run_dir)
     results = _read_json(run_dir / "results.json")

@@ -38,7 +38,7 @@ def _run_colors(labels: Sequence[str]) -> dict[str, str]:
 def _iteration(episode: Any) -> int:
     if "iteration" in episode.info:
         return int(episode.info["iteration"])
-    from ..rollout.trajectory import parse_episode_id
+    from ..records import parse_episode_id
 
     return parse_episode_id(episode.episode_id)[0]
 

@@ -30,7 +30,7 @@ from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process E
 from .generation.base import Generator, SamplingConfig, stop_strings
 from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, to_chat
 from .tags import parse_output
-from .trajectory import Episode, Step, episode_id, group_id
+from ..records import Episode, Step, episode_id, group_id
 
 
 class EnvSlots(Protocol):

@@ -154,7 +154,7 @@ def _iteration_of_episode(d: Mapping[str, Any]) -> int:
     info = d.get("info") or {}
     if "iteration" in info:
         return int(info["iteration"])
-    from ..rollout.trajectory import parse_episode_id
+    from ..records import parse_episode_id
 
     return parse_episode_id(str(d.get("episode_id", "")))[0]
 

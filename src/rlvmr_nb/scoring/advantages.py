@@ -29,7 +29,7 @@ from typing import Any, Callable, Hashable, Mapping, Sequence
 
 import numpy as np
 
-from ..rollout.trajectory import Episode
+from ..records import Episode
 
 EPS = 1e-6
 

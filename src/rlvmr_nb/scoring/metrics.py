@@ -13,7 +13,7 @@ from collections import Counter, defaultdict
 from typing import Callable, Iterable, Sequence
 
 from ..rollout.tags import META_TAGS
-from ..rollout.trajectory import Episode, Step
+from ..records import Episode, Step
 from .scored import ScoredStep
 
 NO_EFFECT_FEEDBACK = frozenset({"Nothing happens.", "No known action matches that input."})

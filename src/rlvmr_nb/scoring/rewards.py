@@ -23,7 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from ..rollout.tags import extract_action_list, tag_class
-from ..rollout.trajectory import Episode
+from ..records import Episode
 from ..settings import require_choice, require_non_negative
 
 PENALTY_CHANNELS = ("outcome", "step")

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..rollout.trajectory import Episode
+from ..records import Episode
 from .advantages import compute_advantages, with_advantages
 from .method import MethodConfig
 from .rewards import with_rewards

@@ -24,7 +24,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ..rollout.trajectory import Episode, parse_episode_id
+from ..records import Episode, parse_episode_id
 
 
 def rank_world(backend: str | None = None) -> tuple[int, int]:

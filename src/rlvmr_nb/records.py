@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, BinaryIO, Iterable, Iterator
 
-from ..atomic_io import atomic_open
+from .atomic_io import atomic_open
 
 SCHEMA_VERSION = "1.2"
 """Major.minor. Minor bumps add optional fields or rename one (its old name still read); major bumps change meaning.

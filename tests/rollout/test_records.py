@@ -3,7 +3,7 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rlvmr_nb.rollout.trajectory import SCHEMA_VERSION, Episode, Step, append_episodes, read_episodes, write_episodes
+from rlvmr_nb.records import SCHEMA_VERSION, Episode, Step, append_episodes, read_episodes, write_episodes
 
 from episode_builders import worked_example
 
