@@ -59,7 +59,7 @@ def test_machine_facts_name_what_decides_rounding():
     assert same_machine(facts, dict(facts))
     assert not same_machine(facts, {**facts, "torch_cpu_capability": "DEFAULT"})
     assert not same_machine(facts, None) and not same_machine({}, {})
-    assert facts["cpu"] in describe_machine(facts) and describe_machine(None) == "not recorded"
+    assert facts["cpu"] in describe_machine(facts) and "does not name" in describe_machine(None)
 
 
 def test_the_quick_reproductions_are_exact_here_and_a_changed_number_is_outside(tmp_path, monkeypatch):

@@ -82,7 +82,7 @@ def same_machine(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
 def describe_machine(facts: dict[str, Any] | None) -> str:
     """One line: CPU, its vector path, torch and its BLAS, numpy."""
     if not facts:
-        return "not recorded"
+        return "a machine the file does not name (written before results recorded their machine)"
     cpu = f"{facts.get('cpu')} ({facts.get('cpu_family_model')})" if facts.get("cpu_family_model") else facts.get("cpu")
     extras = "AMX" if facts.get("cpu_amx") else ("AVX-512" if facts.get("cpu_avx512") else "")
     return (f"{cpu}{', ' + extras if extras else ''}; torch {facts.get('torch')} ({facts.get('torch_blas')}, "
