@@ -22,6 +22,9 @@ import re
 
 import torch
 
+from .update.distributed import local_rank as torchrun_local_rank
+from .update.distributed import torchrun_world_size
+
 DEVICE_HELP = "auto (CUDA when available, else CPU) | cpu | cuda | cuda:N"
 _SPEC = re.compile(r"^(auto|cpu|cuda(:\d+)?)$")
 
@@ -48,8 +51,6 @@ def resolve_device(spec: str | torch.device = "auto", local_rank: int | None = N
         DeviceError: CUDA asked for (``cuda``, ``cuda:N``) where none is visible, a GPU number this machine
             does not have, or ``cuda:N`` under torchrun with several processes (they would share one GPU).
     """
-    from .update.distributed import local_rank as torchrun_local_rank, torchrun_world_size
-
     spec = check_device_spec(str(spec) if isinstance(spec, torch.device) else spec)
     if spec == "cpu":
         return torch.device("cpu")

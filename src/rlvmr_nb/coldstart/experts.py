@@ -22,8 +22,9 @@ from typing import Any, Iterator, Sequence
 from ..envs.base import TaskSpec
 from ..envs.registry import check_level, get_env
 from ..records import Episode
+from .kits import MAX_TRAJECTORY_STEPS, SCIENCEWORLD_LONG_GOLD_TASKS, ColdStartKit, kit_names  # noqa: F401  (re-exported)
 from .replay import replay_actions
-from .kits import MAX_TRAJECTORY_STEPS, SCIENCEWORLD_LONG_GOLD_TASKS, ColdStartKit  # noqa: F401  (re-exported)
+
 
 class TrajectoryTooLong(ValueError):
     """The expert needed 30 or more steps; the cold start keeps shorter trajectories (paper §3.3)."""
@@ -35,8 +36,6 @@ class LeakageError(AssertionError):
 
 def coldstart_envs() -> list[str]:
     """The registered worlds that have a cold-start kit (experts and rule teacher)."""
-    from .kits import kit_names
-
     return list(kit_names())
 
 

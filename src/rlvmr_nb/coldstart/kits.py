@@ -13,9 +13,18 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
+from ..envs.alfworld import ALFWorldEnv
+from ..envs.alfworld_experts import play_expert
 from ..envs.base import TaskSpec
+from ..envs.lab_world import LabEnv, lab_expert_actions
+from ..envs.registry import env_names, get_env
+from ..envs.scienceworld import ScienceWorldEnv
+from ..envs.scienceworld_gold import scienceworld_gold_episode
 from ..records import Episode, Step
-
+from . import alfworld_rules as alf
+from . import lab_world_rules
+from . import scienceworld_rules as sw
+from .replay import replay_actions
 
 MAX_TRAJECTORY_STEPS = 29
 """Longest kept expert trajectory: the official builder keeps only trajectories with < 30 steps (paper §3.3)."""
@@ -65,14 +74,10 @@ class ColdStartKit:
 
 
 def _alfworld_expert_env(expert: str) -> Any:
-    from ..envs.alfworld import ALFWorldEnv
-
     return ALFWorldEnv(accelerate=True, handcoded_expert=expert != "walkthrough")
 
 
 def _alfworld_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
-    from ..envs.alfworld_experts import play_expert
-
     chosen = expert
     if expert == "mixed":  # a seeded coin per game: the same seed gives the same set
         coin = random.Random(f"{seed}:{task.task_id}").random()
@@ -83,8 +88,6 @@ def _alfworld_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, h
 
 
 def _alfworld_rules() -> RuleKit:
-    from . import alfworld_rules as alf
-
     return RuleKit(
         plan=lambda expert, rng: alf.plan_from_actions([s.action for s in expert.steps], rng),
         propose_mistakes=alf.propose_mistakes,
@@ -136,22 +139,16 @@ is skipped. Other tasks are length-checked one by one."""
 
 
 def _scienceworld_expert_env(expert: str) -> Any:
-    from ..envs.scienceworld import ScienceWorldEnv
-
     return ScienceWorldEnv()
 
 
 def _scienceworld_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
-    from ..envs.scienceworld_gold import scienceworld_gold_episode
-
     episode = scienceworld_gold_episode(task, env=env)
     episode.info["expert"] = "gold"
     return episode
 
 
 def _scienceworld_rules() -> RuleKit:
-    from . import scienceworld_rules as sw
-
     return RuleKit(
         plan=lambda expert, rng: sw.plan_from_gold(expert),
         propose_mistakes=lambda expert, plan, rng: sw.propose_gold_mistakes(expert, rng),
@@ -177,23 +174,16 @@ SCIENCEWORLD = ColdStartKit(
 
 
 def _lab_expert_env(expert: str) -> Any:
-    from ..envs.lab_world import LabEnv
-
     return LabEnv()
 
 
 def _lab_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
-    from ..envs.lab_world import lab_expert_actions
-    from .replay import replay_actions
-
     template = Episode(task_id=task.task_id, env=task.env, split=task.split, task_type=task.task_type,
                        info={"expert": "search"})
     return replay_actions(env, task.env, task, lab_expert_actions(task, seed=seed), template, admissible_from_env=True)
 
 
 def _lab_rules() -> RuleKit:
-    from . import lab_world_rules
-
     return RuleKit(plan=lab_world_rules.plan_from_expert, propose_mistakes=lab_world_rules.propose_mistakes,
                    took_effect=lab_world_rules.mistake_took_effect, label_steps=lab_world_rules.label_steps)
 
@@ -214,6 +204,4 @@ LAB = ColdStartKit(
 
 def kit_names() -> Sequence[str]:
     """Registered envs that have a cold-start kit."""
-    from ..envs.registry import env_names, get_env
-
     return [n for n in env_names() if get_env(n).coldstart_kit is not None]

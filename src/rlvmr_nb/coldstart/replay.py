@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 from ..envs.base import TaskSpec
 from ..records import Episode, Step
+from ..rollout.prompts import INVALID_ACTION_FEEDBACK
 
 
 def replay_actions(env: Any, env_name: str, task: TaskSpec, actions: Sequence[str], template: Episode,
@@ -22,8 +23,6 @@ def replay_actions(env: Any, env_name: str, task: TaskSpec, actions: Sequence[st
     answered "No known action matches that input.", paper App. C). `admissible_from_env` says which of the
     two a world does (`kits.ColdStartKit.admissible_from_env`).
     """
-    from ..rollout.prompts import INVALID_ACTION_FEEDBACK
-
     reset = env.reset(task)
     observation = reset.observation
     from_env = admissible_from_env

@@ -29,8 +29,11 @@ import torch
 import torch.nn.functional as F
 
 from ..devices import autocast_context, place, upcast
+from ..models import load_model
 from ..runs.policy import save_pretrained_policy
+from . import sft_unsloth
 from .sft_config import BACKENDS, SFTConfig, check_config, write_sft_run_files  # noqa: F401  (re-exported)
+from .sft_unsloth import load_unsloth_model
 
 
 def load_sft_model(spec: str, config: SFTConfig, seed: int = 0) -> tuple:
@@ -38,10 +41,7 @@ def load_sft_model(spec: str, config: SFTConfig, seed: int = 0) -> tuple:
     'transformers', `FastLanguageModel.from_pretrained` for 'unsloth' (which patches the model it loads)."""
     check_config(config)
     if config.backend == "unsloth":
-        from .sft_unsloth import load_unsloth_model
-
         return load_unsloth_model(spec, config)
-    from ..models import load_model
 
     return load_model(spec, seed=seed)
 
@@ -133,10 +133,8 @@ def train_sft(
     With ``config.backend='unsloth'`` the model must come from `load_sft_model` (Unsloth's loader); LoRA
     is then added by Unsloth, and the same `run_sft_loop` trains it."""
     check_config(config)
-    unsloth = None
-    if config.backend == "unsloth":
-        from . import sft_unsloth as unsloth
-
+    unsloth = sft_unsloth if config.backend == "unsloth" else None
+    if unsloth:
         unsloth.import_fast_language_model()  # the clear error (no CUDA / not installed) comes before any work
     if not samples:
         raise ValueError("no SFT samples")

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from ..models import TINY_PREFIX, ModelLoadError, checkpoint_source
 from ..runs.policy import save_pretrained_policy
 from .sft_config import SFTConfig, write_sft_run_files
 
@@ -68,8 +69,6 @@ def import_fast_language_model() -> Any:
 def unsloth_model_name(spec: str) -> str:
     """The ``model_name`` for `FastLanguageModel.from_pretrained` from a `models.load_model` spec: a local
     checkpoint directory (``embedded:`` models are converted to one first) or a hub id."""
-    from ..models import TINY_PREFIX, ModelLoadError, checkpoint_source
-
     spec = spec.strip()
     if spec.startswith(TINY_PREFIX):
         raise ModelLoadError(

@@ -17,6 +17,7 @@ import random
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from . import alfworld_accel
 from .alfworld_data import JSON_DIRNAME, resolve_alfworld_data
 from .base import Reset, StepResult, TaskSpec
 from .forking import ForkPoint, check_point, replay, take_point
@@ -265,8 +266,6 @@ class ALFWorldEnv:
         # alfworld.info creates ~/.cache/alfworld on import unless ALFWORLD_DATA is set.
         os.environ.setdefault("ALFWORLD_DATA", str(self.data_root))
         if accelerate:
-            from . import alfworld_accel
-
             alfworld_accel.enable()
         self.accelerate = accelerate
         self.handcoded_expert = handcoded_expert

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import importlib.util
 import json
 import os
 import shutil
@@ -242,8 +243,6 @@ def _copy_logic_files(dest: Path) -> None:
     # ALFWorld's own AlfredTWEnv config points at $ALFWORLD_DATA/logic/{alfred.pddl,alfred.twl2}; our engine
     # path reads the copies embedded in every game file, so this only helps users of the stock loader.
     # find_spec locates the package without importing it: `import alfworld` creates ~/.cache/alfworld.
-    import importlib.util
-
     spec = importlib.util.find_spec("alfworld")
     if spec is None or not spec.submodule_search_locations:
         return  # alfworld not installed: nothing to copy

@@ -20,6 +20,8 @@ import uuid
 from collections import Counter
 from typing import Any, Iterator, Sequence
 
+from tqdm.auto import tqdm
+
 from ..records import Episode, Step
 from .alfworld import ENV_NAME, ALFWorldEnv, alfworld_tasks, task_type_from_path, walkthrough_actions
 from .base import TaskSpec
@@ -170,8 +172,6 @@ def replay_all_walkthroughs(
     Returns totals, per-split and per-type counts, the failing task ids and the wall time. The issue's
     acceptance check is ``won == games`` on valid_seen + valid_unseen (274 games).
     """
-    from tqdm.auto import tqdm
-
     if tasks is None:
         tasks = [t for split in splits for t in alfworld_tasks(split, data_root=data_root)]
     games, wins = Counter(), Counter()

@@ -35,6 +35,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
+from py4j.protocol import Py4JError, Py4JJavaError
+
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
 from rlvmr_nb.envs.forking import ForkPoint, check_point, replay, take_point
 from rlvmr_nb.envs.lazy import state_bound_actions
@@ -462,7 +464,6 @@ class ScienceWorldEnv:
         """Turn py4j connection errors into `ScienceWorldCrashed` naming the JVM and the failed call."""
         if self._closed:
             raise RuntimeError(f"ScienceWorldEnv.{what}() called after close()")
-        from py4j.protocol import Py4JError, Py4JJavaError
 
         try:
             yield

@@ -11,6 +11,8 @@ import random
 import time
 from typing import Any, Sequence
 
+from tqdm.auto import tqdm
+
 from rlvmr_nb.envs.base import TaskSpec
 from rlvmr_nb.envs.scienceworld import ScienceWorldEnv, is_success
 from rlvmr_nb.envs.scienceworld_splits import ENV_NAME, TASK_NAMES, make_task, parse_task_id
@@ -128,8 +130,6 @@ def replay_gold_sample(
     Variations are drawn from each task's full train+dev+test range, so use-thermometer is covered
     too. Returns ``{'n', 'n_ok', 'rows': [{task, variation, ok, tries, length, seconds, error}], ...}``.
     """
-    from tqdm.auto import tqdm
-
     names = list(task_names) if task_names is not None else list(TASK_NAMES)
     rng = random.Random(seed)
     rows: list[dict[str, Any]] = []

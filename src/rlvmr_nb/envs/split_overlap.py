@@ -29,6 +29,8 @@ from typing import Any, Callable, Mapping, Sequence
 from ..atomic_io import atomic_write_text
 from .alfworld import alfworld_tasks
 from .alfworld_data import JSON_DIRNAME, resolve_alfworld_data
+from .scienceworld import ScienceWorldEnv
+from .scienceworld_splits import scienceworld_tasks
 
 _INSTANCE_DECLARATION = re.compile(r"^\s*(\S+_bar_\S+)\s+-\s+object\s*$", re.MULTILINE)
 _TASK_SENTENCE = re.compile(r"Your task is to: ([^\"\\]*)")
@@ -150,8 +152,6 @@ def alfworld_overlap(data_root: str | os.PathLike | None = None, test_split: str
 def scienceworld_overlap(level: str = "L0", descriptions: bool = False) -> dict[str, Any]:
     """The overlap of ScienceWorld's `level` test list with its training list: identical (task, variation)
     pairs, and with `descriptions` (starts a JVM; minutes) identical (task, printed task sentence) pairs."""
-    from .scienceworld_splits import scienceworld_tasks
-
     train, test = scienceworld_tasks(level, "train"), scienceworld_tasks(level, "test")
     items = {"train": [{"id": t.task_id, "task": t.task_type} for t in train],
              "test": [{"id": t.task_id, "task": t.task_type} for t in test]}
@@ -159,8 +159,6 @@ def scienceworld_overlap(level: str = "L0", descriptions: bool = False) -> dict[
         "identical_task_variation": ("(a) the same (task, variation) pair: the same generated instance",
                                      lambda item: item["id"])}
     if descriptions:
-        from .scienceworld import ScienceWorldEnv
-
         with ScienceWorldEnv() as env:
             for group, tasks in (("train", train), ("test", test)):
                 for item, task in zip(items[group], tasks):

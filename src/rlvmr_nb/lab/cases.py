@@ -13,13 +13,12 @@ import os
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..casestudy import episode_html, legend_html, search_runs
 from .layout import arm_label
 
 
 def find_cases(out: str | os.PathLike, arms: Sequence[str], min_repeats: int = 3) -> dict[str, Any]:
     """Per arm: the `casestudy.PatternSearch` over its evaluation episodes (all seeds and levels)."""
-    from ..casestudy import search_runs
-
     return {arm: search_runs(sorted((Path(out) / "eval").glob(f"{arm.replace(' ', '_')}-seed*")),
                              min_repeats=min_repeats) for arm in arms}
 
@@ -33,8 +32,6 @@ def pattern_counts(found: dict[str, Any]) -> list[dict[str, Any]]:
 
 def case_study_html(found: dict[str, Any], loop_arm: str = "grpo", recovery_arm: str = "rlvmr") -> str:
     """The page: pattern counts, then the longest loop of `loop_arm` beside the best recovery of `recovery_arm`."""
-    from ..casestudy import episode_html, legend_html
-
     counts = pattern_counts(found)
     table = "".join(f"<tr><td>{c['arm']}</td><td>{c['episodes']}</td><td>{c['loops']}</td><td>{c['recoveries']}</td></tr>"
                     for c in counts)

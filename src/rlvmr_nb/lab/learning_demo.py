@@ -31,9 +31,15 @@ from typing import Any
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
+from ..plots import method_color, save_figure
+from ..plots.style import figure_style
+from ..records import parse_episode_id, read_episodes
 from ..runs.machine import machine_facts
 from .config import LabConfig
+from .experiment import run_arm, run_coldstart, run_evaluation
 from .layout import COLDSTART_ARM, HELDIN, coldstart_dir, eval_path
+from .stats import TRAINING_HEAD, training_rise, wilson
+
 
 @dataclass
 class LearningDemo:
@@ -55,9 +61,7 @@ class LearningDemo:
 def training_curve(run_dir: str | os.PathLike) -> list[dict[str, float]]:
     """Success per iteration of a trainer run folder, from its episodes (``episodes.jsonl``), with a Wilson
     interval over the iteration's episodes, and the per-episode repetitive-step rate."""
-    from ..records import parse_episode_id, read_episodes
     from .paired import episode_repetition
-    from .stats import wilson
 
     by_iteration: dict[int, list] = {}
     for ep in read_episodes(Path(run_dir) / "episodes.jsonl"):
@@ -77,11 +81,7 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     """Cold start (cached), `algo` trained on the pool for `config.train.run.iterations` (seed `config.seeds[0]`), the pool
     played before and after at the evaluation temperature (`heldin_episodes` plays of each layout of the pool); the figure and ``learning_demo.json`` are written
     to `figures_dir` (default ``<out>/figures``) and `out`. A rerun resumes (every stage skips what is written)."""
-    from ..plots import save_figure
-    from ..records import read_episodes
-    from .experiment import run_arm, run_coldstart, run_evaluation
     from .paired import heldin_rise
-    from .stats import TRAINING_HEAD, training_rise
 
     config = replace(config, heldin_tasks=config.train_pool)  # the layouts played before/after: the whole pool
     out = Path(out)
@@ -130,10 +130,6 @@ def describe(demo: LearningDemo) -> str:
 def plot_learning_demo(demo: LearningDemo, algo: str = "rlvmr") -> Figure:
     """Left: training success per iteration with its Wilson band; right: the pool before and after training,
     paired, with the rise's interval in the title."""
-    from ..plots import method_color
-    from ..plots.style import figure_style
-    from .stats import wilson
-
     color = method_color(algo)
     iterations = [row["iteration"] for row in demo.curve]
     t, h = demo.training, demo.heldin

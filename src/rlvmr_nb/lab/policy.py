@@ -28,6 +28,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+import torch
+from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from ..coldstart import read_samples
+from ..envs.lab_world import LabEnv, lab_expert_actions, level_tasks
+from ..rollout.prompts import AgentMemory, PromptConfig
+from ..rollout.tags import META_TAGS
+from ..runs.policy import write_config
+
 PAD, UNK, USER, ASSISTANT, END = "<pad>", "<unk>", "<|user|>", "<|assistant|>", "<|end|>"
 SPECIAL_TOKENS: tuple[str, ...] = (PAD, UNK, USER, ASSISTANT, END)
 WORD_PATTERN = r"</?[a-z_]+>|[a-z0-9_]+|[^\sa-z0-9_]"
@@ -53,8 +63,6 @@ class LabPolicyConfig:
 
 
 def _pre_tokenizer() -> Any:
-    from tokenizers import Regex, pre_tokenizers
-
     return pre_tokenizers.Sequence([pre_tokenizers.WhitespaceSplit(),
                                     pre_tokenizers.Split(Regex(WORD_PATTERN), behavior="isolated")])
 
@@ -76,9 +84,6 @@ def build_vocabulary(texts: Iterable[str], min_count: int = 1) -> list[str]:
 
 def make_tokenizer(vocabulary: Sequence[str]) -> Any:
     """A `PreTrainedTokenizerFast` over a WordLevel model of `vocabulary`, with the lab chat template."""
-    from tokenizers import Tokenizer, models, normalizers
-    from transformers import PreTrainedTokenizerFast
-
     if list(vocabulary[: len(SPECIAL_TOKENS)]) != list(SPECIAL_TOKENS):
         raise ValueError(f"a lab vocabulary starts with the special tokens {SPECIAL_TOKENS}")
     core = Tokenizer(models.WordLevel({w: i for i, w in enumerate(vocabulary)}, unk_token=UNK))
@@ -92,9 +97,6 @@ def make_tokenizer(vocabulary: Sequence[str]) -> Any:
 
 def make_policy(tokenizer: Any, config: LabPolicyConfig = LabPolicyConfig()) -> Any:
     """A freshly initialised `LlamaForCausalLM` sized by `config` for `tokenizer` (tied embeddings)."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     llama = LlamaConfig(
         vocab_size=len(tokenizer), hidden_size=config.hidden_size, intermediate_size=config.intermediate_size,
         num_hidden_layers=config.layers, num_attention_heads=config.heads, num_key_value_heads=config.heads,
@@ -115,10 +117,6 @@ def world_corpus(seed: int = 0, random_steps: int = 12) -> list[str]:
     both prompt styles' fixed text. No test layout is built, so the vocabulary never depends on held-out text
     (tests/lab/test_lab.py checks it and that the test levels' text is still covered). Words only matter
     here, not their frequencies in play."""
-    from ..envs.lab_world import LabEnv, lab_expert_actions, level_tasks
-    from ..rollout.prompts import AgentMemory, PromptConfig
-    from ..rollout.tags import META_TAGS
-
     rng = random.Random(seed)
     env = LabEnv(max_steps=10_000)
     texts: list[str] = ["(none) " + " ".join(f"<{t}> </{t}>" for t in (*META_TAGS, "think", "action"))]
@@ -146,9 +144,6 @@ def build_lab_policy(coldstart_dir: str | os.PathLike, out_dir: str | os.PathLik
                      config: LabPolicyConfig = LabPolicyConfig()) -> Path:
     """Vocabulary from the training layouts' text and the cold-start set's prompts and responses, then a fresh
     policy saved as a model folder (loadable by `models.load_model`). Returns the folder."""
-    from ..coldstart import read_samples
-    from ..runs.policy import write_config
-
     samples = read_samples(coldstart_dir)
     vocabulary = build_vocabulary([*world_corpus(), *(s["prompt"] for s in samples), *(s["response"] for s in samples)])
     tokenizer = make_tokenizer(vocabulary)

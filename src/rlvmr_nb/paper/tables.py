@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from . import block as raw_block
+from . import records as all_paper_records
 from .tidy import ENVS, method_key, ours_for_model, pivot, select
 
 _ENV_SHORT = {"alfworld": "ALFWorld", "scienceworld": "ScienceWorld"}
@@ -76,8 +78,6 @@ def _labels(recs: Records, field_name: str) -> dict[str, str]:
 
 
 def _paper(paper_records: Records | None, block: str) -> list[dict[str, Any]]:
-    from . import records as all_paper_records  # late: the package imports this module
-
     recs = all_paper_records() if paper_records is None else paper_records
     found = select(recs, block=block)
     if not found:
@@ -86,8 +86,6 @@ def _paper(paper_records: Records | None, block: str) -> list[dict[str, Any]]:
 
 
 def _block_notes(block: str) -> list[str]:
-    from . import block as raw_block  # late: the package imports this module
-
     return raw_block(block).get("notes", [])
 
 

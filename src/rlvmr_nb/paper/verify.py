@@ -37,6 +37,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..demo import run_demo
+from ..notebooks import run_notebook
+from .tables import TABLES
+
 VERIFY_ROOT = Path("runs/verify")
 DEMO_RESULTS = Path("benchmarks/results/demo.json")
 LAB_DEMO_RESULTS = Path("benchmarks/results/lab_demo.json")
@@ -124,14 +128,10 @@ class Reproduction:
 
 def paper_tables(_: Path) -> dict[str, Any]:
     """Every paper table as Markdown, from the shipped numbers (what ``rlvmr-nb figures`` writes)."""
-    from .tables import TABLES
-
     return {f"paper_{name}.md": build(None, None).to_markdown() for name, build in TABLES.items()}
 
 
 def _committed_tables() -> tuple[dict[str, Any], None]:
-    from .tables import TABLES
-
     return {f"paper_{name}.md": (Path("figures") / f"paper_{name}.md").read_text(encoding="utf-8")
             for name in TABLES}, None
 
@@ -144,8 +144,6 @@ def _record_tables(numbers: dict[str, Any]) -> Path:
 
 def example_group(out: Path) -> dict[str, Any]:
     """The quick-start group (``rlvmr-nb demo``): its summary metrics and every step's reward and advantage."""
-    from ..demo import run_demo
-
     result = run_demo(out_dir=out)
     numbers = {f"summary/{k}": v for k, v in result.summary.items() if isinstance(v, (int, float))}
     for ep in result.episodes:
@@ -157,8 +155,6 @@ def example_group(out: Path) -> dict[str, Any]:
 
 def cold_start(out: Path) -> dict[str, Any]:
     """Notebook 01 with the demo's parameters (the ``make demo`` stage): rates before and after the SFT."""
-    from ..notebooks import run_notebook
-
     parameters = json.loads(Path(COLDSTART_PARAMETERS).read_text())
     run_notebook("01_cold_start", COLDSTART_PARAMETERS, out / "notebooks", progress=True,
                  parameters={"runs_root": str(out), "out_dir": str(out / "figures")})

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..paper import is_rate_metric, method_key
 from ..scoring.metrics import repetitive_steps
 
 CI_FIELDS = ("ci_low", "ci_high")
@@ -93,8 +94,6 @@ def attach_intervals(records: Iterable[Mapping[str, Any]], metrics_ci: Mapping[s
     (100 for percentages). Only records matching every `where` field (e.g. ``level="L1"``,
     ``method="RLVMR"``) and having no task type get an interval.
     """
-    from ..paper import is_rate_metric, method_key
-
     intervals = metrics_ci.get("intervals", metrics_ci)
     out = []
     for rec in records:

@@ -14,7 +14,9 @@ from typing import Any, Mapping, Sequence
 
 from matplotlib.figure import Figure
 
+from ..records import read_episodes
 from .captions import RunCaption, size_label, small_run_note
+from .paper_figures import plot_fig6
 from .training import plot_coldstart, plot_training_curves, training_curve_records
 
 
@@ -46,7 +48,6 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
     """
     from ..runs import read_metrics, read_validation  # runs loads torch; the paper figures need only matplotlib
     from ..runs.config import read_run_settings
-    from ..records import read_episodes
 
     if not run_dirs:
         raise ValueError("no run folders given")
@@ -66,7 +67,6 @@ def training_fig6_figure(run_dirs: Mapping[str, str | os.PathLike], *, env: str)
     """Paper Fig. 6 with the runs' curves (``{method: run folder}``) beside the paper's, captioned."""
     from ..runs import read_metrics
     from ..runs.describe import describe_model_source
-    from .paper_figures import plot_fig6
 
     first = next(iter(run_dirs.values()))
     model = describe_model_source(first)
@@ -77,8 +77,6 @@ def training_fig6_figure(run_dirs: Mapping[str, str | os.PathLike], *, env: str)
 
 def coldstart_figure(run_dir: str | os.PathLike, title: str | None = None) -> Figure:
     """The cold-start figure of a notebook-01 run folder (``results.json``, ``sft/``, held-out episodes)."""
-    from ..records import read_episodes
-
     run_dir = Path(run_dir)
     results = _read_json(run_dir / "results.json")
     log_path = run_dir / "sft" / "sft_log.jsonl"

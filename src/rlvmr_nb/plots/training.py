@@ -16,10 +16,10 @@ from matplotlib.patches import Patch
 from matplotlib.ticker import MaxNLocator
 
 from ..paper import method_key, ours_curve_records
+from ..records import parse_episode_id
 from .captions import RunCaption
 from .intervals import BOOTSTRAP, INTERVAL_NOTE, episode_frame, require_seaborn
-from .style import (METHOD_COLORS, draw_footer, figure_style, footer_height, footer_lines, method_color,
-                    title_and_legend)
+from .style import METHOD_COLORS, draw_footer, figure_style, footer_height, footer_lines, method_color, title_and_legend
 
 _CURVE_LABELS = {  # trainer metrics rows (`runs.read_metrics`) -> panel titles
     "success": "training success rate", "episode_length": "episode length (steps)",
@@ -38,7 +38,6 @@ def _run_colors(labels: Sequence[str]) -> dict[str, str]:
 def _iteration(episode: Any) -> int:
     if "iteration" in episode.info:
         return int(episode.info["iteration"])
-    from ..records import parse_episode_id
 
     return parse_episode_id(episode.episode_id)[0]
 

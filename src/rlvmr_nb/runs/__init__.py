@@ -10,7 +10,7 @@ One run folder (``out_dir``) holds:
   torch RNG, tensors only), ``rng.json`` (Python and NumPy RNG), ``config.json`` (`checkpoints`);
 * ``metrics.jsonl`` / ``metrics.csv`` / ``tensorboard/`` — one row per iteration (`logs`);
 * ``validation.jsonl`` / ``validation.csv`` — one row per validation during training (`logs`, `trainer_validation`);
-* ``episodes.jsonl`` — every rollout, one episode per line (`trajectory.append_episodes`);
+* ``episodes.jsonl`` — every rollout, one episode per line (`records.append_episodes`);
 * an SFT output folder: a saved transformers model + ``sft_config.json`` + ``sft_log.jsonl`` (`policy`).
 
 `policy.load_policy` turns any of these (or a model spec) back into ``(model, tokenizer)``.

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..paper import display_method
+from ..plots.captions import size_from_name
 from .config import flat_settings_of
 from .policy import model_label
 
@@ -78,8 +80,6 @@ def _checkpoint_parameters(ckpt: Path) -> int | None:
 
 def describe_model_source(spec: str | os.PathLike, _depth: int = 0) -> ModelDescription:
     """The model behind a spec, a saved model folder, a trainer checkpoint or a trainer run folder."""
-    from ..plots.captions import size_from_name  # names only; no matplotlib drawing
-
     path = Path(str(spec)).expanduser()
     if _depth > 5 or not path.exists():  # a model spec ('embedded:...', a hub id, 'tiny-random:...')
         label = model_label(spec)
@@ -93,7 +93,6 @@ def describe_model_source(spec: str | os.PathLike, _depth: int = 0) -> ModelDesc
             ckpts = sorted(p for p in run_dir.glob("ckpt-*") if (p / "model.pt").is_file())
             ckpt_dir = ckpts[-1] if ckpts else None
         counted = _checkpoint_parameters(ckpt_dir) if ckpt_dir else None
-        from ..paper import display_method
 
         return ModelDescription(f"{base.name} + {display_method(run_config['algo'])}",
                                 counted or base.parameters, base.base_spec)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..atomic_io import atomic_open
+from ..records import parse_episode_id
 from ..rollout.tags import META_TAGS
 
 METRIC_COLUMNS: tuple[str, ...] = (
@@ -154,7 +155,6 @@ def _iteration_of_episode(d: Mapping[str, Any]) -> int:
     info = d.get("info") or {}
     if "iteration" in info:
         return int(info["iteration"])
-    from ..records import parse_episode_id
 
     return parse_episode_id(str(d.get("episode_id", "")))[0]
 

@@ -17,6 +17,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
+from .logs import flatten
+
 PROJECT = "rlvmr-nb"
 """Project name every reported run goes to."""
 
@@ -82,8 +84,6 @@ def open_reporters(names: Iterable[str], *, run_name: str, config: Mapping[str, 
 def report_once(names: Iterable[str], row: Mapping[str, Any], *, run_name: str, config: Mapping[str, Any],
                 project: str = PROJECT) -> None:
     """One row to a run of each service, then close it: an evaluation's summary."""
-    from .logs import flatten
-
     for reporter in open_reporters(names, run_name=run_name, config=config, project=project):
         try:
             reporter.log(flatten(row))

@@ -9,7 +9,9 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
 
+from .checkpoints import latest_checkpoint
 from .lock import RunFolderLock, is_writing_rank
+from .logs import read_metrics
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -18,9 +20,6 @@ class TrainingInterrupted(KeyboardInterrupt):
 
 def interrupted_message(out_dir: str | os.PathLike) -> str:
     """``interrupted at iteration k; rerun the same command to resume ...`` from what the folder holds."""
-    from .checkpoints import latest_checkpoint
-    from .logs import read_metrics
-
     rows = read_metrics(out_dir)
     at = int(rows[-1]["iteration"]) + 1 if rows else 0  # the iteration that was running
     checkpoint = latest_checkpoint(out_dir)

@@ -12,9 +12,10 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 from typing import Callable, Iterable, Sequence
 
-from ..rollout.tags import META_TAGS
 from ..records import Episode, Step
+from ..rollout.tags import META_TAGS
 from .scored import ScoredStep
+from .stats import REFERENCES, ratio_interval, resample_indices, wilson_interval
 
 NO_EFFECT_FEEDBACK = frozenset({"Nothing happens.", "No known action matches that input."})
 """Environment answers that mean the action changed nothing (ALFWorld; ScienceWorld's unknown-command reply)."""
@@ -180,8 +181,6 @@ def _task_clusters(episodes: Sequence[Episode]) -> list[list[Episode]]:
 
 def _interval(name: str, clusters: list[list[Episode]], confidence: float, resamples: int,
               seed: int) -> tuple[list[float], str]:
-    from .stats import ratio_interval, resample_indices, wilson_interval
-
     if not clusters:
         return [float("nan"), float("nan")], "none"
     totals = [[EPISODE_TOTALS[name](ep) for ep in cluster] for cluster in clusters]
@@ -203,8 +202,6 @@ def metric_intervals(episodes: Sequence[Episode], confidence: float = 0.95, resa
     Returns ``{"intervals": {metric: [low, high], "success_by_task_type": {type: [low, high]}},
     "method": {metric: "wilson" | "bootstrap"}, ...}``: the ``metrics_ci`` of a results file.
     """
-    from .stats import REFERENCES
-
     finished = _finished(episodes)
     clusters = _task_clusters(finished)
     intervals: dict[str, object] = {}

@@ -15,8 +15,9 @@ import torch
 
 from ..devices import autocast_context, module_device, upcast
 from .config import UpdateConfig
+from .kernels import chunked_logprobs
+from .kernels.packed_attention import use_packed_attention
 from .samples import StepSample, pack, pack_flat
-
 
 _PREPARED_MASKS: dict[torch.device, torch.Tensor] = {}
 
@@ -64,8 +65,6 @@ class ResponseLogprobModel(torch.nn.Module):
     def packs(self, packed: bool) -> bool:
         """Whether micro-batches go in packed (`packed`, i.e. `UpdateConfig.packed_micro_batches`, and an sdpa model,
         switched to the packing-aware sdpa here)."""
-        from .kernels.packed_attention import use_packed_attention
-
         return packed and use_packed_attention(self.model)
 
 
@@ -96,8 +95,6 @@ def response_logprobs(model: Any, samples: Sequence[StepSample], pad_id: int, up
     causal LM, or a `ResponseLogprobModel` such as the FSDP-sharded one) at the sampling `temperature`, chunked
     over the vocabulary, `update.micro_batch_size` samples per pass; computed on the model's device, returned on
     the CPU, one tensor per sample."""
-    from .kernels import chunked_logprobs
-
     logprob_model = model if isinstance(model, ResponseLogprobModel) else ResponseLogprobModel(model,
                                                                                                update.bf16_autocast)
     device = module_device(logprob_model)

@@ -1,7 +1,6 @@
 """The per-token terms of the GRPO-MR policy loss (paper Eq. 5), each with its value and closed-form gradient.
 
 Per valid response token, with ``r = exp(logp - old_logp)``, advantage ``A`` and ``d = ref_logp - logp``::
-
     surrogate_t = max(-A r, -A clip(r, 1 - eps_low, 1 + eps_high))        # PPO-clip
     kl_t        = clamp(exp(d) - d - 1, -kl_clamp, kl_clamp)               # k3 "low_var_kl"
     bonus_t     = -entropy_t                                               # entropy bonus, as a loss
@@ -38,6 +37,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+from rlvmr_nb.settings import require_non_negative
 
 KL_LOG_RATIO_BOUND = 20.0
 """|ref - logp| is clamped to this before ``exp`` in k3. For |d| >= 20, k3 >= 19 > 10 is clamped to 10
@@ -86,7 +87,6 @@ class LossConfig:
             raise ValueError(f"kl_clamp={self.kl_clamp} must be > 0")
         if self.token_sum_norm <= 0.0:
             raise ValueError(f"token_sum_norm={self.token_sum_norm} must be > 0 (e.g. the max response length)")
-        from rlvmr_nb.settings import require_non_negative
 
         # A negative KL weight rewards drifting away from the reference; a negative entropy weight penalises
         # exploration; NaN/inf poison every gradient. All three are mistakes, never settings.

@@ -23,6 +23,7 @@ from typing import Sequence
 
 import numpy as np
 import torch
+import torch.distributed as torch_dist
 
 MISMATCH_METRICS: tuple[str, ...] = ("sampler_logprob_abs_diff", "sampler_ratio_max")
 """The per-iteration columns (also in `runs.logs.METRIC_COLUMNS`)."""
@@ -54,7 +55,6 @@ def sampler_mismatch(samples: Sequence, world_size: int = 1) -> dict[str, float]
     mine = (float(np.abs(log_ratio).sum()), int(log_ratio.size), float(log_ratio.max()) if log_ratio.size else -np.inf)
     parts = [mine]
     if world_size > 1:  # objects, not tensors: works on gloo and NCCL alike
-        import torch.distributed as torch_dist
 
         parts = [None] * world_size
         torch_dist.all_gather_object(parts, mine)

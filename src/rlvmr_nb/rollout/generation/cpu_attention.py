@@ -22,6 +22,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from rlvmr_nb.rollout.generation import shared_prefix
 
 ATTENTION_NAME = "rlvmr_sdpa_packed_gqa"
 
@@ -38,9 +43,6 @@ def packed_gqa_sdpa_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers attention-interface function. query [B, H, q, D], key/value [B, Hkv, k, D];
     returns [B, q, H, D]."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-    from rlvmr_nb.rollout.generation import shared_prefix
 
     prefix = shared_prefix.active_prefix(module)
     if prefix is not None:  # key/value hold only the rows' part: the prefix must be attended separately
@@ -71,9 +73,6 @@ def register() -> str:
     Returns the implementation name to pass to ``set_attn_implementation``."""
     global _registered
     if not _registered:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
-
         AttentionInterface.register(ATTENTION_NAME, packed_gqa_sdpa_forward)
         AttentionMaskInterface.register(ATTENTION_NAME, sdpa_mask)
         _registered = True

@@ -37,6 +37,14 @@ from __future__ import annotations
 from typing import Any, Callable, Sequence
 
 import torch
+from transformers import (
+    DynamicCache,
+    StaticCache,
+    SuppressTokensLogitsProcessor,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from rlvmr_nb.devices import upcast
 
@@ -119,13 +127,6 @@ def _set_cache_length(cache: Any, length: int) -> None:
 def _follows_rows(processor: Any) -> bool:
     """Whether decoding may drop rows under `processor`: it follows them (`keep_rows`), or it is one of transformers'
     processors whose output row depends on that row's scores alone (nothing kept between calls)."""
-    from transformers import (
-        SuppressTokensLogitsProcessor,
-        TemperatureLogitsWarper,
-        TopKLogitsWarper,
-        TopPLogitsWarper,
-    )
-
     return callable(getattr(processor, "keep_rows", None)) or isinstance(
         processor, (TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper, SuppressTokensLogitsProcessor))
 
@@ -141,8 +142,6 @@ def _prefill(model: Any, input_ids: torch.Tensor, real: torch.Tensor, length: in
     only, not over the empty new-token columns) whose keys and values are then copied into the static cache's rows;
     pad columns stay zero there and the decode mask never shows them. Pad query rows see only themselves, as in one
     dense prefill, so no softmax row is empty."""
-    from transformers import DynamicCache, StaticCache
-
     batch, width = input_ids.shape
     device = input_ids.device
     first_real = torch.where(real.any(-1), real.int().argmax(-1), width)  # a row's first real column

@@ -30,9 +30,10 @@ from typing import Any, NamedTuple
 import torch
 from torch.autograd.function import once_differentiable
 
+from rlvmr_nb.devices import accumulation_dtype
 from rlvmr_nb.update.kernels.token_terms import ChunkedTokenTerms, aggregation_weights
 from rlvmr_nb.update.kernels.torch_ops import TorchChunkOps, accumulate_low_precision, low_precision_gemm
-from rlvmr_nb.devices import accumulation_dtype
+from rlvmr_nb.update.kernels.triton_grpo import TritonChunkOps, triton_usable_on
 from rlvmr_nb.update.reference_loss import LossConfig, token_metrics
 
 STRATEGIES: tuple[str, ...] = ("forward_grad", "recompute")
@@ -65,7 +66,6 @@ def make_chunk_ops(backend: str, device: torch.device, max_rows: int, vocab: int
     acc_dtype = accumulation_dtype(matmul_dtype)
     if backend == "torch" or (backend == "auto" and device.type != "cuda"):
         return TorchChunkOps(max_rows, vocab, matmul_dtype, acc_dtype, device)
-    from rlvmr_nb.update.kernels.triton_grpo import TritonChunkOps, triton_usable_on
 
     if triton_usable_on(device, matmul_dtype):
         return TritonChunkOps(max_rows, vocab, matmul_dtype, acc_dtype, device)
