@@ -157,3 +157,42 @@ def test_the_refused_penalty_moves_grpo_and_rlvmr_advantages_alike():
             assert adv[0] < adv[1], (algo, name, adv)
             flat = [s.advantage for s in score_episodes(group(), MethodConfig(algo=algo, preset=name)).steps]
             assert flat[0] == pytest.approx(flat[1])  # official: a refused command costs nothing
+
+
+def test_a_reflection_that_lands_on_a_repeat_or_a_refusal_pays_only_officially():
+    """After a refused command the reflection changes action: officially that pays whatever the new action is; with
+    `reflection_new_action_only` it pays only a command the world accepts and the episode has not accepted before."""
+    ep = episode([step(0, "explore", "go to hall"), step(1, "monitor", "go to attic", admissible=False),
+                  step(2, "reflection", "go to hall"),                      # back to a room already entered: repeat
+                  step(3, "monitor", "open safe", admissible=False),
+                  step(4, "reflection", "go to cellar", admissible=False),  # changed, but refused
+                  step(5, "monitor", "take gem", admissible=False),
+                  step(6, "reflection", "go to study")], won=False)        # changed, accepted, new: a recovery
+    assert [r.mr_reward for r in meta_reasoning_rewards(ep)] == [1.0, 0, 1.0, 0, 1.0, 0, 1.0]
+    strict = RewardDeviations(reflection_new_action_only=True)
+    assert [r.mr_reward for r in meta_reasoning_rewards(ep, deviations=strict)] == [1.0, 0, 0.0, 0, 0.0, 0, 1.0]
+    # only an ACCEPTED earlier command makes a repeat: a refused "go to attic" may be reissued once it is accepted
+    retry = episode([step(0, "monitor", "go to attic", admissible=False),
+                     step(1, "reflection", "go to attic")], won=False)
+    assert meta_reasoning_rewards(retry, deviations=strict)[1].mr_reward == 0.0  # unchanged: unpaid by either rule
+    retry2 = episode([step(0, "explore", "go to attic", admissible=False),
+                      step(1, "monitor", "open box", admissible=False), step(2, "reflection", "go to attic")], won=False)
+    assert meta_reasoning_rewards(retry2, deviations=strict)[2].mr_reward == 1.0
+
+
+def test_monitor_novelty_scores_monitor_steps_like_explore_in_their_own_group():
+    ep = episode([step(0, "explore", "go to hall"), step(1, "monitor", "go to study"),
+                  step(2, "monitor", "go to hall"),                         # repeat of step 0's accepted command
+                  step(3, "monitor", "go to attic", admissible=False),      # refused
+                  step(4, "monitor", "go to attic")], won=False)           # first ACCEPTED attic: new
+    official = meta_reasoning_rewards(ep)
+    assert [(r.tag_class, r.mr_reward) for r in official[1:]] == [("none", 0.0)] * 4
+    rules = RewardDeviations(monitor_novelty=True)
+    scored = meta_reasoning_rewards(ep, RewardConfig(exploration_reward=0.7), deviations=rules)
+    assert [(r.tag_class, r.mr_reward) for r in scored] == [("explore", 0.7), ("monitor", 0.7), ("monitor", 0.0),
+                                                            ("monitor", 0.0), ("monitor", 0.7)]
+    # the monitor group gets its own advantages: the repeat sits below the new command within the group
+    adv = [s.advantage for s in score_episodes([ep], MethodConfig(deviations=rules)).steps]
+    assert adv[2] < adv[1] and adv[3] < adv[4]
+    with pytest.raises(ValueError, match="monitor_novelty"):
+        MethodConfig(reward=RewardConfig(monitor_reward=0.5), deviations=rules)

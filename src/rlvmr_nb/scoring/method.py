@@ -84,6 +84,8 @@ class MethodConfig:
     def __post_init__(self) -> None:
         require_choice(self, "algo", ALGORITHMS)
         require_choice(self, "preset", PRESETS)
+        if self.deviations.monitor_novelty and self.reward.monitor_reward > 0:
+            raise ValueError("monitor_novelty and monitor_reward are two rules for the <monitor> reward: set one")
         # One way to write a method: a shape field equal to the preset's is the preset's (a config.json written
         # with every field spelled out reads back as the same method, and resumes as one).
         shape = PRESETS[self.preset].advantage

@@ -7,7 +7,8 @@ Per step, in the official order (docs/method.md, 'Meta-reasoning rewards'):
 
 1. an invalid step gets tag class ``none`` and no MR reward;
 2. otherwise the class is picked by substring precedence planning > explore > reflection;
-   a ``<monitor>`` step is class ``none`` (no reward, no group) unless a monitor reward is enabled;
+   a ``<monitor>`` step is class ``none`` (no reward, no group) unless a monitor reward or the monitor novelty
+   rule (`RewardDeviations.monitor_novelty`) is enabled;
 3. planning pays iff the episode succeeded; explore pays iff no earlier *valid* step issued the same
    action list; reflection pays iff the previous step failed (malformed or non-admissible; at t = 0
    it counts as failed) and the action list changed.
@@ -77,6 +78,18 @@ class RewardDeviations:
     reflection_at_start: bool = True
     """Official (True): at t = 0 the "previous step" counts as failed, so a first-step <reflection> always pays.
     False: a reflection pays only after a real failed step."""
+    reflection_new_action_only: bool = False
+    """When True, a <reflection> pays only when its changed command was accepted and no earlier accepted step of
+    the episode issued it: a recovery that lands on a repeat is no recovery. Official (False): any change of action
+    after a failed step pays, so a reflection that returns to a room already visited earns ~1.0 while the lab's
+    avoidable-repetition endpoint counts the same step against the agent (docs/lab.md, 'Deviations from the
+    paper'). "Repeat" is the endpoint's (`lab.endpoints`): the same command accepted at an earlier step."""
+    monitor_novelty: bool = False
+    """When True, a valid <monitor> step is scored by the explore rule in its own advantage group: it earns
+    `RewardConfig.exploration_reward` when the world accepted its command and no earlier accepted step issued it,
+    0 for a repeat or a refused command. Official (False): <monitor> is unrewarded and joins no group (unless
+    `RewardConfig.monitor_reward` is set), so a policy can route its repeats through <monitor> and meet no
+    meta-reasoning signal against them (docs/lab.md, 'Deviations from the paper'). It replaces `monitor_reward`'s rule: a method sets one or the other."""
 
     def __post_init__(self) -> None:
         require_non_negative(self, ["refused_penalty"])
@@ -120,6 +133,12 @@ def meta_reasoning_rewards(episode: Episode, config: RewardConfig = RewardConfig
     R = outcome_reward(episode, config)
     action_lists = [extract_action_list(s.output, config.official_regex_bug) for s in episode.steps]
     accepted_only = deviations.meta_rewards_admissible_only
+
+    def accepted_before(t: int) -> bool:
+        """Whether an earlier accepted (well-formed, admissible) step issued step t's command: the endpoint's repeat."""
+        return any(action_lists[j] == action_lists[t] and episode.steps[j].valid and episode.steps[j].admissible
+                   for j in range(t))
+
     out: list[StepReward] = []
     for t, step in enumerate(episode.steps):
         group, reward = "none", 0.0
@@ -140,7 +159,12 @@ def meta_reasoning_rewards(episode: Episode, config: RewardConfig = RewardConfig
                 else:
                     prev = episode.steps[t - 1]
                     corrective = not (prev.valid and prev.admissible) and action_lists[t] != action_lists[t - 1]
+                if deviations.reflection_new_action_only and (not step.admissible or accepted_before(t)):
+                    corrective = False
                 group, reward = "reflection", config.reflection_reward if corrective and not unverified else 0.0
+            elif written == "monitor" and deviations.monitor_novelty:
+                novel = step.admissible and not accepted_before(t)
+                group, reward = "monitor", config.exploration_reward if novel else 0.0
             elif written == "monitor" and config.monitor_reward > 0:
                 group, reward = "monitor", config.monitor_reward if step.admissible else 0.0
         penalty = 0.0 if step.valid else config.format_penalty
