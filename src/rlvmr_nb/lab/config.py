@@ -100,6 +100,18 @@ class LabConfig:
     configuration's `eval_episodes`, from a pilot, stated before the run. The results record
     `lab.paired.l0_seed_power` on it: the chance that both arms pass the non-inferiority condition when they truly
     equal the cold start, at the seeds run (`benchmarks/lab_play_noise.py` derives the SD for any number of plays)."""
+    reference_checkpoint: str | None = None
+    """A saved policy folder fixed before any cold-start choice (e.g. a demonstrations-only cold start), the
+    fairness gate's reference (`lab.reference`). Set (with `reference_sha256`): the check becomes
+    `lab.reference.reference_gate`, each arm non-inferior at `fairness_l0_margin` to the better of the reference and its
+    own cold start on all L0 test layouts, and every arm must learn its held-in layouts. None: the check each earlier
+    configuration was pre-registered with (`lab.paired.fairness_check`)."""
+    reference_sha256: str | None = None
+    """SHA-256 of the reference folder's files (`lab.reference.checkpoint_sha256`), stated with the configuration:
+    a reference whose files hash otherwise is refused."""
+    reference_plays: int = 16
+    """Plays of every L0 test layout by the reference, once per hash and settings (cached): 60 layouts × 16 plays
+    put its success's SE near 1.5 pp, small beside the −5 pp margin."""
     heldin_tasks: int = 6
     """Training layouts (the first of `train_pool`) every policy plays at evaluation, with the same sampling seed
     before (cold start) and after training: the paired fairness check (`lab.paired.fairness_check`)."""
@@ -121,7 +133,11 @@ class LabConfig:
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "train_pool", "eval_tasks", "heldin_tasks",
                                 "heldin_episodes", "bootstrap", "workers"])
-        require_positive(self, ["eval_episodes"])
+        require_positive(self, ["eval_episodes", "reference_plays"])
+        if (self.reference_checkpoint is None) != (self.reference_sha256 is None):
+            raise ValueError("reference_checkpoint and reference_sha256 go together: a reference is pinned by its hash")
+        if self.reference_checkpoint is not None and self.fairness_l0_margin is None:
+            raise ValueError("the reference gate is a non-inferiority condition: set fairness_l0_margin (e.g. -0.05)")
         if self.power_pilot_l0_sd is not None and not self.power_pilot_l0_sd > 0:
             raise ValueError(f"power_pilot_l0_sd must be a positive SD, got {self.power_pilot_l0_sd}")
         if self.power_pilot_l0_sd is not None and self.fairness_l0_margin is None:

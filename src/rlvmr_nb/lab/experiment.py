@@ -31,7 +31,8 @@ from ..evaluate import EvalConfig
 from ..rollout.generation import EngineConfig
 from ..train_config import TrainConfig
 from .config import LabConfig
-from .layout import COLDSTART_ARM, HELDIN, arm_label, coldstart_dir, eval_path  # noqa: F401  (re-exported)
+from .layout import (COLDSTART_ARM, HELDIN, REFERENCE_LEVEL, REFERENCE_SEED, arm_label, coldstart_dir,  # noqa: F401
+                     eval_path)  # (re-exported)
 
 
 def _cpu_seconds() -> float:
@@ -315,6 +316,26 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
     return [eval_path(out, arm, seed, level) for level in levels]
 
 
+def play_reference(config: LabConfig, folder: Path) -> list:
+    """Every L0 test layout played `config.reference_plays` times by the policy in `folder` (`lab.reference`): the
+    lab's evaluation settings at `REFERENCE_SEED`'s sampling seeds, the whole split rather than a seed's subset."""
+    from dataclasses import replace
+
+    from ..evaluate import eval_tasks as eval_task_list
+    from ..evaluate import evaluate_policy
+    from ..runs import load_policy
+
+    cfg = replace(eval_config(config, REFERENCE_LEVEL, REFERENCE_SEED), max_tasks=None)
+    tasks = eval_task_list(cfg)
+    cfg = replace(cfg, batch_tasks=len(tasks), engine=replace(cfg.engine, generation_batch_size=len(tasks)))
+    model, tokenizer, _ = load_policy(str(folder))
+    episodes: list = []
+    for play in range(config.reference_plays):
+        episodes += evaluate_policy(model, tokenizer, replace(cfg, seed=play_sampling_seed(REFERENCE_SEED, play)),
+                                    tasks=tasks, progress=False)[0]
+    return episodes
+
+
 def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
            temperature: float | None = None, sampling_seed: int | None = None) -> dict[str, list]:
     """The cold start and GRPO's final checkpoint of one seed of a finished run, each playing `tasks` with that
@@ -419,6 +440,12 @@ def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress:
     with timer.stage("coldstart"):
         sft_dir = run_coldstart(config, out, progress)
     log(f"cold start: {sft_dir}")
+    if config.reference_checkpoint is not None:  # the pinned reference, played once per hash (cached)
+        from .reference import reference_result
+
+        with timer.stage("reference"):
+            reference = reference_result(config, out, play_reference)
+        log(f"reference {reference['sha256'][:12]}: {100 * reference['success']:.1f} % on unseen L0")
     with timer.stage("seeds"):
         seed_stages = run_seeds(config, out, log)
     timing = {**timer.stages, **seed_stages}

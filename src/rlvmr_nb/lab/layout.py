@@ -27,3 +27,10 @@ def eval_path(out: str | os.PathLike, arm: str, seed: int, level: str) -> Path:
 
 HELDIN = "heldin"
 """The evaluation 'level' of the fixed held-in training layouts (`LabConfig.heldin_tasks`)."""
+
+
+REFERENCE_SEED = 999
+"""The lab seed whose sampling seeds the fairness gate's reference plays with (`experiment.play_reference`); no
+configuration runs it, so the reference's episodes never share sampling seeds with an arm's."""
+REFERENCE_LEVEL = "L0"
+"""The level the reference plays (`lab.reference`): the one the fairness gate's condition is about."""

@@ -122,6 +122,24 @@ def _seeds_needed(count: Mapping[str, Any], what: str) -> str:
     return text
 
 
+def reference_gate_lines(fair: Mapping[str, Any]) -> list[str]:
+    """The reference gate (`reference.reference_gate`) as Markdown lines: the verdict, the pinned reference, each arm's
+    held-in rise and its unseen-L0 success against the better of the reference and the cold start."""
+    ref = fair["reference"]
+    lines = [f"**Fairness check (reference gate): {fair['verdict']}.**",
+             f"* Reference `{ref['sha256'][:12]}`: {100 * ref['success']:.1f} % on {ref['layouts']} L0 layouts × "
+             f"{ref['plays']} plays; the arms played {fair['layouts']} of {fair['required_layouts']} layouts"]
+    for arm, h in fair["heldin"].items():
+        lines.append(f"* {arm} on the {h['tasks']} held-in layouts: {100 * h['before']:.1f} % → {100 * h['after']:.1f} "
+                     f"%, rise {_pp(h['rise'])} pp [{_pp(h['lo'])}, {_pp(h['hi'])}]: "
+                     f"{'passes' if h['passes'] else 'FAILS'}")
+    for arm, r in fair["l0_vs_bar"].items():
+        interval = f" {_bounds(r['interval'])}" if r.get("interval") else ""
+        lines.append(f"* {arm} − max(reference, cold start), unseen L0 success: {_pp(r['difference'])} pp{interval} "
+                     f"({r['rule']}): {'passes' if r['passes'] else 'FAILS'}")
+    return lines
+
+
 def preregistered_markdown(summary: Mapping[str, Any]) -> str:
     """The pre-registered analysis (`stats.preregistered`) as Markdown: the fairness check first (its verdict
     decides whether the comparison means anything), then the primary endpoint (the exact sign-flip test its verdict
@@ -130,7 +148,9 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
     pre = summary.get("preregistered") or {}
     lines = []
     fair = pre.get("fairness")
-    if fair:
+    if fair and fair.get("rule") == "reference gate":
+        lines += reference_gate_lines(fair)
+    elif fair:
         h = fair["grpo_heldin"]
         lines.append(f"**Fairness check: {fair['verdict']}.**")
         lines.append(f"* GRPO on the {h['tasks']} held-in training layouts (same tasks and sampling seeds before and "

@@ -200,7 +200,9 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
         result["l0_seed_count"] = {**paired.l0_seed_power(config.power_pilot_l0_sd, len(seeds),
                                                           config.fairness_l0_margin, arms=len(config.algos)),
                                    "basis": "pilot"}
-    if "grpo" in config.algos:
+    if config.reference_checkpoint is not None and "L0" in config.levels:
+        result["fairness"] = reference_fairness(config, out, eps)
+    elif "grpo" in config.algos:
         result["fairness"] = paired.fairness_check(
             eps[(COLDSTART_ARM, HELDIN)], eps[("grpo", HELDIN)], eps[(COLDSTART_ARM, "L0")] if "L0" in config.levels
             else [], {arm_label(a): eps[(a, "L0")] for a in config.algos} if "L0" in config.levels else {},
@@ -231,6 +233,26 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
     if "t" in tests["primary"]:  # the secondaries are read only when the primary was measured
         result["secondaries"] = tests["secondaries"]
     return result
+
+
+def reference_fairness(config: LabConfig, out: str | os.PathLike,
+                       eps: Mapping[tuple[str, str], Sequence[Sequence[Episode]]]) -> dict[str, Any]:
+    """The fairness gate of a configuration with a pinned reference (`reference.reference_gate`) from a run folder's
+    evaluation episodes (`eps`, {(arm, level): one list per seed}) and its reference record (`lab.reference`): every
+    arm's held-in rise, every arm's unseen-L0 success against max(reference, cold start), and the L0 layouts the arms
+    played (the fewest any arm played in any seed) against the level's whole test split."""
+    from ..envs.lab_world import level_tasks
+    from . import paired, reference
+
+    record = json.loads((Path(out) / "reference_L0.json").read_text())
+    heldin = {arm_label(a): paired.heldin_rise(eps[(COLDSTART_ARM, HELDIN)], eps[(a, HELDIN)],
+                                               bootstrap=config.bootstrap) for a in config.algos}
+    l0 = {arm_label(a): [paired.seed_endpoint(x, "success") for x in eps[(a, "L0")]] for a in config.algos}
+    layouts = min(len({ep.task_id for ep in x}) for a in config.algos for x in eps[(a, "L0")])
+    coldstart = [paired.seed_endpoint(x, "success") for x in eps[(COLDSTART_ARM, "L0")]]
+    gate = reference.reference_gate(heldin, l0, coldstart, record["success"], layouts, len(level_tasks("test", "L0")),
+                                    margin=config.fairness_l0_margin, bootstrap=config.bootstrap)
+    return {**gate, "reference": {k: record[k] for k in ("sha256", "plays", "layouts", "episodes", "success")}}
 
 
 def lab_summary(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | None = None) -> dict[str, Any]:
