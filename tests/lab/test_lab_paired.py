@@ -396,3 +396,31 @@ def test_l0_seed_power_names_the_smallest_seed_count_that_reaches_the_target():
     assert not paired.l0_seed_power(0.0231, 3, -0.05)["meets"]  # 3 seeds: t(2) makes the interval too wide
     # a wider per-seed SD asks for more seeds (1 play per task instead of 8: 6.5 pp in the recorded run)
     assert paired.l0_seed_power(0.065, 5, -0.05)["seeds"] > n
+
+
+def test_a_small_pilot_plans_on_its_sd_upper_bound():
+    """The recorded run's pilot: 3.44 pp over 3 seeds asked 6 seeds of the one-sided t and 19 from its 80 % upper
+    bound (docs/lab.md, 'Re-analysis'); a 3-seed pilot is judged on the bound, a 6-seed one on its SD, a pilot of
+    unstated size on the SD as the earlier configurations were."""
+    small = paired.seeds_for_power(0.05, 0.0344, pilot_seeds=3)
+    planned = paired.planned_seed_count(small, 6)
+    assert (planned["basis"], planned["planned"], planned["meets"]) == ("pilot SD upper bound", 19, False)
+    assert small["seeds"] == 6  # what the run was planned on before
+    enough = paired.planned_seed_count(paired.seeds_for_power(0.05, 0.0344, pilot_seeds=6), 6)
+    assert (enough["basis"], enough["planned"], enough["meets"]) == ("pilot SD", 6, True)
+    unstated = paired.planned_seed_count(paired.seeds_for_power(0.05, 0.0344), 6)
+    assert (unstated["basis"], unstated["planned"], unstated["meets"]) == ("pilot SD, seeds not stated", 6, True)
+
+
+def test_holm_on_the_recorded_runs_secondaries():
+    """Today's numbers (docs/lab.md, 'Re-analysis'): the recorded run's two secondaries at exact p = 1/64 with four
+    secondaries in the family adjust to 4/64 = 0.0625 (Holm: the smallest p times 4, the next the larger of that
+    and itself times 3), which is above 2.5 %: inconclusive after Holm."""
+    adjusted = paired.holm({"invalid L0+L1": 1 / 64, "success L1 (b)": 1 / 64, "success L0": 0.5,
+                            "repetitive L2": 0.75})
+    assert adjusted["invalid L0+L1"] == pytest.approx(0.0625) and adjusted["success L1 (b)"] == pytest.approx(0.0625)
+    assert adjusted["success L0"] == pytest.approx(1.0) and adjusted["repetitive L2"] == pytest.approx(1.0)
+    decided = paired.holm_verdicts({"invalid L0+L1": "supported", "success L1 (b)": "supported"},
+                                   {"invalid L0+L1": 1 / 64, "success L1 (b)": 1 / 64, "success L0": 0.5,
+                                    "repetitive L2": 0.75})
+    assert decided["invalid L0+L1"]["verdict"] == "inconclusive after Holm (unadjusted: supported)"

@@ -95,6 +95,11 @@ class LabConfig:
     before the run. The results record `lab.paired.seeds_for_power` on it at `stats.PRIMARY_EFFECT` beside the seeds
     actually run, so the file carries the power calculation the seed count rests on (docs/lab.md, 'Seeds'). None:
     no pilot stated; the results still give the count this run's own SD would ask for."""
+    power_pilot_seeds: int | None = None
+    """How many seeds `power_pilot_sd` came from, stated with it. Given, the results add the seed counts from the SD's
+    80 % upper confidence bound, and the run is judged on the SD's own count only when the pilot had at least
+    `lab.paired.MIN_PILOT_SEEDS` (5) seeds, on the upper bound's otherwise (`lab.paired.planned_seed_count`): an SD
+    from 3 seeds may be half the true one. None (the earlier configurations): judged on the SD as stated."""
     power_pilot_l0_sd: float | None = None
     """With `fairness_l0_margin` set: the per-seed SD of an arm's L0 difference from the cold start at this
     configuration's `eval_episodes`, from a pilot, stated before the run. The results record
@@ -134,6 +139,9 @@ class LabConfig:
                                 "sft_batch_size", "format_check_tasks", "train_pool", "eval_tasks", "heldin_tasks",
                                 "heldin_episodes", "bootstrap", "workers"])
         require_positive(self, ["eval_episodes", "reference_plays"])
+        if self.power_pilot_seeds is not None and (self.power_pilot_sd is None or self.power_pilot_seeds < 2):
+            raise ValueError(f"power_pilot_seeds states how many seeds (>= 2) power_pilot_sd came from: set both, "
+                             f"got {self.power_pilot_seeds} seeds, SD {self.power_pilot_sd}")
         if (self.reference_checkpoint is None) != (self.reference_sha256 is None):
             raise ValueError("reference_checkpoint and reference_sha256 go together: a reference is pinned by its hash")
         if self.reference_checkpoint is not None and self.fairness_l0_margin is None:

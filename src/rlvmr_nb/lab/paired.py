@@ -295,6 +295,23 @@ def seeds_for_power(effect: float, sd: float, target: float = 0.8, alpha: float 
     return out
 
 
+def planned_seed_count(needed: Mapping[str, Any], seeds_run: int) -> dict[str, Any]:
+    """Which of `seeds_for_power`'s counts a run is judged on, and whether `seeds_run` meets it. A pilot of at least
+    `MIN_PILOT_SEEDS` seeds plans on its SD (`basis` 'pilot SD'); a smaller one on its upper confidence bound
+    ('pilot SD upper bound': its SD is too uncertain to plan with); a pilot whose seed count was not stated on its SD,
+    as the earlier configurations did ('pilot SD, seeds not stated')."""
+    if "pilot_seeds" not in needed:
+        basis, t_key, flip_key = "pilot SD, seeds not stated", "seeds", "seeds_sign_flip"
+    elif needed["pilot_too_small"]:
+        basis, t_key, flip_key = "pilot SD upper bound", "seeds_upper", "seeds_sign_flip_upper"
+    else:
+        basis, t_key, flip_key = "pilot SD", "seeds", "seeds_sign_flip"
+    planned, planned_flip = needed[t_key], needed[flip_key]
+    return {"basis": basis, "planned": planned, "planned_sign_flip": planned_flip, "seeds_run": seeds_run,
+            "meets": planned is not None and seeds_run >= planned,
+            "meets_sign_flip": planned_flip is not None and seeds_run >= planned_flip}
+
+
 # ----- per-episode endpoints --------------------------------------------------------------------------
 
 

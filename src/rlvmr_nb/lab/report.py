@@ -167,7 +167,8 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
     count = pre.get("seed_count")
     if count:
         needed = _seeds_needed(count, "the pilot SD of the per-seed primary difference")
-        lines.append(f"Seeds, stated before the run: {needed}; this run has {count['seeds_run']}"
+        lines.append(f"Seeds, stated before the run: {needed}; planned on the {count['basis']}: "
+                     f"{count.get('planned', count['seeds']) or 'more than 60'}; this run has {count['seeds_run']}"
                      f"{'' if count['meets'] else ' (TOO FEW)'}"
                      f"{'' if count.get('meets_sign_flip', True) else ' (too few for the exact test)'}.")
     l0_count = pre.get("l0_seed_count")

@@ -171,8 +171,9 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
     endpoint, the Holm-adjusted secondaries, (b) as non-inferiority (`endpoint_tests`), the descriptive splits, and
     the seeds the primary needs for 80 % power at `PRIMARY_EFFECT`: from the pilot SD the configuration states
     (`seed_count`) and with this run's SD as the pilot (`primary.power`). `pilot_seeds`: how many seeds the
-    configuration's pilot SD came from (the configuration does not say); given, `seed_count` adds the seeds its
-    upper confidence bound asks for (`paired.seeds_for_power`)."""
+    configuration's pilot SD came from where the configuration does not say (`LabConfig.power_pilot_seeds`); with
+    either, `seed_count` adds the seeds its upper confidence bound asks for, and a pilot of fewer than
+    `paired.MIN_PILOT_SEEDS` seeds is judged on that bound (`paired.planned_seed_count`)."""
     from . import paired
 
     seeds = config.seeds
@@ -191,11 +192,9 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
                               "tests": "exact sign-flip over seeds, one-sided at alpha in the pre-registered direction "
                                        "(verdicts); paired t and bootstrap beside it"}
     if config.power_pilot_sd is not None:  # the seed count stated before the run, from its pilot
+        pilot_seeds = config.power_pilot_seeds if pilot_seeds is None else pilot_seeds
         needed = paired.seeds_for_power(PRIMARY_EFFECT, config.power_pilot_sd, pilot_seeds=pilot_seeds)
-        result["seed_count"] = {**needed, "basis": "pilot", "seeds_run": len(seeds),
-                                "meets": needed["seeds"] is not None and len(seeds) >= needed["seeds"],
-                                "meets_sign_flip": needed["seeds_sign_flip"] is not None
-                                and len(seeds) >= needed["seeds_sign_flip"]}
+        result["seed_count"] = {**needed, **paired.planned_seed_count(needed, len(seeds))}
     if config.power_pilot_l0_sd is not None:  # the L0 condition's power at the seeds run, stated before the run
         result["l0_seed_count"] = {**paired.l0_seed_power(config.power_pilot_l0_sd, len(seeds),
                                                           config.fairness_l0_margin, arms=len(config.algos)),
