@@ -31,7 +31,8 @@
 #   DAgger rounds in which the expert labels the states the policy itself reached (a lab deviation, docs/lab.md);
 # * **two arms from that checkpoint, equal budget, several seeds**: GRPO (outcome advantage only,
 #   the paper's "w/o A^MC" from the cold start: same prompt and tags) and RLVMR (GRPO-MR, the same
-#   code as every other run of this package, `docs/method.md`, 'Advantages');
+#   code as every other run of this package, `docs/method.md`, 'Advantages'); a configuration may add GiGPO
+#   (anchor-state step advantages, paper Table 1) as a third arm from the same checkpoint (the CI one does);
 # * **evaluation** on L0/L1/L2 with 95 % intervals (two-stage bootstrap over seeds and episodes).
 #
 # **What you learn.** How to test a claim about RL for agents with a controlled experiment: one cold
@@ -96,7 +97,7 @@ from IPython.display import HTML, Image, Markdown, display
 
 from rlvmr_nb.envs.lab_world import describe_task, level_tasks
 from rlvmr_nb.lab import load_lab_config, run_coldstart, run_seeds
-from rlvmr_nb.lab.experiment import StageTimer
+from rlvmr_nb.lab.experiment import StageTimer, run_reference
 from rlvmr_nb.lab.report import fairness_markdown, preregistered_markdown, results_markdown, write_lab_report
 from rlvmr_nb.lab.stats import lab_summary
 from rlvmr_nb.models import describe_model, load_model
@@ -178,6 +179,9 @@ Image(filename=str(demo.figure))
 # checkpoint itself.
 
 # %%
+if config.reference_checkpoint is not None:  # a pinned reference policy is played once (docs/lab.md)
+    with timer.stage("reference"):
+        run_reference(config, out)
 timing = dict(timer.stages)
 # per seed: the cold start's evaluation, and each arm trained and evaluated — `config.workers` of these pieces
 # side by side (set `overrides = {"workers": 16}` above on a 16-core machine; the results do not depend on it)

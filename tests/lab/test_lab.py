@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import json
+import shutil
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +15,7 @@ pytest.importorskip("torch")
 
 from rlvmr_nb.envs.lab_world import level_tasks  # noqa: E402
 from rlvmr_nb.lab import stats  # noqa: E402
+from rlvmr_nb.lab.report import preregistered_markdown  # noqa: E402
 from rlvmr_nb.lab.policy import build_vocabulary, make_policy, make_tokenizer, world_corpus  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -203,9 +206,12 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
         training_pool(LabConfig.from_dict(dict(train_pool=401)))
     classroom = load_lab_config(ROOT / "configs" / "lab" / "classroom.json")
     assert classroom == LabConfig()  # the defaults are the classroom configuration (lab/config.py says so)
-    for name in ("ci", "classroom", "recorded", "pilot"):  # the shipped configurations train both arms alike
+    for name in ("classroom", "recorded", "pilot"):  # the shipped configurations train both arms alike
         shipped = load_lab_config(ROOT / "configs" / "lab" / f"{name}.json")
         assert set(shipped.algos) == {"grpo", "rlvmr"}
+    assert load_lab_config(ROOT / "configs" / "lab" / "ci.json").algos == ("grpo", "rlvmr", "gigpo")
+    gigpo = train_config(config, tmp_path, "gigpo", 7)  # the third arm: the same budget, its own estimator
+    assert {k for k, v in gigpo.flat().items() if v != grpo.flat()[k]} == {"algo", "out_dir"}
     pilot, recorded = (load_lab_config(ROOT / "configs" / "lab" / f"{n}.json") for n in ("pilot", "recorded"))
     assert not set(pilot.seeds) & (set(recorded.seeds) | set(classroom.seeds))  # the power pilot uses its own seeds
     # the power pilot's file still runs what its results record (it ran the classroom's settings of its day)
@@ -219,7 +225,8 @@ def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_p
 
 @pytest.mark.slow
 def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
-    """`rlvmr-nb lab`: one cold start, GRPO and RLVMR over two seeds, three levels, figures, results."""
+    """`rlvmr-nb lab`: one cold start, GRPO, RLVMR and GiGPO over two seeds, three levels, figures, results; then the
+    reference gate on the same finished run, with a pinned reference played on every L0 layout."""
     from rlvmr_nb.cli import main
     from rlvmr_nb.lab import load_lab_config
 
@@ -229,16 +236,18 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     doc = json.loads(results.read_text())
     # with 3 workers the pieces of the seeds ran side by side; each piece's stages reach the timing table
     assert {f"{stage} seed{seed}" for stage in ("eval cold start", "train grpo", "eval grpo", "train rlvmr",
-                                                "eval rlvmr") for seed in (0, 1)} <= set(doc["timing"])
+                                                "eval rlvmr", "train gigpo", "eval gigpo")
+            for seed in (0, 1)} <= set(doc["timing"])
     printed = capsys.readouterr().out
     assert '"training_rise"' in printed  # the CLI prints the training curves' rise beside the verdicts
     assert {(r["arm"], r["level"]) for r in doc["table"]} == {
-        (a, lvl) for a in ("cold start", "GRPO", "RLVMR") for lvl in ("L0", "L1", "L2")}
+        (a, lvl) for a in ("cold start", "GRPO", "RLVMR", "GiGPO") for lvl in ("L0", "L1", "L2")}
     assert {r["seed"] for r in doc["per_seed"]} == {0, 1}
     assert set(doc["hypothesis"]) == {"repetitive_lower", "unseen_success_not_lower"}
-    assert set(doc["training_rise"]) == {"GRPO", "RLVMR"}  # the training curves' rise travels with the results
+    assert set(doc["training_rise"]) == {"GRPO", "RLVMR", "GiGPO"}  # the training curves' rise travels with them
     pre = doc["preregistered"]  # the paired fairness check, the primary endpoint and the secondaries
-    assert pre["fairness"]["grpo_heldin"]["tasks"] == 3 and set(pre["fairness"]["l0_vs_coldstart"]) == {"GRPO", "RLVMR"}
+    assert pre["fairness"]["grpo_heldin"]["tasks"] == 3
+    assert set(pre["fairness"]["l0_vs_coldstart"]) == {"GRPO", "RLVMR", "GiGPO"}
     assert pre["primary"]["metric"] == "repetitive" and pre["primary"]["levels"] == ["L0", "L1"]
     assert len(pre["primary"]["differences"]) == 2 and pre["primary"]["power"]["target"] == 0.8
     # ci.json states a pilot SD of 3.44 pp: 6 seeds for 80 % power, and the file says its 2 seeds fall short
@@ -255,13 +264,31 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
         "lab_ci_metrics.png", "lab_ci_training.png", "lab_ci_hypothesis.png", "lab_ci_case_studies.html"}
     # the amended rule on the same finished run (recorded_ni's two settings): the check reads the margin and the
     # results carry the L0 power calculation; the point-estimate run above carries none
-    from dataclasses import replace
 
     amended = stats.preregistered(replace(load_lab_config(ROOT / "configs" / "lab" / "ci.json"),
                                           fairness_l0_margin=-0.05, power_pilot_l0_sd=0.0231), out)
     assert {r["rule"] for r in amended["fairness"]["l0_vs_coldstart"].values()} == {"non-inferior at -0.050"}
     assert amended["l0_seed_count"]["seeds_run"] == 2 and not amended["l0_seed_count"]["meets"]
     assert "l0_seed_count" not in pre
+    # the reference gate on the same run: a reference pinned by its hash (here a copy of this run's cold start),
+    # played once on all 60 L0 layouts; the CI arms played 2 of them, so the gate cannot call the run fair
+    from rlvmr_nb.lab.experiment import play_reference
+    from rlvmr_nb.lab.reference import checkpoint_sha256, reference_result
+
+    shutil.copytree(out / "coldstart" / "sft", tmp_path / "reference")
+    gated = replace(load_lab_config(ROOT / "configs" / "lab" / "ci.json"), fairness_l0_margin=-0.05,
+                    reference_checkpoint=str(tmp_path / "reference"),
+                    reference_sha256=checkpoint_sha256(tmp_path / "reference"), reference_plays=2)
+    record = reference_result(gated, out, play_reference)
+    assert (record["layouts"], record["episodes"], record["plays"]) == (60, 120, 2)
+    gate = stats.preregistered(gated, out)["fairness"]
+    assert gate["rule"] == "reference gate" and set(gate["heldin"]) == set(gate["l0_vs_bar"]) == {
+        "GRPO", "RLVMR", "GiGPO"}
+    assert not gate["fair_test"] and "2 of the 60" in gate["reasons"][-1]
+    cold = [r["success"] for r in sorted(doc["per_seed"], key=lambda r: r["seed"])
+            if r["arm"] == "cold start" and r["level"] == "L0"]
+    assert gate["l0_vs_bar"]["GiGPO"]["bar"] == pytest.approx([max(record["success"], c) for c in cold])
+    assert "Fairness check (reference gate)" in preregistered_markdown({"preregistered": {"fairness": gate}})
     pool = {t.task_id for t in level_tasks("train", "L0")[:3]}  # ci.json: train_pool 3
     played = {}
     for arm in ("grpo", "rlvmr"):  # both arms started from the one cold-start checkpoint, on the same layouts

@@ -64,7 +64,10 @@ class LabConfig:
     """Unseen layouts (L0 test tasks) the cold-start model plays to measure its format validity."""
     # --- RL arms (paper §3.4, App. A.2) ---------------------------------------------------------
     algos: tuple[str, ...] = ("grpo", "rlvmr")
-    """Trained from the same cold-start checkpoint with the same budget; 'gigpo' may be added."""
+    """Trained from the same cold-start checkpoint with the same budget. 'gigpo' (paper Table 1's GiGPO: GRPO plus
+    anchor-state step advantages, the same meta-think prompt) may be added as a third arm: it is compared with the
+    cold start by the fairness check and reported beside the others, while the pre-registered endpoints stay
+    RLVMR − GRPO. The CI configuration runs all three."""
     seeds: tuple[int, ...] = (0, 1)
     train_pool: int = 6
     """Training layouts the RL arms draw their tasks from: the first `train_pool` of the 400-layout training

@@ -336,6 +336,19 @@ def play_reference(config: LabConfig, folder: Path) -> list:
     return episodes
 
 
+def run_reference(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print) -> dict | None:
+    """The fairness gate's pinned reference played on all L0 layouts for this run folder (`lab.reference`; played
+    once per hash and settings, cached); None when the configuration names no reference."""
+    if config.reference_checkpoint is None:
+        return None
+    from .reference import reference_result
+
+    record = reference_result(config, out, play_reference)
+    log(f"reference {record['sha256'][:12]}: {100 * record['success']:.1f} % on {record['layouts']} unseen L0 "
+        f"layouts x {record['plays']} plays")
+    return record
+
+
 def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
            temperature: float | None = None, sampling_seed: int | None = None) -> dict[str, list]:
     """The cold start and GRPO's final checkpoint of one seed of a finished run, each playing `tasks` with that
@@ -440,12 +453,9 @@ def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress:
     with timer.stage("coldstart"):
         sft_dir = run_coldstart(config, out, progress)
     log(f"cold start: {sft_dir}")
-    if config.reference_checkpoint is not None:  # the pinned reference, played once per hash (cached)
-        from .reference import reference_result
-
+    if config.reference_checkpoint is not None:
         with timer.stage("reference"):
-            reference = reference_result(config, out, play_reference)
-        log(f"reference {reference['sha256'][:12]}: {100 * reference['success']:.1f} % on unseen L0")
+            run_reference(config, out, log)
     with timer.stage("seeds"):
         seed_stages = run_seeds(config, out, log)
     timing = {**timer.stages, **seed_stages}
