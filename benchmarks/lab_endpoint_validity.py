@@ -21,7 +21,7 @@ point-biserial correlation of each with failure over episodes; where each policy
 searching or while delivering, nothing on offer, or the useful move itself: a route step, a re-take). The
 acceptance criterion the project set: avoidable repetition <= 1 % for the expert and >= 20 % for the random policy,
 per level, within won and within failed episodes; an empty stratum (the expert never fails) is reported as empty,
-not as passing. docs/lab_endpoint.md reads the result (~3.5 min here, most of it the cold start's play).
+not as passing. docs/lab.md ('The endpoint') reads the result (~3.5 min here, most of it the cold start's play).
 
     PYTHONPATH=src python benchmarks/lab_endpoint_validity.py --out benchmarks/results/lab_endpoint_validity.json
 """
@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     print("criterion:", json.dumps(cells))
     doc = {
         "what": "avoidable repetition (rlvmr_nb.lab.endpoints) against the old repetition rate, per level, won and "
-                "failed apart: expert, random admissible policy, cold start (docs/lab_endpoint.md)",
+                "failed apart: expert, random admissible policy, cold start (docs/lab.md, 'The endpoint')",
         "horizon": LAB_HORIZON, "levels": args.levels, "tasks_per_level": 60, "random_seeds": args.random_seeds,
         "coldstart": {"config": args.config, "key": coldstart_key(config), "found": coldstart_note,
                       "sampling_seeds": args.coldstart_seeds if folder is not None else None,

@@ -289,6 +289,13 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
             if r["arm"] == "cold start" and r["level"] == "L0"]
     assert gate["l0_vs_bar"]["GiGPO"]["bar"] == pytest.approx([max(record["success"], c) for c in cold])
     assert "Fairness check (reference gate)" in preregistered_markdown({"preregistered": {"fairness": gate}})
+    # the avoidable-repetition pre-registration on the same run: its primary, wasted steps as co-primary, claim (a)
+    looping = stats.preregistered(replace(load_lab_config(ROOT / "configs" / "lab" / "ci.json"),
+                                          primary_endpoint="avoidable"), out)
+    assert looping["primary"]["metric"] == "avoidable" and looping["co_primary"]["metric"] == "wasted"
+    assert "avoidable L2" in looping["secondaries"] and "repetitive L2" not in looping["secondaries"]
+    assert looping["claim_a"] in ("supported", "refuted") or looping["claim_a"].startswith(("inconclusive", "uninf"))
+    assert "**Co-primary** (wasted steps" in preregistered_markdown({"preregistered": looping})
     pool = {t.task_id for t in level_tasks("train", "L0")[:3]}  # ci.json: train_pool 3
     played = {}
     for arm in ("grpo", "rlvmr"):  # both arms started from the one cold-start checkpoint, on the same layouts

@@ -155,3 +155,36 @@ def test_point_biserial_is_pearson_with_the_flag_as_0_or_1():
     assert endpoints.point_biserial([0.3, 0.3], [True, False]) is None
     with pytest.raises(ValueError):
         endpoints.point_biserial([0.1], [True, False])
+
+
+def test_the_looping_endpoints_are_seed_endpoints_of_the_pre_registration():
+    """`paired.seed_endpoint` averages the per-episode rates of lab.endpoints over a seed's episodes: the expert's
+    avoidable repetition is 0, a walk back into the attic dead end while the study is unvisited is avoidable."""
+    from rlvmr_nb.lab import paired
+
+    expert = scripted.play_commands("bring:s:5", lab_expert_actions("bring:s:5"))
+    looping = scripted.play_commands("bring:s:5", ["go to attic", "go to hallway", "go to attic", "look around"])
+    assert endpoints.episode_avoidable_repetition(expert) == 0.0
+    assert endpoints.episode_avoidable_repetition(looping) > 0
+    for metric, rate in (("avoidable", endpoints.episode_avoidable_repetition), ("wasted", endpoints.episode_wasted)):
+        assert paired.seed_endpoint([expert, looping], metric) == pytest.approx(
+            (rate(expert) + rate(looping)) / 2)
+    assert paired.seed_endpoint([looping], "wasted") >= paired.seed_endpoint([looping], "avoidable")
+
+
+def test_trading_loops_for_refusals_does_not_support_the_claim():
+    """Avoidable repetition lower in all six seeds but wasted steps unchanged (the loops became refused commands):
+    the primary alone would be supported (p = 1/64); with wasted steps as co-primary claim (a) is not."""
+    from rlvmr_nb.lab import paired, stats
+
+    grpo_avoidable, rlvmr_avoidable = [0.20, 0.22, 0.19, 0.21, 0.20, 0.23], [0.10, 0.12, 0.08, 0.11, 0.09, 0.12]
+    grpo_wasted, rlvmr_wasted = [0.50, 0.52, 0.49, 0.51, 0.50, 0.53], [0.51, 0.51, 0.50, 0.50, 0.51, 0.52]
+    primary = paired.paired_comparison(rlvmr_avoidable, grpo_avoidable, "lower", 0.05, bootstrap=200)
+    guard = paired.paired_comparison(rlvmr_wasted, grpo_wasted, "lower", bootstrap=200)
+    assert primary["verdict"] == "supported" and guard["verdict"] != "supported"
+    assert stats.co_primary_verdict(primary["verdict"], guard["verdict"]).startswith("inconclusive")
+    fewer = [w - d for w, d in zip(grpo_wasted, (0.08, 0.06, 0.09, 0.07, 0.08, 0.05))]  # loops gone, not refused
+    both = paired.paired_comparison(fewer, grpo_wasted, "lower", bootstrap=200)
+    assert stats.co_primary_verdict(primary["verdict"], both["verdict"]) == "supported"
+    assert stats.co_primary_verdict("refuted", "supported") == "refuted"
+    assert stats.co_primary_verdict("inconclusive", "supported") == "inconclusive"

@@ -21,10 +21,14 @@ from ..rollout.loop import RolloutConfig
 from ..runs.config import RunConfig
 from ..scoring.method import MethodConfig
 from ..scoring.rewards import RewardDeviations
-from ..settings import build_config, read_settings_file, require_positive
+from ..settings import build_config, read_settings_file, require_choice, require_positive
 from ..train_config import TrainConfig
 from ..update.config import UpdateConfig
 from ..update.loss_terms import LossConfig
+
+
+PRIMARY_ENDPOINTS = ("repetitive", "avoidable")
+"""`LabConfig.primary_endpoint`'s choices."""
 
 
 @dataclass
@@ -120,6 +124,12 @@ class LabConfig:
     reference_plays: int = 16
     """Plays of every L0 test layout by the reference, once per hash and settings (cached): 60 layouts × 16 plays
     put its success's SE near 1.5 pp, small beside the −5 pp margin."""
+    primary_endpoint: str = "repetitive"
+    """The primary endpoint's per-episode rate (`lab.paired.seed_endpoint`), RLVMR − GRPO on unseen L0 + L1.
+    'repetitive': the paper's repetitive-action rate, the endpoint every earlier configuration pre-registered.
+    'avoidable': avoidable repetition (`lab.endpoints`), with wasted steps (repeated, refused or malformed) as a
+    co-primary that must fall too, and the L2 repetition secondary on the same measure (docs/lab.md,
+    'Pre-registration: avoidable repetition')."""
     heldin_tasks: int = 6
     """Training layouts (the first of `train_pool`) every policy plays at evaluation, with the same sampling seed
     before (cold start) and after training: the paired fairness check (`lab.paired.fairness_check`)."""
@@ -142,6 +152,7 @@ class LabConfig:
                                 "sft_batch_size", "format_check_tasks", "train_pool", "eval_tasks", "heldin_tasks",
                                 "heldin_episodes", "bootstrap", "workers"])
         require_positive(self, ["eval_episodes", "reference_plays"])
+        require_choice(self, "primary_endpoint", PRIMARY_ENDPOINTS)
         if self.power_pilot_seeds is not None and (self.power_pilot_sd is None or self.power_pilot_seeds < 2):
             raise ValueError(f"power_pilot_seeds states how many seeds (>= 2) power_pilot_sd came from: set both, "
                              f"got {self.power_pilot_seeds} seeds, SD {self.power_pilot_sd}")

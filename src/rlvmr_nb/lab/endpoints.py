@@ -64,7 +64,7 @@ instead of looping; wasted steps count both, so trading one for the other does n
 Both are per-episode rates (flagged steps / steps), as the lab's primary endpoint averages them over episodes
 (docs/lab.md, 'Pre-registration'). Everything is read from the `Episode` the rollout wrote (observations, actions,
 answers, admissible lists); `benchmarks/lab_endpoint_validity.py` measures the endpoint on the expert, a random
-admissible policy and the lab's cold start (docs/lab_endpoint.md).
+admissible policy and the lab's cold start (docs/lab.md, 'The endpoint').
 """
 
 from __future__ import annotations

@@ -327,14 +327,19 @@ def episode_invalid(episode: Episode) -> float:
 
 
 def seed_endpoint(episodes: Sequence[Episode], metric: str, won: bool | None = None) -> float:
-    """One seed's value of an endpoint over its (non-aborted) episodes: 'repetitive' and 'invalid' are means of
-    per-episode rates, 'success' the share won, 'success@k' the share won within k steps. `won` keeps only won
+    """One seed's value of an endpoint over its (non-aborted) episodes: 'repetitive', 'avoidable' (avoidable
+    repetition), 'wasted' (repeated, refused or malformed steps) and 'invalid' are means of per-episode rates, 'success' the share won, 'success@k' the share won within k steps. `won` keeps only won
     (True) or failed (False) episodes; NaN when none is left."""
     kept = [ep for ep in episodes if not ep.aborted and (won is None or ep.won == won)]
     if not kept:
         return float("nan")
     if metric == "repetitive":
         return float(np.mean([episode_repetition(ep) for ep in kept]))
+    if metric in ("avoidable", "wasted"):  # the lab's looping endpoints (lab.endpoints; docs/lab.md)
+        from .endpoints import episode_avoidable_repetition, episode_wasted
+
+        rate = episode_avoidable_repetition if metric == "avoidable" else episode_wasted
+        return float(np.mean([rate(ep) for ep in kept]))
     if metric == "invalid":
         return float(np.mean([episode_invalid(ep) for ep in kept]))
     if metric == "success":

@@ -183,11 +183,17 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
     if primary and "t" in primary:
         t, flip = primary["t"], primary["sign_flip"]
         levels = "+".join(primary["levels"])
-        lines.append(f"**Primary** (per-episode repetitive-action rate, unseen {levels}, RLVMR − GRPO, paired over "
+        measure = "avoidable repetition" if primary["metric"] == "avoidable" else "repetitive-action rate"
+        lines.append(f"**Primary** (per-episode {measure}, unseen {levels}, RLVMR − GRPO, paired over "
                      f"{t['n']} seeds): {_sign_flip(flip)} → **{primary['verdict']}**. "
                      f"Beside it: {_t_beside(t, flip)}; "
                      f"paired bootstrap (descriptive, too narrow at few seeds) {_interval(primary['bootstrap'])}.")
         lines.append(f"Power: {_seeds_needed(primary['power'], 'this run as the pilot, its per-seed SD')}.")
+        co = pre.get("co_primary")
+        if co and "t" in co:
+            lines.append(f"**Co-primary** (wasted steps: repeated, refused or malformed, unseen {levels}, RLVMR − "
+                         f"GRPO): {_sign_flip(co['sign_flip'])} → {co['verdict']}. **Claim (a): {pre['claim_a']}** "
+                         f"(both must be supported).")
         for name, test in pre.get("secondaries", {}).items():
             if "t" in test:
                 holm = (f"Holm p = {test['p_holm']:.3f} / {test['p_holm_refuted']:.3f}" if "p_holm" in test

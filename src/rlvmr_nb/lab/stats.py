@@ -166,6 +166,22 @@ def endpoint_tests(primary: Mapping[str, Any], secondaries: Mapping[str, Mapping
     return {"primary": first, "secondaries": tested}
 
 
+def co_primary_verdict(primary: str, guard: str) -> str:
+    """Claim (a) under the avoidable-repetition pre-registration: avoidable repetition (primary) and wasted steps
+    (co-primary) must both be lower. Supported only when both tests are (an intersection-union test: each at `paired.ALPHA`,
+    no adjustment, since the claim needs every one), so an arm that trades loops for refused commands cannot pass;
+    refuted when the primary is; inconclusive otherwise (with the guard's verdict named when it blocked support)."""
+    from . import paired
+
+    if primary == paired.SUPPORTED and guard == paired.SUPPORTED:
+        return paired.SUPPORTED
+    if primary == paired.REFUTED:
+        return paired.REFUTED
+    if primary == paired.SUPPORTED:
+        return f"{paired.INCONCLUSIVE} (avoidable repetition supported, wasted steps {guard})"
+    return primary
+
+
 def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | None = None) -> dict[str, Any]:
     """The pre-registered analysis (`lab.paired`, docs/lab.md): the fairness check first, then the primary
     endpoint, the Holm-adjusted secondaries, (b) as non-inferiority (`endpoint_tests`), the descriptive splits, and
@@ -219,16 +235,22 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
         return result
     unseen = [lv for lv in ("L0", "L1") if lv in config.levels]
     secondaries = {}
+    looping = config.primary_endpoint  # the L2 repetition secondary reads the primary's measure
     if "L2" in config.levels:
-        secondaries["repetitive L2"] = values("repetitive", ["L2"])
+        secondaries[f"{looping} L2"] = values(looping, ["L2"])
     secondaries["invalid L0+L1"] = values("invalid", unseen)
     if "L0" in config.levels:
         secondaries["success L0"] = values("success", ["L0"])
     for level in ("L1", "L2"):
         if level in config.levels:
             secondaries[f"success {level} (b)"] = values("success", [level])
-    tests = endpoint_tests({**values("repetitive", unseen), "levels": unseen}, secondaries, config.bootstrap)
+    tests = endpoint_tests({**values(looping, unseen), "levels": unseen}, secondaries, config.bootstrap)
     result["primary"] = tests["primary"]
+    if looping == "avoidable" and "t" in tests["primary"]:  # wasted steps must fall too (docs/lab.md)
+        guard = values("wasted", unseen)
+        result["co_primary"] = {**guard, "levels": unseen,
+                                **paired.paired_comparison(guard["a"], guard["b"], "lower", bootstrap=config.bootstrap)}
+        result["claim_a"] = co_primary_verdict(tests["primary"]["verdict"], result["co_primary"]["verdict"])
     if "t" in tests["primary"]:  # the secondaries are read only when the primary was measured
         result["secondaries"] = tests["secondaries"]
     return result
