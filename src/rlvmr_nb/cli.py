@@ -198,6 +198,10 @@ def _add_eval_settings(p: argparse.ArgumentParser) -> None:
                    help="several sampling seeds on the task list of the first (e.g. --seeds 0 1 2): one results file "
                         "per seed and their aggregate at --out, with confidence intervals over tasks")
     p.add_argument("--out", default=RESULTS_PATH, help="the results file (default: %(default)s)")
+    p.add_argument("--override-run-settings", action="store_true",
+                   help="a trainer run or checkpoint is evaluated with the prompt style, stop and token budgets it "
+                        "trained with (its config.json), and an option that differs is refused; with this flag the "
+                        "option is used, with a warning, and the results file records it")
     flags = setting_flags(EvalConfig)
     add_setting_flags(p, flags, _setting_choices())
     p.set_defaults(flags=flags)
@@ -218,22 +222,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import EvalConfig, evaluate_seeds, write_seed_results
+    from .evaluate import eval_config_for, evaluate_seeds, summary_table, table_row, write_seed_results
     from .runs import load_policy
     from .runs.lock import results_lock
-    from .settings import build_config, given_settings
+    from .settings import given_settings
 
     given = given_settings(args, args.flags)
     if args.seeds:  # the task subset is the first seed's for all of them
         given["seed"] = args.seeds[0]
-    cfg = build_config(EvalConfig, given, source="options")
+    # a trainer run's prompt and budgets (its config.json); a differing option is refused before the model loads
+    cfg, from_run = eval_config_for(args.model, given, override_run=args.override_run_settings,
+                                    warn=lambda line: print(f"rlvmr-nb eval: {line}", file=sys.stderr, flush=True))
     seeds = args.seeds or [cfg.seed]
     with results_lock(args.out):
         # a damaged newest checkpoint is refused, not replaced by an older policy than the one asked for
         model, tok, described = load_policy(args.model, seed=seeds[0], fallback=False)
         runs = evaluate_seeds(model, tok, cfg, seeds)
-        path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
-    print(json.dumps({k: aggregate[k] for k in ("metrics", "metrics_ci")}, indent=2, default=float))
+        path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described,
+                                                                          "run_settings": from_run})
+    episodes = [ep for played, _ in runs.values() for ep in played]
+    print(summary_table([table_row(cfg.rollout, episodes, aggregate["metrics"], aggregate["metrics_ci"])]))
+    if from_run["from"]:
+        print(f"from the run ({from_run['from']}): " + ", ".join(f"{k} {v!r}" for k, v in from_run["taken"].items()))
     print(f"results: {path}")
     return 0
 
