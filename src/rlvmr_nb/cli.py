@@ -248,6 +248,15 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .runs.export import export_policy
+
+    path = export_policy(args.model, args.to)
+    print(f"exported {args.model} to {path} (Hugging Face format): "
+          f"AutoModelForCausalLM.from_pretrained({str(path)!r}) loads it")
+    return 0
+
+
 def _cmd_overlap(args: argparse.Namespace) -> int:
     from .envs.split_overlap import OVERLAP_MEASURES, write_overlap
     from .evaluate import provenance
@@ -350,6 +359,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if command == "eval":
         _add_eval_settings(p)
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("export", help="a trained policy (run folder or ckpt-XXXXX; LoRA merged) in Hugging Face "
+                                      "format: safetensors, config, generation config, tokenizer")
+    p.add_argument("model", help="a run folder (its newest checkpoint), a ckpt-XXXXX folder or any --model of eval")
+    p.add_argument("--to", required=True, help="a new or empty folder to write it to")
+    p.set_defaults(func=_cmd_export)
 
     p = sub.add_parser("overlap", help="measure how much of the L0 'seen' test split the training split already holds")
     p.add_argument("env", choices=sorted(OVERLAP_MEASURES))

@@ -31,6 +31,9 @@ class RunConfig:
     """Append every iteration's episodes to out_dir/episodes.jsonl."""
     progress: bool = True
     """tqdm bars."""
+    export_hf: bool = False
+    """At the end, also write the final policy in Hugging Face format to out_dir/hf (`runs.export`: safetensors,
+    config, generation config, tokenizer; LoRA merged), for ``from_pretrained``, vLLM or the Hub."""
 
     def __post_init__(self) -> None:
         require_positive(self, ["iterations", "tasks_per_iteration", "save_every", "keep_checkpoints"])
