@@ -6,7 +6,7 @@ import argparse
 import json
 import os
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
@@ -58,6 +58,39 @@ def run_command(name: str, command: Callable[[], int]) -> int:
         print(f"rlvmr-nb {name}: error: {_one_line(e)}\n(set RLVMR_DEBUG=1 to see the traceback)",
               file=sys.stderr)
         return 2
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """An argparse parser whose errors name the closest option or choice to a misspelled one (``--lrr``: did you
+    mean --lr?), and that shows a short usage line: the generated train and eval usages run to dozens of lines,
+    which buried the error under them (`--help` lists them all)."""
+
+    def error(self, message: str) -> NoReturn:
+        usage = self.format_usage()
+        if usage.count("\n") > 3:
+            usage = f"usage: {self.prog} [options]   ({self.prog} --help lists them)\n"
+        self.exit(2, f"{usage}{self.prog}: error: {message}{self._suggestion(message)}\n")
+
+    def _suggestion(self, message: str) -> str:
+        import difflib
+        import re
+
+        if message.startswith("unrecognized arguments:"):
+            known = [o for action in self._actions for o in action.option_strings]
+            asked = [word.split("=", 1)[0] for word in message.split(":", 1)[1].split() if word.startswith("-")]
+        else:
+            choice = re.search(r"invalid choice: '([^']*)'", message)
+            known = [str(c) for action in self._actions if action.choices for c in action.choices]
+            asked = [choice.group(1)] if choice else []
+        hints = [f"{word}: did you mean {' or '.join(close)}?" for word in asked
+                 if (close := difflib.get_close_matches(word, known, n=2, cutoff=0.6))]
+        return f" ({'; '.join(hints)})" if hints else ""
+
+
+def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of sub-command `name` (its own options, for naming the closest to a misspelled one)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    return sub.choices[name]
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -181,6 +214,9 @@ def _add_train_settings(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--config", default=None, metavar="FILE.json",
                    help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
+    p.add_argument("--allow-slow", action="store_true",
+                   help="start a CPU run whose estimated time exceeds a working day (runs.cost; the estimate is "
+                        "printed either way); without it such a run is refused before the model loads")
     flags = setting_flags(TrainConfig, TRAIN_FLAG_NAMES)
     add_setting_flags(p, flags, _setting_choices())
     p.set_defaults(flags=flags)
@@ -208,11 +244,15 @@ def _add_eval_settings(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from .devices import resolve_device
+    from .runs.cost import check_cpu_cost
     from .settings import given_settings
     from .train_config import train_config
     from .trainer import train
 
     cfg = train_config(args.config, given_settings(args, args.flags))
+    if resolve_device(cfg.device).type == "cpu":  # said (and a paper-sized run refused) before the model loads
+        print(f"rlvmr-nb train: {check_cpu_cost(cfg.rollout, cfg.run, args.allow_slow)}", file=sys.stderr, flush=True)
     rows = train(cfg)
     for row in rows:
         print(f"it {row['iteration']}: success {row['success']:.3f} length {row['episode_length']:.1f} "
@@ -303,7 +343,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .settings import positive_int
     from .paper.verify import REPRODUCTIONS
 
-    parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
+    parser = SuggestingParser(prog="rlvmr-nb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="parse a real tagged ALFWorld group, compute rewards/advantages, draw it")
@@ -406,12 +446,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .runs.progress import quiet_library_bars
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_library_bars()  # in a log (not a terminal) a library's bar would leave every redraw behind
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included
         from .coldstart import main as coldstart_main
 
-        return run_command("coldstart", lambda: coldstart_main(argv[1:]))
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+        return run_command("coldstart", lambda: coldstart_main(argv[1:], parser_class=SuggestingParser))
+    parser = build_parser(argv[0] if argv else None)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the sub-command's parser knows its options: it names the closest one
+        _subcommand_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     return run_command(args.command, lambda: args.func(args))  # bad settings or paths: one line, no traceback
 
 

@@ -195,7 +195,7 @@ def evaluate_policy(
     try:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(tasks), desc=f"eval {rollout.env} {rollout.level}", disable=not progress)
+        bar = tqdm(total=len(tasks), desc=f"eval {rollout.env} {rollout.level}", disable=None if progress else True)
         for i in range(0, len(tasks), config.batch_tasks):
             chunk = tasks[i : i + config.batch_tasks]
             episodes += run_rollouts(chunk, env_slots, generator, tokenizer, rollout, seed=config.seed,

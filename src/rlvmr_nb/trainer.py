@@ -37,6 +37,7 @@ from .rollout.generation import get_backend, make_rollout_generator
 from .records import Episode, append_episodes
 from .runs import MetricsLog, owns_run_folder, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
 from .runs.export import export_policy
+from .runs.progress import iteration_progress
 from .runs.run_id import HF_EXPORT
 from .runs.reporters import open_reporters
 from .scoring.metrics import summarize
@@ -114,8 +115,9 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     generator = make_rollout_generator(config.engine.rollout_backend, models.rollout_model, tokenizer,
                                        config.engine_settings)
     timings = {"engine_start_s": time.perf_counter() - t_engine}  # reported with the first iteration
-    log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start, reporters=open_reporters(
-        config.report_to, run_name=out_dir.name, config=config.to_dict()) if rank == 0 else ())
+    log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start, reporters=[*open_reporters(
+        config.report_to, run_name=out_dir.name, config=config.to_dict()), *iteration_progress(
+        run.iterations, start, run.progress)] if rank == 0 else ())
     validator = Validator.for_run(config, out_dir, validation_pool, make_env_slots, rank, world)
     rows = []
     try:

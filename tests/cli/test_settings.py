@@ -244,7 +244,7 @@ def test_precedence_defaults_then_the_config_file_then_the_flags_given(monkeypat
     settings.write_text(json.dumps({"env": "toy", "group_size": 4, "lr": 2e-6, "lora": True,
                                     "advantage": {"preset": "paper", "alpha": 0.25}}))
     assert cli.main(["train", "--config", str(settings), "--lr", "3e-6", "--no-lora", "--tasks", "2",
-                     "--kl-coef", "0", "--preset", "official_code", "--report-to", "wandb"]) == 0
+                     "--kl-coef", "0", "--preset", "official_code", "--report-to", "wandb", "--allow-slow"]) == 0
     config = seen["config"]
     assert (config.rollout.group_size, config.update.lr, config.update.lora, config.run.tasks_per_iteration) == (
         4, 3e-6, False, 2)

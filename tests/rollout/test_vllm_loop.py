@@ -97,7 +97,7 @@ def test_cli_passes_the_rollout_options(monkeypatch, tmp_path):
                         lambda path, *a, **k: (path, {"metrics": summarize([]), "metrics_ci": {}}))
     assert cli.main(["train", "--env", "toy", "--rollout-backend", "vllm", "--rollout-dtype", "float32",
                      "--vllm-gpu-memory-utilization", "0.3", "--vllm-sleep-level", "1", "--tis-cap", "2",
-                     "--no-bf16-autocast", "--out", str(tmp_path / "run")]) == 0
+                     "--no-bf16-autocast", "--allow-slow", "--out", str(tmp_path / "run")]) == 0
     cfg = seen["train"]
     f = cfg.flat()
     assert (f["rollout_backend"], f["rollout_dtype"], f["vllm_gpu_memory_utilization"], f["vllm_sleep_level"],
