@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
 from typing import Any, Callable, NoReturn
 
@@ -72,9 +74,6 @@ class SuggestingParser(argparse.ArgumentParser):
         self.exit(2, f"{usage}{self.prog}: error: {message}{self._suggestion(message)}\n")
 
     def _suggestion(self, message: str) -> str:
-        import difflib
-        import re
-
         if message.startswith("unrecognized arguments:"):
             known = [o for action in self._actions for o in action.option_strings]
             asked = [word.split("=", 1)[0] for word in message.split(":", 1)[1].split() if word.startswith("-")]
