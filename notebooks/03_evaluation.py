@@ -37,6 +37,13 @@
 # folder (the cold-start output of notebook 01) or a trainer run folder / checkpoint of notebook
 # 02. `method` says which row of the paper it should stand beside.
 #
+# A trainer run is evaluated with the settings it trained with, read from its `config.json`: the
+# prompt style (meta-think for RLVMR, think for GRPO and GiGPO), the stop policy and the token
+# budgets; its world, level and episode budget unless the parameters below name others. A parameter
+# left at `None` takes the run's value; one that differs from it is refused, unless
+# `override_run_settings = True` (then it is used, with a warning). The results files record which
+# settings came from the run (`rlvmr_nb.evaluate.eval_config_for`, the function `rlvmr-nb eval` uses).
+#
 # **What you learn.** How the paper's generalisation levels are built, what each metric counts
 # (`docs/method.md`, Evaluation and Metrics), and how to set a small model's numbers beside the
 # paper's without mistaking one for the other.
@@ -56,13 +63,14 @@
 # %% tags=["parameters"]
 model = "embedded:smollm2-135m-instruct"  # model spec, saved model folder, trainer run folder or ckpt-XXXXX folder
 method = "ReAct"  # the paper's name for this kind of policy: ReAct (base model), SFT, GRPO, GiGPO, RLVMR
-env = "alfworld"  # alfworld | scienceworld | toy
+env = None  # alfworld | scienceworld | toy (None: a run's own, else alfworld)
 levels = ["L0", "L1", "L2"]  # levels to evaluate
 max_tasks = 4  # tasks per level, a seeded subset (None: the whole split, e.g. 140 ALFWorld L0 games)
-max_steps = 8  # steps per episode (paper: 30)
-max_new_tokens = 64  # response tokens per step
-stop = "action"  # action: stop after </action> (CPU token budget) | none: EOS or max_new_tokens (official)
-prompt_style = "meta_think"  # meta_think (RLVMR tags) | think (GRPO/GiGPO) | react (zero-shot)
+max_steps = 8  # steps per episode (paper: 30; None: a run's own)
+max_new_tokens = None  # response tokens per step (None: a run's own, else 64)
+stop = None  # action: stop after </action> | none: EOS or max_new_tokens, official (None: a run's own, else action)
+prompt_style = None  # meta_think (RLVMR tags) | think (GRPO/GiGPO) | react (None: a run's own, else meta_think)
+override_run_settings = False  # True: a value above that differs from the run's is used (warned), not refused
 temperature = 0.4  # sampling temperature (official validation: 0.4)
 seeds = [0, 1, 2]  # sampling seeds; the task subset is the first seed's for all of them
 batch_tasks = 8  # episodes generated together
@@ -80,15 +88,25 @@ from rlvmr_nb.notebooks import setup_notebook
 setup_notebook()  # OMP_WAIT_POLICY before torch loads; paths from the repository root (also under JupyterLab)
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
-from rlvmr_nb.evaluate import EvalConfig, eval_generator, evaluate_seeds, write_results, write_seed_results
+from rlvmr_nb.evaluate import eval_config_for, eval_generator, evaluate_seeds, write_results, write_seed_results
 from rlvmr_nb.runs import load_policy, model_label
 
+WITHOUT_RUN = dict(max_new_tokens=64, stop="action", prompt_style="meta_think")  # a CPU budget for a policy no run made
+chosen = dict(env=env, max_tasks=max_tasks, seed=seeds[0], temperature=temperature, max_steps=max_steps,
+              max_new_tokens=max_new_tokens, prompt_style=prompt_style, batch_tasks=batch_tasks, stop=stop,
+              rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, device=device,
+              vllm_gpu_memory_utilization=vllm_gpu_memory_utilization)
+# the run's prompt and budgets where a parameter is None; a parameter that differs from the run's is refused here
+config, from_run = eval_config_for(model, {k: v for k, v in chosen.items() if v is not None},
+                                   override_run=override_run_settings, fallback=WITHOUT_RUN)
+env = config.rollout.env
 model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
 method_label = paper.display_method(method)
 run_name = f"{method_label}_{env}_{model_name}"
@@ -96,6 +114,7 @@ results_path = Path(results_dir) / run_name
 out_path = Path(out_dir)
 policy, tokenizer, policy_info = load_policy(model, seed=seeds[0])
 print(policy_info)
+print(f"from the run ({from_run['from']}): {from_run['taken']}" if from_run["from"] else "not a trainer run")
 
 # %% [markdown]
 # ## Play every level
@@ -105,16 +124,12 @@ print(policy_info)
 
 # %%
 by_level, ci_by_level, episodes_by_level = {}, {}, {}
-engine = dict(rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, device=device,
-              vllm_gpu_memory_utilization=vllm_gpu_memory_utilization)
-with eval_generator(policy, tokenizer, EvalConfig.from_dict(dict(env=env, seed=seeds[0], **engine))) as generator:
+with eval_generator(policy, tokenizer, config) as generator:
     for level in levels:  # one engine, every level
-        config = EvalConfig.from_dict(dict(env=env, level=level, max_tasks=max_tasks, seed=seeds[0],
-                                           temperature=temperature, max_steps=max_steps, max_new_tokens=max_new_tokens,
-                                           prompt_style=prompt_style, batch_tasks=batch_tasks, stop=stop, **engine))
-        played = evaluate_seeds(policy, tokenizer, config, seeds, generator=generator)
-        _, aggregate = write_seed_results(results_path / f"{level}.json", played, config,
-                                          extra={"model": policy_info, "method": method_label})
+        level_config = replace(config, rollout=replace(config.rollout, level=level))
+        played = evaluate_seeds(policy, tokenizer, level_config, seeds, generator=generator)
+        _, aggregate = write_seed_results(results_path / f"{level}.json", played, level_config,
+                                          extra={"model": policy_info, "method": method_label, "run_settings": from_run})
         summary, ci = aggregate["metrics"], aggregate["metrics_ci"]
         by_level[level], ci_by_level[level] = summary, ci
         episodes_by_level[level] = [ep for episodes, _ in played.values() for ep in episodes]
@@ -123,9 +138,9 @@ with eval_generator(policy, tokenizer, EvalConfig.from_dict(dict(env=env, seed=s
               f"[{low:.1%}, {high:.1%}]")
 combined = write_results(results_path / "results.json", {method_label: by_level},
                          {"model": str(model), "method": method_label, "env": env, "levels": levels,
-                          "max_tasks": max_tasks, "max_steps": max_steps, "prompt_style": prompt_style,
-                          "temperature": temperature, "seeds": seeds},
-                         extra={"model": policy_info}, intervals={method_label: ci_by_level})
+                          "max_tasks": max_tasks, "max_steps": config.rollout.max_steps,
+                          "prompt_style": config.rollout.prompt_style, "temperature": temperature, "seeds": seeds},
+                         extra={"model": policy_info, "run_settings": from_run}, intervals={method_label: ci_by_level})
 print(f"results: {combined}")
 
 # %% [markdown]

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import os
+import re
 import sys
-from typing import Any, Callable
+from typing import Any, Callable, NoReturn
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
@@ -58,6 +60,36 @@ def run_command(name: str, command: Callable[[], int]) -> int:
         print(f"rlvmr-nb {name}: error: {_one_line(e)}\n(set RLVMR_DEBUG=1 to see the traceback)",
               file=sys.stderr)
         return 2
+
+
+class SuggestingParser(argparse.ArgumentParser):
+    """An argparse parser whose errors name the closest option or choice to a misspelled one (``--lrr``: did you
+    mean --lr?), and that shows a short usage line: the generated train and eval usages run to dozens of lines,
+    which buried the error under them (`--help` lists them all)."""
+
+    def error(self, message: str) -> NoReturn:
+        usage = self.format_usage()
+        if usage.count("\n") > 3:
+            usage = f"usage: {self.prog} [options]   ({self.prog} --help lists them)\n"
+        self.exit(2, f"{usage}{self.prog}: error: {message}{self._suggestion(message)}\n")
+
+    def _suggestion(self, message: str) -> str:
+        if message.startswith("unrecognized arguments:"):
+            known = [o for action in self._actions for o in action.option_strings]
+            asked = [word.split("=", 1)[0] for word in message.split(":", 1)[1].split() if word.startswith("-")]
+        else:
+            choice = re.search(r"invalid choice: '([^']*)'", message)
+            known = [str(c) for action in self._actions if action.choices for c in action.choices]
+            asked = [choice.group(1)] if choice else []
+        hints = [f"{word}: did you mean {' or '.join(close)}?" for word in asked
+                 if (close := difflib.get_close_matches(word, known, n=2, cutoff=0.6))]
+        return f" ({'; '.join(hints)})" if hints else ""
+
+
+def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of sub-command `name` (its own options, for naming the closest to a misspelled one)."""
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))  # noqa: SLF001
+    return sub.choices[name]
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -181,6 +213,9 @@ def _add_train_settings(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--config", default=None, metavar="FILE.json",
                    help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
+    p.add_argument("--allow-slow", action="store_true",
+                   help="start a CPU run whose estimated time exceeds a working day (runs.cost; the estimate is "
+                        "printed either way); without it such a run is refused before the model loads")
     flags = setting_flags(TrainConfig, TRAIN_FLAG_NAMES)
     add_setting_flags(p, flags, _setting_choices())
     p.set_defaults(flags=flags)
@@ -198,17 +233,25 @@ def _add_eval_settings(p: argparse.ArgumentParser) -> None:
                    help="several sampling seeds on the task list of the first (e.g. --seeds 0 1 2): one results file "
                         "per seed and their aggregate at --out, with confidence intervals over tasks")
     p.add_argument("--out", default=RESULTS_PATH, help="the results file (default: %(default)s)")
+    p.add_argument("--override-run-settings", action="store_true",
+                   help="a trainer run or checkpoint is evaluated with the prompt style, stop and token budgets it "
+                        "trained with (its config.json), and an option that differs is refused; with this flag the "
+                        "option is used, with a warning, and the results file records it")
     flags = setting_flags(EvalConfig)
     add_setting_flags(p, flags, _setting_choices())
     p.set_defaults(flags=flags)
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    from .devices import resolve_device
+    from .runs.cost import check_cpu_cost
     from .settings import given_settings
     from .train_config import train_config
     from .trainer import train
 
     cfg = train_config(args.config, given_settings(args, args.flags))
+    if resolve_device(cfg.device).type == "cpu":  # said (and a paper-sized run refused) before the model loads
+        print(f"rlvmr-nb train: {check_cpu_cost(cfg.rollout, cfg.run, args.allow_slow)}", file=sys.stderr, flush=True)
     rows = train(cfg)
     for row in rows:
         print(f"it {row['iteration']}: success {row['success']:.3f} length {row['episode_length']:.1f} "
@@ -218,23 +261,38 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from .evaluate import EvalConfig, evaluate_seeds, write_seed_results
+    from .evaluate import eval_config_for, evaluate_seeds, summary_table, table_row, write_seed_results
     from .runs import load_policy
     from .runs.lock import results_lock
-    from .settings import build_config, given_settings
+    from .settings import given_settings
 
     given = given_settings(args, args.flags)
     if args.seeds:  # the task subset is the first seed's for all of them
         given["seed"] = args.seeds[0]
-    cfg = build_config(EvalConfig, given, source="options")
+    # a trainer run's prompt and budgets (its config.json); a differing option is refused before the model loads
+    cfg, from_run = eval_config_for(args.model, given, override_run=args.override_run_settings,
+                                    warn=lambda line: print(f"rlvmr-nb eval: {line}", file=sys.stderr, flush=True))
     seeds = args.seeds or [cfg.seed]
     with results_lock(args.out):
         # a damaged newest checkpoint is refused, not replaced by an older policy than the one asked for
         model, tok, described = load_policy(args.model, seed=seeds[0], fallback=False)
         runs = evaluate_seeds(model, tok, cfg, seeds)
-        path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described})
-    print(json.dumps({k: aggregate[k] for k in ("metrics", "metrics_ci")}, indent=2, default=float))
+        path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described,
+                                                                          "run_settings": from_run})
+    episodes = [ep for played, _ in runs.values() for ep in played]
+    print(summary_table([table_row(cfg.rollout, episodes, aggregate["metrics"], aggregate["metrics_ci"])]))
+    if from_run["from"]:
+        print(f"from the run ({from_run['from']}): " + ", ".join(f"{k} {v!r}" for k, v in from_run["taken"].items()))
     print(f"results: {path}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from .runs.export import export_policy
+
+    path = export_policy(args.model, args.to)
+    print(f"exported {args.model} to {path} (Hugging Face format): "
+          f"AutoModelForCausalLM.from_pretrained({str(path)!r}) loads it")
     return 0
 
 
@@ -284,7 +342,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     from .settings import positive_int
     from .paper.verify import REPRODUCTIONS
 
-    parser = argparse.ArgumentParser(prog="rlvmr-nb", description=__doc__)
+    parser = SuggestingParser(prog="rlvmr-nb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("demo", help="parse a real tagged ALFWorld group, compute rewards/advantages, draw it")
@@ -341,6 +399,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         _add_eval_settings(p)
     p.set_defaults(func=_cmd_eval)
 
+    p = sub.add_parser("export", help="a trained policy (run folder or ckpt-XXXXX; LoRA merged) in Hugging Face "
+                                      "format: safetensors, config, generation config, tokenizer")
+    p.add_argument("model", help="a run folder (its newest checkpoint), a ckpt-XXXXX folder or any --model of eval")
+    p.add_argument("--to", required=True, help="a new or empty folder to write it to")
+    p.set_defaults(func=_cmd_export)
+
     p = sub.add_parser("overlap", help="measure how much of the L0 'seen' test split the training split already holds")
     p.add_argument("env", choices=sorted(OVERLAP_MEASURES))
     p.add_argument("--data-root", default=None, help="ALFWorld data root (default: $ALFWORLD_DATA, else the cache)")
@@ -381,12 +445,18 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from .runs.progress import quiet_library_bars
+
     argv = list(sys.argv[1:] if argv is None else argv)
+    quiet_library_bars()  # in a log (not a terminal) a library's bar would leave every redraw behind
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included
         from .coldstart import main as coldstart_main
 
-        return run_command("coldstart", lambda: coldstart_main(argv[1:]))
-    args = build_parser(argv[0] if argv else None).parse_args(argv)
+        return run_command("coldstart", lambda: coldstart_main(argv[1:], parser_class=SuggestingParser))
+    parser = build_parser(argv[0] if argv else None)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the sub-command's parser knows its options: it names the closest one
+        _subcommand_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     return run_command(args.command, lambda: args.func(args))  # bad settings or paths: one line, no traceback
 
 

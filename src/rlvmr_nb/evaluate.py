@@ -5,11 +5,17 @@ Unlike the official validation (128 random draws with replacement), evaluation i
 split's full, fixed task list in a deterministic order — or a seeded subset of it — once per task,
 at temperature 0.4 with sampling. `evaluate_seeds` repeats that list under several sampling seeds and
 `write_seed_results` writes each seed and their aggregate.
+
+A policy that a training run made is evaluated with the settings it was trained with (`eval_config_for`): the
+prompt it learnt to read and the text it learnt to write come from the run's ``config.json``, so a GRPO run is not
+silently scored on RLVMR's meta-think prompt (paper Table 1's baselines write ``<think>``; docs/method.md,
+'Evaluation').
 """
 
 from __future__ import annotations
 
 import json
+import os
 import platform
 import subprocess
 import sys
@@ -17,7 +23,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from .envs import slots
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
@@ -29,6 +35,7 @@ from .rollout.loop import RolloutConfig, run_rollouts
 from .scoring.metrics import metric_intervals, summarize
 from .scoring.stats import spread
 from .records import Episode, write_episodes
+from .scoring.method import MethodConfig
 from .settings import build_config
 from .runs.machine import machine_facts
 
@@ -91,6 +98,63 @@ class EvalConfig:
         return self.engine.engine_settings(seed=self.seed, sleeps=False)
 
 
+RUN_SETTINGS = ("prompt_style", "stop", "max_new_tokens", "max_prompt_tokens")
+"""Settings an evaluation takes from the policy's training run and does not let a user change unnoticed: they make
+the prompt the policy reads (its format, how much history fits) and the text it may write (where a response stops,
+how long it may be). Another value measures the policy on an input it never learnt from: a given value that
+differs is refused unless the caller overrides the run (then it is used, with a warning, and recorded)."""
+
+RUN_DEFAULTS = ("env", "level", "max_steps")
+"""Settings taken from the run only where the user gave none: the world and level it trained on and its episode
+budget T (the official validation plays the training's T). Another value is an ordinary question (the other
+levels of paper §2.1, a shorter CPU budget), not a mismatch, so a given one simply wins. The temperature is not
+taken: evaluation samples at its own 0.4 (the official validation's), not the training's 1.0."""
+
+
+def settings_from_run(run: Mapping[str, Any]) -> dict[str, Any]:
+    """The evaluation settings a run's flat settings (`runs.config.flat_settings_of`) fix: `RUN_SETTINGS` and
+    `RUN_DEFAULTS` that it records, its prompt style decided as the trainer decided it (the one set, else its
+    algorithm's: `MethodConfig.prompt_style`). A run file that records neither style nor algorithm fixes no style."""
+    taken = {name: run[name] for name in (*RUN_SETTINGS, *RUN_DEFAULTS) if name in run}
+    if "prompt_style" in run or "algo" in run:
+        algo = run.get("algo", MethodConfig.algo)
+        taken["prompt_style"] = run.get("prompt_style") or MethodConfig(algo=algo).prompt_style
+    return taken
+
+
+def _warn_on_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def eval_config_for(model: str | os.PathLike, given: Mapping[str, Any], *, override_run: bool = False,
+                    fallback: Mapping[str, Any] | None = None,
+                    warn: Callable[[str], None] = _warn_on_stderr) -> tuple[EvalConfig, dict[str, Any]]:
+    """The `EvalConfig` to evaluate `model` with, and the record of where its settings came from.
+
+    Precedence, lowest first: evaluation's defaults, `fallback` (what the caller prefers when no run says, e.g. a
+    notebook's CPU budget), the training run's settings (`settings_from_run` of `runs.policy.training_run_settings`:
+    a run folder, a checkpoint or an export; a model spec has none), then `given` (the user's; settings named as in
+    `EvalConfig.from_dict`). A given value of one of `RUN_SETTINGS` that differs from the run's raises ValueError in
+    one line, unless `override_run`: then it is used and `warn` gets one line. The record, for the results file:
+    ``{"from": the run's settings file or None, "taken": {setting: value} used from the run, "overridden":
+    {setting: {"run": ..., "given": ...}}}``."""
+    from .runs.policy import training_run_settings
+
+    path, run = training_run_settings(model)
+    taken = settings_from_run(run)
+    clashes = {k: (taken[k], given[k]) for k in RUN_SETTINGS if k in taken and k in given and given[k] != taken[k]}
+    if clashes:
+        listed = "; ".join(f"{k} {asked!r} given, the run trained with {ran!r}" for k, (ran, asked) in clashes.items())
+        if not override_run:
+            raise ValueError(f"{listed} ({path}): leave it out to evaluate with the run's setting, or pass "
+                             "--override-run-settings (notebook 03: override_run_settings = True)")
+        warn(f"warning: {listed} ({path}): evaluating with the value given (--override-run-settings)")
+    config = EvalConfig.from_dict({**(fallback or {}), **taken, **given}, source="options")
+    record = {"from": str(path) if path else None, "taken": {k: v for k, v in taken.items() if k not in given},
+              "overridden": {k: {"run": ran, "given": asked} for k, (ran, asked) in clashes.items()}}
+    return config, record
+
+
 def eval_generator(model: Any, tokenizer: Any, config: EvalConfig) -> Generator:
     """The rollout engine `config` names, loaded with `model`; pass it to `evaluate_policy` to share one engine
     between several calls (levels), and close it when done. `model` is moved to `config.device` first."""
@@ -131,7 +195,7 @@ def evaluate_policy(
     try:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=len(tasks), desc=f"eval {rollout.env} {rollout.level}", disable=not progress)
+        bar = tqdm(total=len(tasks), desc=f"eval {rollout.env} {rollout.level}", disable=None if progress else True)
         for i in range(0, len(tasks), config.batch_tasks):
             chunk = tasks[i : i + config.batch_tasks]
             episodes += run_rollouts(chunk, env_slots, generator, tokenizer, rollout, seed=config.seed,
@@ -212,6 +276,34 @@ def write_seed_results(path: str | Path, runs: Mapping[int, tuple[Sequence[Episo
     doc_extra = {**(extra or {}), **{k: aggregate[k] for k in ("seeds", "by_seed", "seed_spread")},
                  "seed_files": per_seed}
     return write_results(path, aggregate["metrics"], config, extra=doc_extra, intervals=aggregate["metrics_ci"]), aggregate
+
+
+TABLE_COLUMNS = ("env", "level", "tasks", "episodes", "success [95% CI]", "format-valid", "invalid action",
+                 "mean steps")
+"""The columns of `summary_table`: success per episode; format-valid = the share of steps whose output parses (1 −
+``invalid_malformed``); invalid action = malformed or not admissible (``invalid``, the paper's rate most plausibly;
+`scoring.metrics.invalid_action_rates`); mean steps per episode."""
+
+
+def table_row(rollout: RolloutConfig, episodes: Sequence[Episode], metrics: Mapping[str, Any],
+              intervals: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """One evaluation (one level, every seed) as the cells of `summary_table`; `intervals`: its ``metrics_ci``
+    (none: success without its interval)."""
+    success = f"{metrics['success']:.1%}"
+    if intervals:
+        low, high = intervals["intervals"]["success"]
+        success += f" [{low:.1%}, {high:.1%}]"
+    cells = (rollout.env, rollout.level, len({ep.task_id for ep in episodes}), metrics["episodes"], success,
+             f"{1 - metrics['invalid_malformed']:.1%}", f"{metrics['invalid']:.1%}", f"{metrics['episode_length']:.1f}")
+    return dict(zip(TABLE_COLUMNS, map(str, cells)))
+
+
+def summary_table(rows: Sequence[Mapping[str, str]]) -> str:
+    """A few aligned lines a person reads at a glance (the results file holds every metric): a header and one line
+    per `table_row`."""
+    widths = {c: max(len(c), *(len(row[c]) for row in rows)) for c in TABLE_COLUMNS}
+    lines = [dict(zip(TABLE_COLUMNS, TABLE_COLUMNS)), *rows]
+    return "\n".join("  ".join(line[c].ljust(widths[c]) for c in TABLE_COLUMNS).rstrip() for line in lines)
 
 
 def provenance(seed: int | None = None) -> dict:

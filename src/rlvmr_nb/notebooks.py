@@ -20,6 +20,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -199,7 +200,8 @@ def run_notebook(
         parameters: values that override the file's.
         cwd: working directory of the kernel.
         kernel_name: Jupyter kernel (its Python must have rlvmr_nb installed).
-        progress: a progress bar over cells, and the cells' output echoed to this process's log.
+        progress: the cells' output echoed to this process's log, and a progress bar over cells when stderr is
+            a terminal.
 
     Raises:
         RuntimeError: a cell failed; the message names the cell's error and the executed copy.
@@ -221,7 +223,8 @@ def run_notebook(
     try:
         papermill.execute_notebook(
             str(converted), str(executed), parameters=params, kernel_name=kernel_name,
-            cwd=str(Path(cwd) if cwd is not None else Path.cwd()), progress_bar=progress, log_output=progress,
+            cwd=str(Path(cwd) if cwd is not None else Path.cwd()), log_output=progress,
+            progress_bar=progress and sys.stderr.isatty(),  # a bar redraws its line: in a log every redraw stays
         )
     except PapermillExecutionError as err:
         raise RuntimeError(f"{source.name} failed in cell {err.exec_count}: {err.ename}: {err.evalue}\n"
@@ -264,7 +267,7 @@ def make_figures(
     base = Path(cwd) if cwd is not None else project_root()
     out = Path(out_dir) if Path(out_dir).is_absolute() else base / out_dir
     done: dict[str, Path] = {}
-    for name in tqdm(list(notebooks), desc="notebooks", disable=not progress):
+    for name in tqdm(list(notebooks), desc="notebooks", disable=None if progress else True):
         params = config_path(name, ci=ci, configs_dir=configs_dir)
         if not params.is_file():
             raise FileNotFoundError(f"no parameter file {params} for notebook {name}")

@@ -55,7 +55,7 @@ RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "
                                "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
                                "device", "reference_device", "validate_every", "generation_batch_size", "report_to",
                                "rollout_backend", "rollout_dtype", "vllm_gpu_memory_utilization", "vllm_sleep_level",
-                               "rollout_options"})
+                               "rollout_options", "export_hf"})
 """Settings (field names) a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
 refused, since the checkpoint's optimizer state and the logs belong to the settings that made them
 (`validate_every` only spaces the validations; their games and temperature may not change)."""

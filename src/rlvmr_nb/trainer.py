@@ -10,7 +10,7 @@ One iteration:
     → PPO-clip update over shuffled mini-batches of micro-batches (`update.ppo`)
     → metrics (`runs.MetricsLog`) and episodes → a checkpoint every `save_every` iterations;
     with `validate_every`, the policy on fixed test games before the first, every k-th and after the last
-    iteration (`trainer_validation`).
+    iteration (`trainer_validation`); with `export_hf`, the final policy in Hugging Face format (`runs.export`).
 
 Every random choice of an iteration (tasks, rollout sampling, mini-batch shuffle) is derived from
 (seed, iteration), so a run resumed from a checkpoint reproduces the uninterrupted run on CPU.
@@ -36,6 +36,9 @@ from .envs.registry import get_env
 from .rollout.generation import get_backend, make_rollout_generator
 from .records import Episode, append_episodes
 from .runs import MetricsLog, owns_run_folder, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
+from .runs.export import export_policy
+from .runs.progress import iteration_progress
+from .runs.run_id import HF_EXPORT
 from .runs.reporters import open_reporters
 from .scoring.metrics import summarize
 from .scoring.scored import ScoredEpisodes, score_episodes
@@ -112,8 +115,9 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     generator = make_rollout_generator(config.engine.rollout_backend, models.rollout_model, tokenizer,
                                        config.engine_settings)
     timings = {"engine_start_s": time.perf_counter() - t_engine}  # reported with the first iteration
-    log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start, reporters=open_reporters(
-        config.report_to, run_name=out_dir.name, config=config.to_dict()) if rank == 0 else ())
+    log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start, reporters=[*open_reporters(
+        config.report_to, run_name=out_dir.name, config=config.to_dict()), *iteration_progress(
+        run.iterations, start, run.progress)] if rank == 0 else ())
     validator = Validator.for_run(config, out_dir, validation_pool, make_env_slots, rank, world)
     rows = []
     try:
@@ -172,6 +176,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         generator.close()
         if hasattr(env_slots, "close"):
             env_slots.close()
+    if run.export_hf and rank == 0:  # from the final checkpoint, as `rlvmr-nb export` does (LoRA merged)
+        export_policy(out_dir, out_dir / HF_EXPORT, overwrite=True)
     return rows
 
 

@@ -95,3 +95,47 @@ def test_eval_each_level(trained, level, tmp_path):
     (episode,) = read_episodes(Path(results).with_suffix(".episodes.jsonl"))
     assert episode.task_id in {t.task_id for t in get_env(env).tasks("test", level)}
     assert 1 <= episode.length <= 2 and not episode.aborted
+
+
+def _prompt_text(episodes_file: Path) -> str:
+    """The first prompt an evaluation showed the policy, decoded with the tiny model's (the real SmolLM2) tokenizer."""
+    from rlvmr_nb.models import resolve_tokenizer
+
+    (episode, *_) = read_episodes(episodes_file)
+    return resolve_tokenizer("tiny-random:llama").decode(episode.steps[0].prompt_token_ids)
+
+
+def test_eval_of_a_grpo_run_uses_the_think_prompt_it_trained_with(tmp_path, capsys):
+    """A GRPO run trains with the think prompt; `rlvmr-nb eval --model RUN` must evaluate it so without being told,
+    refuse a conflicting --prompt-style, and use it with a warning under --override-run-settings."""
+    run = tmp_path / "grpo"
+    assert main(["train", "--env", "toy", "--algo", "grpo", *TINY, "--iterations", "1", "--tasks", "1",
+                 "--group-size", "2", "--mini-batch-size", "4", "--micro-batch-size", "2", "--out", str(run)]) == 0
+    assert json.loads((run / "config.json").read_text())["rollout"]["prompt_style"] is None  # the algo decides
+    results = tmp_path / "eval.json"
+    capsys.readouterr()
+    assert main(["eval", "--model", str(run), "--max-tasks", "1", "--out", str(results)]) == 0
+    doc = json.loads(results.read_text())
+    assert doc["config"]["rollout"]["prompt_style"] == "think" and doc["config"]["rollout"]["env"] == "toy"
+    assert doc["run_settings"]["from"] == str(run / "ckpt-00000" / "config.json")
+    assert doc["run_settings"]["taken"]["prompt_style"] == "think" and doc["run_settings"]["overridden"] == {}
+    assert doc["run_settings"]["taken"]["max_new_tokens"] == 8 and doc["config"]["rollout"]["max_new_tokens"] == 8
+    prompt = _prompt_text(results.with_suffix(".episodes.jsonl"))
+    assert "inside <think> </think>" in prompt and "<planning>" not in prompt
+    out = capsys.readouterr().out
+    assert out.splitlines()[0].split()[:3] == ["env", "level", "tasks"] and "results:" in out
+
+    refused = tmp_path / "refused.json"
+    assert main(["eval", "--model", str(run), "--max-tasks", "1", "--prompt-style", "meta_think",
+                 "--out", str(refused)]) == 2
+    err = capsys.readouterr().err
+    assert "prompt_style 'meta_think' given, the run trained with 'think'" in err and "--override-run-settings" in err
+    assert not refused.exists()
+
+    overridden = tmp_path / "overridden.json"
+    assert main(["eval", "--model", str(run / "ckpt-00000"), "--max-tasks", "1", "--prompt-style", "meta_think",
+                 "--override-run-settings", "--out", str(overridden)]) == 0
+    assert len([line for line in capsys.readouterr().err.splitlines() if "warning: prompt_style" in line]) == 1
+    doc = json.loads(overridden.read_text())
+    assert doc["run_settings"]["overridden"] == {"prompt_style": {"run": "think", "given": "meta_think"}}
+    assert "<planning>" in _prompt_text(overridden.with_suffix(".episodes.jsonl"))

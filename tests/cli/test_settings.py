@@ -17,6 +17,7 @@ import pytest
 pytest.importorskip("torch")  # train_config places tensors (`devices`)
 
 from rlvmr_nb.evaluate import EvalConfig  # noqa: E402
+from rlvmr_nb.scoring.metrics import summarize  # noqa: E402
 from rlvmr_nb.lab.config import LabConfig  # noqa: E402
 from rlvmr_nb.rollout.generation import EngineConfig  # noqa: E402
 from rlvmr_nb.rollout.loop import RolloutConfig  # noqa: E402
@@ -243,7 +244,7 @@ def test_precedence_defaults_then_the_config_file_then_the_flags_given(monkeypat
     settings.write_text(json.dumps({"env": "toy", "group_size": 4, "lr": 2e-6, "lora": True,
                                     "advantage": {"preset": "paper", "alpha": 0.25}}))
     assert cli.main(["train", "--config", str(settings), "--lr", "3e-6", "--no-lora", "--tasks", "2",
-                     "--kl-coef", "0", "--preset", "official_code", "--report-to", "wandb"]) == 0
+                     "--kl-coef", "0", "--preset", "official_code", "--report-to", "wandb", "--allow-slow"]) == 0
     config = seen["config"]
     assert (config.rollout.group_size, config.update.lr, config.update.lora, config.run.tasks_per_iteration) == (
         4, 3e-6, False, 2)
@@ -259,7 +260,8 @@ def test_eval_builds_its_config_from_the_flags_given(monkeypatch, tmp_path):
     seen = {}
     monkeypatch.setattr(evaluate, "evaluate_seeds", lambda model, tok, config, seeds: seen.update(config=config,
                                                                                                    seeds=seeds) or {})
-    monkeypatch.setattr(evaluate, "write_seed_results", lambda path, *a, **k: (path, {"metrics": {}, "metrics_ci": {}}))
+    monkeypatch.setattr(evaluate, "write_seed_results",
+                        lambda path, *a, **k: (path, {"metrics": summarize([]), "metrics_ci": {}}))
     assert cli.main(["eval", "--env", "toy", "--model", "tiny-random:llama", "--seeds", "3", "4", "--batch-tasks", "2",
                      "--max-prompt-tokens", "none", "--out", str(tmp_path / "eval.json")]) == 0
     config = seen["config"]

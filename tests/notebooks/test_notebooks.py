@@ -219,6 +219,29 @@ def test_training_evaluation_and_case_study_notebooks(tmp_path):
 
 
 @pytest.mark.slow
+def test_the_evaluation_notebook_prompts_a_run_as_it_trained(tmp_path):
+    """03, like `rlvmr-nb eval` (the same `evaluate.eval_config_for`), evaluates a GRPO run with the think prompt it
+    trained with when `prompt_style` is left None, and refuses a meta_think one."""
+    from rlvmr_nb.cli import main
+
+    run = tmp_path / "runs" / "grpo"
+    assert main(["train", "--env", "toy", "--algo", "grpo", "--model", "tiny-random:llama", "--iterations", "1",
+                 "--tasks", "1", "--group-size", "2", "--max-steps", "2", "--max-new-tokens", "8",
+                 "--mini-batch-size", "4", "--micro-batch-size", "2", "--out", str(run)]) == 0
+    # the CI file gives the budgets of the CI training run (02): left None here, they are this run's
+    one_level = dict(model=str(run), method="GRPO", levels=["L0"], seeds=[0], prompt_style=None, max_new_tokens=None,
+                     stop=None)
+    _run("03_evaluation", tmp_path, **one_level)
+    (level_file,) = (tmp_path / "runs" / "eval").glob("*/L0.json")
+    level = json.loads(level_file.read_text())
+    assert level["config"]["rollout"]["prompt_style"] == "think" and level["config"]["rollout"]["max_new_tokens"] == 8
+    assert level["run_settings"]["taken"]["prompt_style"] == "think"
+    with pytest.raises(RuntimeError, match="prompt_style 'meta_think' given, the run trained with 'think'"):
+        nbs.run_notebook("03_evaluation", nbs.config_path("03_evaluation", ci=True), tmp_path / "refused",
+                         parameters={**one_level, "prompt_style": "meta_think"}, cwd=tmp_path)
+
+
+@pytest.mark.slow
 def test_cold_start_notebook(tmp_path, monkeypatch, alfworld_data_root, alfworld_engine):
     """01 on real ALFWorld games (the cold start knows only the real environments), tiny model."""
     # `import alfworld` (alfworld_engine) points $ALFWORLD_DATA at its own default; the kernel inherits it

@@ -88,15 +88,16 @@ def test_train_config_rollout_options_are_checked():
 
 def test_cli_passes_the_rollout_options(monkeypatch, tmp_path):
     from rlvmr_nb import cli, evaluate, trainer
+    from rlvmr_nb.scoring.metrics import summarize
 
     seen = {}
     monkeypatch.setattr(trainer, "train", lambda cfg: seen.setdefault("train", cfg) and [])
     monkeypatch.setattr(evaluate, "evaluate_seeds", lambda *a, **k: seen.setdefault("eval", a[2]) and {0: ([], {})})
     monkeypatch.setattr(evaluate, "write_seed_results",
-                        lambda path, *a, **k: (path, {"metrics": {}, "metrics_ci": {}}))
+                        lambda path, *a, **k: (path, {"metrics": summarize([]), "metrics_ci": {}}))
     assert cli.main(["train", "--env", "toy", "--rollout-backend", "vllm", "--rollout-dtype", "float32",
                      "--vllm-gpu-memory-utilization", "0.3", "--vllm-sleep-level", "1", "--tis-cap", "2",
-                     "--no-bf16-autocast", "--out", str(tmp_path / "run")]) == 0
+                     "--no-bf16-autocast", "--allow-slow", "--out", str(tmp_path / "run")]) == 0
     cfg = seen["train"]
     f = cfg.flat()
     assert (f["rollout_backend"], f["rollout_dtype"], f["vllm_gpu_memory_utilization"], f["vllm_sleep_level"],

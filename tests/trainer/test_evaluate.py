@@ -76,3 +76,66 @@ def test_cli_eval_with_several_seeds_writes_each_seed_and_the_aggregate(tmp_path
     outputs = [[s.output for e in eps for s in e.steps] for eps in per_seed]
     assert outputs[0] != outputs[1], "two sampling seeds drew the same outputs"
     assert json.loads((tmp_path / "toy.seed1.json").read_text())["config"]["seed"] == 1
+
+
+def _checkpoint_folder(folder, settings):
+    """A checkpoint as `runs.policy.training_run_settings` finds one: ``model.pt`` beside the run's ``config.json``."""
+    folder.mkdir(parents=True)
+    (folder / "model.pt").write_bytes(b"")
+    (folder / "config.json").write_text(json.dumps(settings))
+    return folder
+
+
+def test_a_run_s_prompt_and_budgets_come_with_it_and_a_differing_one_is_refused(tmp_path):
+    from rlvmr_nb.evaluate import eval_config_for
+
+    # a config.json written before the tree (flat): a GiGPO run, prompt style left to its algorithm
+    ckpt = _checkpoint_folder(tmp_path / "run" / "ckpt-00004", {
+        "model": "tiny-random:llama", "algo": "gigpo", "prompt_style": None, "stop": "action", "max_new_tokens": 48,
+        "max_prompt_tokens": 2048, "env": "toy", "level": "L1", "max_steps": 5, "temperature": 1.0})
+    config, record = eval_config_for(ckpt, {})
+    rollout = config.rollout
+    assert (rollout.prompt_style, rollout.stop, rollout.max_new_tokens, rollout.max_prompt_tokens) == (
+        "think", "action", 48, 2048)
+    assert (rollout.env, rollout.level, rollout.max_steps, rollout.temperature) == ("toy", "L1", 5, 0.4)
+    assert record["from"] == str(ckpt / "config.json") and record["taken"]["prompt_style"] == "think"
+
+    # world, level and T are questions a user may ask of any policy: a given one wins, unrecorded as taken
+    config, record = eval_config_for(ckpt, {"level": "L2", "max_steps": 3, "max_new_tokens": 48},
+                                     fallback={"max_new_tokens": 64, "stop": "none"})
+    assert (config.rollout.level, config.rollout.max_steps, config.rollout.stop) == ("L2", 3, "action")
+    assert not {"level", "max_steps", "max_new_tokens"} & set(record["taken"]) and record["overridden"] == {}
+
+    with pytest.raises(ValueError, match="max_new_tokens 64 given, the run trained with 48"):
+        eval_config_for(ckpt, {"max_new_tokens": 64})
+    warned = []
+    config, record = eval_config_for(ckpt, {"max_new_tokens": 64, "prompt_style": "think"}, override_run=True,
+                                     warn=warned.append)
+    assert config.rollout.max_new_tokens == 64 and len(warned) == 1 and "max_new_tokens" in warned[0]
+    assert record["overridden"] == {"max_new_tokens": {"run": 48, "given": 64}}
+
+    # a policy no run made: the caller's fallback, then evaluation's defaults
+    config, record = eval_config_for("tiny-random:llama", {}, fallback={"max_new_tokens": 64})
+    assert (config.rollout.max_new_tokens, config.rollout.prompt_style, record["from"]) == (64, "meta_think", None)
+    # a saved model folder's config.json is the model's, not a run's
+    sft = tmp_path / "sft"
+    sft.mkdir()
+    (sft / "config.json").write_text(json.dumps({"model_type": "llama", "max_new_tokens": 7, "algo": "grpo"}))
+    assert eval_config_for(sft, {})[1] == {"from": None, "taken": {}, "overridden": {}}
+
+
+def test_the_summary_table_is_a_header_and_a_line_per_evaluation():
+    from rlvmr_nb.evaluate import summary_table, table_row
+    from rlvmr_nb.rollout.loop import RolloutConfig
+
+    episodes = _played(["a", "b", "a", "b"], [1, 0, 0, 0], 0)
+    metrics = {"episodes": 4, "success": 0.25, "invalid_malformed": 0.125, "invalid": 0.5, "episode_length": 7.25}
+    intervals = {"intervals": {"success": [0.05, 0.7]}}
+    rows = [table_row(RolloutConfig(env="door", level="L1"), episodes, metrics, intervals),
+            table_row(RolloutConfig(env="door", level="L2"), episodes[:1], {**metrics, "episodes": 1})]
+    lines = summary_table(rows).splitlines()
+    assert len(lines) == 3 and lines[0].split()[:4] == ["env", "level", "tasks", "episodes"]
+    assert lines[1].split() == ["door", "L1", "2", "4", "25.0%", "[5.0%,", "70.0%]", "87.5%", "50.0%", "7.2"]
+    assert lines[2].split()[:5] == ["door", "L2", "1", "1", "25.0%"]
+    column = lines[0].index("format-valid")  # aligned under its header, however wide the success cell
+    assert lines[1][column:].startswith("87.5%") and lines[2][column:].startswith("87.5%")

@@ -79,7 +79,7 @@ def test_cli_refuses_impossible_values_before_any_work(tmp_path, capsys, flag, v
 
 def test_a_wrong_resume_path_is_a_message_not_a_traceback(tmp_path, capsys):
     code = cli.main(["train", "--env", "toy", "--model", "tiny-random:llama", "--out", str(tmp_path / "run"),
-                     "--iterations", "1", "--resume", str(tmp_path / "no-such-ckpt")])
+                     "--iterations", "1", "--resume", str(tmp_path / "no-such-ckpt"), "--allow-slow"])
     err = capsys.readouterr().err
     assert code == 2 and "no such checkpoint folder" in err and "Traceback" not in err
 

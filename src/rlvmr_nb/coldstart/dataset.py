@@ -195,7 +195,7 @@ def _collect(
     experts_used: Counter = Counter()
     failures_in_a_row: Counter = Counter()
     unreadable: list[str] = []  # reasons of the teacher's unreadable answers since its last readable one
-    bar = tqdm(total=n, desc=f"cold start {env} {level}", disable=not progress)
+    bar = tqdm(total=n, desc=f"cold start {env} {level}", disable=None if progress else True)
     try:
         for task in candidate_order(candidates, seed):
             if len(episodes) >= n:
@@ -342,9 +342,10 @@ def load_coldstart_samples(path: str | os.PathLike, tokenizer: Any) -> list:
 # ------------------------------------------------------------------------------------------- command line
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``rlvmr-nb coldstart``: build a tagged cold-start dataset and print its manifest summary."""
-    p = argparse.ArgumentParser(prog="rlvmr-nb coldstart", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str] | None = None, parser_class: type = argparse.ArgumentParser) -> int:
+    """``rlvmr-nb coldstart``: build a tagged cold-start dataset and print its manifest summary. `parser_class`: the
+    command line's own (`cli.SuggestingParser`, which names the closest option to a misspelled one)."""
+    p = parser_class(prog="rlvmr-nb coldstart", description=__doc__.split("\n\n")[0])
     p.add_argument("--env", choices=coldstart_envs(), default="alfworld")
     p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
     p.add_argument("-n", "--trajectories", type=int, default=None,

@@ -193,7 +193,7 @@ def run_sft_loop(
         from tqdm.auto import tqdm
     except ImportError:  # pragma: no cover
         tqdm = None
-    bar = tqdm(total=total, desc="SFT", disable=not progress) if tqdm else None
+    bar = tqdm(total=total, desc="SFT", disable=None if progress else True) if tqdm else None
     step = 0
     for epoch in range(config.epochs):
         order = list(range(len(data)))

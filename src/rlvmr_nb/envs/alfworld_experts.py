@@ -179,7 +179,7 @@ def replay_all_walkthroughs(
     steps = 0
     t0 = time.time()
     with ALFWorldEnv(data_root=data_root, accelerate=accelerate) as env:
-        for task in tqdm(tasks, desc="ALFWorld walkthroughs", disable=not progress):
+        for task in tqdm(tasks, desc="ALFWorld walkthroughs", disable=None if progress else True):
             keys = (f"split:{task.split}", f"type:{task.task_type}")
             games.update(keys)
             try:

@@ -135,7 +135,7 @@ def replay_gold_sample(
     rows: list[dict[str, Any]] = []
     with ScienceWorldEnv() as env:
         picks = [(n, v) for n in names for v in sorted(rng.sample(range(env.max_variations(n)), per_task))]
-        for name, variation in tqdm(picks, desc="gold replay", disable=not progress):
+        for name, variation in tqdm(picks, desc="gold replay", disable=None if progress else True):
             t0 = time.perf_counter()
             row: dict[str, Any] = {"task": name, "variation": variation}
             try:

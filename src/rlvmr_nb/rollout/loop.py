@@ -174,7 +174,8 @@ def run_rollouts(
     try:
         from tqdm.auto import tqdm
 
-        bar = tqdm(total=config.max_steps, desc=f"rollout it{iteration}", disable=not progress, leave=False)
+        bar = tqdm(total=config.max_steps, desc=f"rollout it{iteration}", leave=False,
+                   disable=None if progress else True)  # None: drawn only on a terminal, never into a log
     except ImportError:  # pragma: no cover
         bar = None
     for t in range(config.max_steps):

@@ -30,7 +30,11 @@ class RunConfig:
     save_episodes: bool = True
     """Append every iteration's episodes to out_dir/episodes.jsonl."""
     progress: bool = True
-    """tqdm bars."""
+    """Show progress: on a terminal a bar over iterations with an ETA (and one over each rollout's steps); in a log
+    one plain line per iteration, with the time so far and the time left (`runs.progress`)."""
+    export_hf: bool = False
+    """At the end, also write the final policy in Hugging Face format to out_dir/hf (`runs.export`: safetensors,
+    config, generation config, tokenizer; LoRA merged), for ``from_pretrained``, vLLM or the Hub."""
 
     def __post_init__(self) -> None:
         require_positive(self, ["iterations", "tasks_per_iteration", "save_every", "keep_checkpoints"])

@@ -11,7 +11,7 @@ import json
 import os
 import warnings
 
-from .config import flat_settings_of
+from .config import flat_settings_of, read_run_settings
 from ..atomic_io import atomic_open, atomic_write_text
 from pathlib import Path
 from typing import Any, Iterable, Mapping
@@ -81,6 +81,25 @@ def _checkpoints_named(path: Path) -> list[Path]:
                                     "(ckpt-*/ with model.pt and state.pt; an earlier run's are under earlier-runs/)")
         return list(reversed(ckpts))
     return []
+
+
+EXPORTED_RUN_CONFIG = "rlvmr_run_config.json"
+"""The training run's settings inside a Hugging Face export (`export`), beside the model's own ``config.json``."""
+
+
+def training_run_settings(spec: str | os.PathLike) -> tuple[Path | None, dict[str, Any]]:
+    """``(file, flat settings)`` of the training run behind what `load_policy` would load from `spec`: a run
+    folder's newest checkpoint (the one evaluated; the run folder's ``config.json`` if it has none), a checkpoint's
+    own ``config.json``, an export's `EXPORTED_RUN_CONFIG`; ``(None, {})`` for a model spec or a saved SFT folder,
+    whose ``config.json`` is the model's, not a run's."""
+    path = Path(spec).expanduser()
+    if (path / EXPORTED_RUN_CONFIG).is_file():
+        return path / EXPORTED_RUN_CONFIG, flat_settings_of(json.loads((path / EXPORTED_RUN_CONFIG).read_text()))
+    candidates = _checkpoints_named(path)
+    for folder in candidates[:1] + ([path] if candidates else []):
+        if (folder / "config.json").is_file():
+            return folder / "config.json", read_run_settings(folder)
+    return None, {}
 
 
 class OlderCheckpointOnly(FileNotFoundError):

@@ -35,8 +35,11 @@ EARLIER_RUNS = "earlier-runs"
 UNRECORDED = "unrecorded"
 """The run id of a checkpoint written before run ids were recorded."""
 
+HF_EXPORT = "hf"
+"""The folder of a run's final policy in Hugging Face format (`RunConfig.export_hf`, `export`)."""
+
 RUN_ARTIFACTS = ("metrics.jsonl", "metrics.csv", "episodes.jsonl", "validation.jsonl", "validation.csv",
-                 "tensorboard", "config.json", RUN_FILE)
+                 "tensorboard", "config.json", RUN_FILE, HF_EXPORT)
 """A run's own files in its folder besides its checkpoints (what moves aside with them)."""
 
 

@@ -238,7 +238,7 @@ class HFGenerator(Generator):
         size = self.max_batch_size or (max(len(rows), 1) if self.device.type == "cuda" else CPU_BATCH_ROWS)
         chunks = [rows[i : i + size] for i in range(0, len(rows), size)]
         results: list[Generation] = []
-        for index, chunk in enumerate(tqdm(chunks, desc="generate", disable=not self.progress)):
+        for index, chunk in enumerate(tqdm(chunks, desc="generate", disable=None if self.progress else True)):
             seed = None if sampling.seed is None else sampling.seed + index
             results.extend(self._generate_within_budget(chunk, sampling, seed))
         return results
