@@ -54,11 +54,11 @@ def artifact_rows(episodes: list, lab_rules: Any) -> list[dict[str, Any]]:
                 for ep in scored.episodes:  # copies whose steps carry their advantages
                     for step, rep in zip(ep.steps, repetitive_steps(ep)):
                         if ep.won:
-                            kinds["won episodes"].append(step.advantage)
+                            kinds["won episodes"].append(step.scores.advantage)
                         elif ep.group_id in all_fail:
                             kind = ("malformed" if not step.valid else "refused" if not step.admissible
                                     else "repetitive" if rep else "other")
-                            kinds[kind].append(step.advantage)
+                            kinds[kind].append(step.scores.advantage)
                 rows.append({"preset": preset_name, "rewards": setting, "algo": algo,
                              **{f"all-fail {k}" if k != "won episodes" else k:
                                 {"mean": float(np.mean(v)) if v else None, "steps": len(v)} for k, v in kinds.items()}})

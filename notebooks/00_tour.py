@@ -196,7 +196,7 @@ by_preset = {name: score_episodes(group, MethodConfig(algo="rlvmr", preset=name)
 compare = pd.DataFrame(casestudy.step_records(by_preset["official_code"]))[["episode", "t", "tag", "action"]]
 compare.insert(1, "step", compare["t"] + 1)
 for name, eps in by_preset.items():
-    compare[f"A ({name})"] = [s.advantage for ep in eps for s in ep.steps]
+    compare[f"A ({name})"] = [s.scores.advantage for ep in eps for s in ep.steps]
 compare.round(3)
 
 # %% [markdown]

@@ -44,4 +44,4 @@ def score_with(episodes, config):
     from rlvmr_nb.scoring.scored import score_episodes
 
     scored = score_episodes(episodes, config.method)
-    return scored.episodes, np.array([s.advantage for s in scored.steps])
+    return scored.episodes, np.array([s.scores.advantage for s in scored.steps])

@@ -170,3 +170,28 @@ def test_the_tests_mirror_the_stages():
     assert folders == TEST_FOLDERS
     stages = {p.name for p in SRC.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
     assert TEST_FOLDERS - {"trainer", "cli", "notebooks"} <= stages  # a stage folder names a package stage
+
+
+def _public_definitions() -> list[tuple[str, str]]:
+    found = []
+    for path in SRC.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and not node.name.startswith("_"):
+                found.append((path.relative_to(SRC).as_posix(), node.name))
+    return found
+
+
+def test_no_function_of_the_package_is_called_only_from_tests():
+    """A public function or class that nothing in the package, the notebooks, the benchmarks or the scripts uses is
+    a second code path the tests keep alive: move it into the tests or delete it. Counted by name, so a name the
+    package uses anywhere (a call, a registry, `__all__`) counts as used."""
+    users = [*SRC.rglob("*.py"), *(ROOT / "notebooks").glob("*.py"), *(ROOT / "benchmarks").glob("*.py"),
+             *(ROOT / "scripts").glob("*.py")]
+    words: dict[str, int] = {}
+    for path in users:
+        for word in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", path.read_text()):
+            words[word] = words.get(word, 0) + 1
+    tests = "\n".join(p.read_text() for p in (ROOT / "tests").rglob("*.py"))
+    only_tests = [f"{path}:{name}" for path, name in _public_definitions()
+                  if words.get(name, 0) <= 1 and re.search(rf"\b{name}\b", tests)]
+    assert only_tests == []

@@ -52,8 +52,8 @@ def step_table(episodes: list[Episode]) -> str:
     for ep in episodes:
         for s in ep.steps:
             lines.append(
-                f"{ep.episode_id:<13}{s.t + 1:>4}  {str(s.tag):<11}{str(s.valid):<6}{s.mr_reward:>6.1f}"
-                f"{s.outcome_score:>7.1f}{s.advantage:>8.3f}  {s.action}"
+                f"{ep.episode_id:<13}{s.t + 1:>4}  {str(s.tag):<11}{str(s.valid):<6}{s.scores.mr_reward:>6.1f}"
+                f"{s.scores.outcome_score:>7.1f}{s.scores.advantage:>8.3f}  {s.action}"
             )
     return "\n".join(lines)
 

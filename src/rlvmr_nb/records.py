@@ -22,20 +22,48 @@ from typing import Any, BinaryIO, Iterable, Iterator
 
 from .atomic_io import atomic_open
 
-SCHEMA_VERSION = "1.2"
+SCHEMA_VERSION = "1.3"
 """Major.minor. Minor bumps add optional fields or rename one (its old name still read); major bumps change meaning.
-1.1: `Step.score` is `Step.outcome_score`. 1.2: `Step.tag_type` is `Step.tag_class`."""
+1.1: `Step.score` is `Step.outcome_score`. 1.2: `Step.tag_type` is `Step.tag_class`. 1.3: a step's scoring
+fields are one `Step.scores` object (`StepScores`); flat ones of older files are read into it."""
 
 RENAMED_STEP_FIELDS: dict[str, str] = {"score": "outcome_score", "tag_type": "tag_class"}
-"""Step keys of older files -> the field that holds them now."""
+"""Step keys of files before 1.2 -> the `StepScores` field that holds them now."""
+
+
+@dataclass(frozen=True)
+class StepScores:
+    """What the scoring stage says about one step (`scoring.score_episodes`): a step as rolled out has none.
+
+    Kept apart from the rollout's fields so a reader can tell what the environment and the policy did from what
+    the method made of it, and so scoring returns new records instead of filling fields of the rollout's."""
+
+    tag_class: str
+    """Reward-side tag class: planning/explore/reflection/monitor/none (paper §3.4.1; docs/method.md,
+    'Meta-reasoning rewards')."""
+    mr_reward: float
+    """Meta-reasoning reward r_t^MR (paper §3.4.1; docs/method.md, 'Meta-reasoning rewards'); with the 'step'
+    penalty channel, the penalised step reward r_t."""
+    outcome_score: float
+    """Outcome-channel score of this step sample, R(τ) − λ·invalid under official semantics (docs/method.md,
+    'Format penalty')."""
+    outcome_reward: float = 0.0
+    """r_s as this step earned it: the success reward at the winning step, else 0 (paper §3.4.1; docs/method.md,
+    'Outcome reward'); GiGPO's step returns discount it."""
+    advantage: float | None = None
+    """Final advantage applied to every response token of this step (paper Eq. 4; docs/method.md, 'Combination');
+    None between the rewards (`scoring.with_rewards`) and the advantages (`scoring.with_advantages`)."""
+
+
+_SCORE_FIELDS = ("tag_class", "mr_reward", "outcome_score", "advantage")
 
 
 @dataclass
 class Step:
     """One agent step: what the policy saw, what it wrote, what the environment answered.
 
-    Fields filled by the rollout are the observation/output/feedback ones; copies carrying `tag_class`,
-    `mr_reward`, `outcome_score` and `advantage` are made later by the scoring stage (`scoring.score_episodes`).
+    Every field is the rollout's; copies carrying `scores` (`StepScores`) are made later by the scoring stage
+    (`scoring.score_episodes`).
     """
 
     t: int
@@ -63,8 +91,8 @@ class Step:
     feedback: str = ""
     """Environment response to `action` (the next observation)."""
     env_reward: float = 0.0
-    """Reward the rollout assigned from the environment (10·won at the winning step; paper §3.4.1, docs/method.md,
-    'Outcome reward')."""
+    """The world's own reward where a replay records it (ScienceWorld gold paths; files before 1.3 also held r_s
+    here); the rollout loop leaves it 0 — the reward the method pays is `scores.outcome_reward`."""
     done: bool = False
     """Whether the episode ended after this step."""
     won: bool = False
@@ -75,16 +103,8 @@ class Step:
     """Token ids of the generated response (rollouts only)."""
     response_logprobs: list[float] | None = None
     """Sampler log-probabilities of `response_token_ids` (rollouts only)."""
-    tag_class: str | None = None
-    """Reward-side tag class: planning/explore/reflection/monitor/none (paper §3.4.1; docs/method.md,
-    'Meta-reasoning rewards')."""
-    mr_reward: float | None = None
-    """Meta-reasoning reward r_t^MR (paper §3.4.1; docs/method.md, 'Meta-reasoning rewards')."""
-    outcome_score: float | None = None
-    """Outcome-channel score of this step sample, R(τ) − λ·invalid under official semantics (docs/method.md,
-    'Format penalty')."""
-    advantage: float | None = None
-    """Final advantage applied to every response token of this step (paper Eq. 4; docs/method.md, 'Combination')."""
+    scores: StepScores | None = None
+    """What scoring made of this step (tag class, rewards, advantage); None on a step as rolled out."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form per-step extras (timings, env info)."""
 
@@ -141,7 +161,7 @@ class Episode:
         step_fields = {f.name for f in dataclasses.fields(Step)}
         steps = []
         for s in d.pop("steps", []):
-            s = {(RENAMED_STEP_FIELDS[k] if k in RENAMED_STEP_FIELDS else k): v for k, v in s.items()}
+            s = _step_scores_from(s)
             known = {k: v for k, v in s.items() if k in step_fields}
             unknown = {k: v for k, v in s.items() if k not in step_fields}
             if unknown:
@@ -153,6 +173,35 @@ class Episode:
         if unknown:
             known.setdefault("info", {}).update(unknown)
         return cls(steps=steps, **known)
+
+
+def step_score(step: Step, field: str) -> Any:
+    """``step.scores.<field>``, or None for a step as rolled out: for readers that show scored and unscored
+    episodes alike (figures, case studies)."""
+    return getattr(step.scores, field) if step.scores is not None else None
+
+
+def outcome_of(episode: Episode) -> float:
+    """R(τ) of an episode: the r_s its steps earned once scored (`StepScores.outcome_reward`), else the world's
+    reward a replay or an earlier file recorded (`Step.env_reward`)."""
+    return sum(s.scores.outcome_reward if s.scores is not None else s.env_reward for s in episode.steps)
+
+
+def _step_scores_from(raw: dict[str, Any]) -> dict[str, Any]:
+    """A step's dict with its scores as a `StepScores`: a 1.3 ``scores`` object, or the flat fields (under their
+    old names too) of an earlier file; a step scored only in part keeps those values in `Step.extra`."""
+    raw = {(RENAMED_STEP_FIELDS[k] if k in RENAMED_STEP_FIELDS and not isinstance(v, dict) else k): v
+           for k, v in raw.items()}
+    flat = {k: raw.pop(k) for k in _SCORE_FIELDS if k in raw}
+    nested = raw.pop("scores", None)
+    if nested is not None:
+        raw["scores"] = StepScores(**nested)
+    elif all(flat.get(k) is not None for k in _SCORE_FIELDS[:3]):
+        # before 1.3 scoring wrote r_s into the step's env_reward
+        raw["scores"] = StepScores(**flat, outcome_reward=float(raw.get("env_reward") or 0.0))
+    elif any(v is not None for v in flat.values()):
+        raw.setdefault("extra", {}).update({k: v for k, v in flat.items() if v is not None})
+    return raw
 
 
 def _episode_line(episode: Episode) -> bytes:

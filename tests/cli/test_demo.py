@@ -18,10 +18,10 @@ def test_demo_numbers_and_figure(tmp_path):
     result = run_demo(out_dir=tmp_path)
     r1 = result.episodes[1]
     # the recovery: a non-admissible heat (not at the microwave) followed by a rewarded <reflection>
-    assert not r1.steps[4].admissible and r1.steps[5].tag == "reflection" and r1.steps[5].mr_reward == 1.0
+    assert not r1.steps[4].admissible and r1.steps[5].tag == "reflection" and r1.steps[5].scores.mr_reward == 1.0
     # winning rollouts get positive advantages at every step, the looping one negative everywhere
-    assert all(s.advantage > 0 for s in result.episodes[0].steps)
-    assert all(s.advantage < 0 for s in result.episodes[2].steps)
+    assert all(s.scores.advantage > 0 for s in result.episodes[0].steps)
+    assert all(s.scores.advantage < 0 for s in result.episodes[2].steps)
     assert result.summary["success"] == 0.5 and result.summary["repetitive"] > 0.2
     assert result.figure is not None and result.figure.stat().st_size > 10_000
 

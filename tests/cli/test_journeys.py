@@ -73,7 +73,7 @@ def test_train_one_iteration(trained):
     assert len(episodes) == 2 and len({ep.task_id for ep in episodes}) == 1  # one group: the same task twice
     assert all(ep.env == env and ep.length == 2 and not ep.aborted for ep in episodes)
     steps = [s for ep in episodes for s in ep.steps]
-    assert all(s.advantage is not None and s.response_token_ids and s.feedback for s in steps)
+    assert all(s.scores.advantage is not None and s.response_token_ids and s.feedback for s in steps)
     assert (out / "ckpt-00000" / "model.pt").is_file()
     if env == "scienceworld":  # lazy admissible lists: read before each step, counted, not copied
         assert all(s.admissible_actions == [] and s.extra["admissible_count"] > 0 for s in steps if s.action)

@@ -11,7 +11,6 @@ from rlvmr_nb.coldstart.sft import (  # noqa: E402
     SFTConfig,
     SFTSample,
     _collate,
-    response_token_loss,
     token_losses,
     tokenize_sample,
     train_sft,
@@ -36,7 +35,7 @@ def test_prompt_term_counts_prompt_tokens_only():
     (response_sum, response_n), (prompt_sum, prompt_n) = token_losses(model, ids, attn, lab, with_prompt=True)
     assert response_n == sum(len(seq) - start for seq, start in data)
     assert prompt_n == sum(start - 1 for _, start in data)  # every prompt token but the first is predicted
-    alone, alone_n = response_token_loss(model, ids, attn, lab)
+    (alone, alone_n), _ = token_losses(model, ids, attn, lab, with_prompt=False)
     assert alone_n == response_n and torch.allclose(alone, response_sum)
     assert float(prompt_sum.detach()) > 0 and token_losses(model, ids, attn, lab, with_prompt=False)[1] is None
 

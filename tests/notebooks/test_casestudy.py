@@ -10,7 +10,7 @@ import pytest
 from rlvmr_nb import casestudy as cs
 from rlvmr_nb.demo import example_group_path, run_demo
 from rlvmr_nb.plots import TAG_COLORS
-from rlvmr_nb.records import Episode, Step, read_episodes, write_episodes
+from rlvmr_nb.records import Episode, Step, StepScores, read_episodes, write_episodes
 
 from episode_builders import episode, step
 
@@ -161,7 +161,7 @@ def test_group_html_shows_rewards_advantages_plans_and_highlights(tmp_path):
     r1 = eps[1]
     markup = cs.episode_html(r1, highlight=[4, 5])
     assert markup.count("background:#fff3c4") == 2
-    assert f"{r1.steps[5].advantage:+.2f}" in markup and "→ becomes the plan" in markup
+    assert f"{r1.steps[5].scores.advantage:+.2f}" in markup and "→ becomes the plan" in markup
     assert "won" in markup and "R(τ) = 10" in markup
     rows = re.findall(r"<tr", markup)
     assert len(rows) == 1 + len(r1.steps)
@@ -183,7 +183,7 @@ def test_plan_shown_once_and_reward_class_only_when_it_differs():
     two_tags = step(1, None, "go to b", output="<explore>b?</explore><monitor>hm</monitor><action>go to b</action>")
     ep = episode([plan_step, two_tags, step(2, "monitor", "look")], won=False)
     for s, cls in zip(ep.steps, ("planning", "none", "none")):
-        s.tag_class = cls
+        s.scores = StepScores(tag_class=cls, mr_reward=0.0, outcome_score=0.0)
     markup = cs.episode_html(ep)
     assert "→ becomes the plan" in markup and "new plan" not in markup
     assert markup.count("reward class: none") == 1  # the malformed explore step, not the monitor one

@@ -8,7 +8,7 @@ import pytest
 from matplotlib.colors import to_hex
 
 from rlvmr_nb import paper, plots
-from rlvmr_nb.records import Episode, Step
+from rlvmr_nb.records import Episode, Step, StepScores
 
 matplotlib.use("Agg")
 
@@ -183,9 +183,9 @@ def _group() -> list[Episode]:
         steps = []
         for t, tag in enumerate(tags[: 4 + g]):
             tag_class = tag if tag in ("planning", "explore", "reflection") else "none"
-            steps.append(Step(t=t, observation="o", tag=tag, tag_class=tag_class, valid=tag is not None,
-                              mr_reward=1.0 if tag_class != "none" else 0.0, outcome_score=10.0 * won,
-                              advantage=0.7 if won else -0.7, env_reward=10.0 if won and t == 3 else 0.0))
+            steps.append(Step(t=t, observation="o", tag=tag, valid=tag is not None, scores=StepScores(
+                tag_class=tag_class, mr_reward=1.0 if tag_class != "none" else 0.0, outcome_score=10.0 * won,
+                advantage=0.7 if won else -0.7, outcome_reward=10.0 if won and t == 3 else 0.0)))
         episodes.append(Episode(task_id="task", env="alfworld", group_id="g", episode_id=f"r{g}", steps=steps, won=won))
     return episodes
 

@@ -3,7 +3,8 @@ import json
 import pytest
 from hypothesis import given, settings, strategies as st
 
-from rlvmr_nb.records import SCHEMA_VERSION, Episode, Step, append_episodes, read_episodes, write_episodes
+from rlvmr_nb.records import (SCHEMA_VERSION, Episode, Step, StepScores, append_episodes, outcome_of, read_episodes,
+                              write_episodes)
 
 from episode_builders import worked_example
 
@@ -57,3 +58,25 @@ def test_roundtrip_property(rows, task, won):
     ep = Episode(task_id=task, env="x", won=won,
                  steps=[Step(t=i, observation=o, output=out, valid=v, env_reward=r) for i, (o, out, v, r) in enumerate(rows)])
     assert Episode.from_dict(json.loads(json.dumps(ep.to_dict()))) == ep
+
+
+def test_scores_are_their_own_record_and_files_from_before_read_into_it(tmp_path):
+    """Guards the split between what a rollout records and what scoring adds: a 1.3 file keeps the scores as one
+    object, and the flat fields of earlier files (1.0's `score` and `tag_type` included) land in it, not in the
+    rollout's fields; a step scored only in part keeps its values in `extra` instead of inventing the rest."""
+    scored = Step(t=0, observation="o", scores=StepScores(tag_class="explore", mr_reward=1.0, outcome_score=9.9,
+                                                          outcome_reward=10.0, advantage=0.5))
+    path = tmp_path / "e.jsonl"
+    write_episodes(path, [Episode(task_id="t", env="test", steps=[scored, Step(t=1, observation="p")])])
+    back = read_episodes(path)[0]
+    assert back.steps[0].scores == scored.scores and back.steps[1].scores is None
+    flat_12 = {"t": 0, "observation": "o", "tag_class": "planning", "mr_reward": 1.0, "outcome_score": 10.0,
+               "advantage": -0.25, "env_reward": 10.0}
+    flat_10 = {"t": 1, "observation": "o", "tag_type": "monitor", "mr_reward": 0.0, "score": 0.0, "advantage": None}
+    partial = {"t": 2, "observation": "o", "tag_class": None, "mr_reward": 1.0, "outcome_score": None}
+    old = Episode.from_dict({"task_id": "t", "env": "test", "schema_version": "1.2",
+                             "steps": [flat_12, flat_10, partial]})
+    assert old.steps[0].scores == StepScores("planning", 1.0, 10.0, 10.0, -0.25) and old.steps[0].env_reward == 10.0
+    assert old.steps[1].scores == StepScores("monitor", 0.0, 0.0)
+    assert old.steps[2].scores is None and old.steps[2].extra == {"mr_reward": 1.0}
+    assert outcome_of(old) == 10.0

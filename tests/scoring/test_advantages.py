@@ -15,16 +15,16 @@ from episode_builders import episode, step, worked_example
 
 def test_worked_example_spec_3_7_official_code():
     eps = with_rewards(worked_example())
-    assert [s.outcome_score for s in eps[0].steps + eps[1].steps] == pytest.approx([10, 10, 10, 0, -0.1, 0])
+    assert [s.scores.outcome_score for s in eps[0].steps + eps[1].steps] == pytest.approx([10, 10, 10, 0, -0.1, 0])
     a_ep = outcome_advantage(eps, unit="step", scope="group")
     assert a_ep == pytest.approx([0.913, 0.913, 0.913, -0.907, -0.925, -0.907], abs=1e-3)
     a_mr = meta_reasoning_advantage(eps)
     assert a_mr == pytest.approx([0.707, 1.0, 0.0, -0.707, 0.0, 1.0], abs=1e-3)
     adv = grpo_mr_advantages(eps, PRESETS["official_code"].advantage)
     assert adv == pytest.approx([1.620, 1.913, 0.913, -1.614, -0.925, 0.093], abs=1e-3)
-    assert all(s.advantage is None for ep in eps for s in ep.steps), "estimators must not write into the episodes"
+    assert all(s.scores.advantage is None for ep in eps for s in ep.steps), "estimators must not write into the episodes"
     annotated = with_advantages(eps, adv)
-    assert [s.advantage for s in annotated[1].steps] == pytest.approx([-1.614, -0.925, 0.093], abs=1e-3)
+    assert [s.scores.advantage for s in annotated[1].steps] == pytest.approx([-1.614, -0.925, 0.093], abs=1e-3)
 
 
 def test_degenerate_all_fail_group_penalty_amplified():
@@ -129,15 +129,15 @@ def test_advantages_finite_and_zero_mean_within_groups(eps, name):
     adv = grpo_mr_advantages(eps, cfg)
     assert np.all(np.isfinite(adv))
     a_out = outcome_advantage(eps, cfg.outcome_unit, cfg.outcome_scope)
-    scores = np.array([s.outcome_score for ep in eps for s in ep.steps])
+    scores = np.array([s.scores.outcome_score for ep in eps for s in ep.steps])
     keys = [ep.group_id if cfg.outcome_scope == "group" else "b" for ep in eps for _ in ep.steps]
     for k in set(keys):
         idx = [i for i, kk in enumerate(keys) if kk == k]
         if cfg.outcome_unit == "step" and len(idx) > 1 and np.ptp(scores[idx]) > 0:
             assert abs(a_out[idx].mean()) < 1e-6
     a_mr = meta_reasoning_advantage(eps, cfg.mr_scope)
-    mr = np.array([s.mr_reward for ep in eps for s in ep.steps])
-    tags = [s.tag_class for ep in eps for s in ep.steps]
+    mr = np.array([s.scores.mr_reward for ep in eps for s in ep.steps])
+    tags = [s.scores.tag_class for ep in eps for s in ep.steps]
     mr_keys = [(k, t) for k, t in zip(keys if cfg.mr_scope == "group" else ["b"] * len(tags), tags)]
     for k in set(mr_keys):
         idx = [i for i, kk in enumerate(mr_keys) if kk == k]

@@ -89,8 +89,8 @@ def test_magnitudes_configurable_and_validation():
 
 def test_with_rewards_fills_steps():
     eps = with_rewards(worked_example())
-    assert [s.tag_class for s in eps[0].steps] == ["planning", "explore", "none"]
-    assert [s.outcome_score for s in eps[1].steps] == pytest.approx([0.0, -0.1, 0.0])
+    assert [s.scores.tag_class for s in eps[0].steps] == ["planning", "explore", "none"]
+    assert [s.scores.outcome_score for s in eps[1].steps] == pytest.approx([0.0, -0.1, 0.0])
 
 
 def test_each_preset_sets_the_penalty_channel_with_the_advantage():
@@ -101,7 +101,7 @@ def test_each_preset_sets_the_penalty_channel_with_the_advantage():
     bad = episode([step(0, None, "x", output="no tags <action>x</action>")], won=True)
     for name, expected in (("official_code", (9.9, 0.0)), ("paper", (10.0, -0.1))):
         scored = score_episodes([bad], MethodConfig(preset=name)).episodes[0].steps[0]
-        assert (scored.outcome_score, scored.mr_reward) == pytest.approx(expected)
+        assert (scored.scores.outcome_score, scored.scores.mr_reward) == pytest.approx(expected)
 
 
 # --- options beyond the official semantics (defaults must stay official) ---------------------------
@@ -153,9 +153,9 @@ def test_the_refused_penalty_moves_grpo_and_rlvmr_advantages_alike():
     for algo in ("grpo", "rlvmr"):
         for name in ("official_code", "paper"):
             penalised = MethodConfig(algo=algo, preset=name, deviations=RewardDeviations(refused_penalty=0.5))
-            adv = [s.advantage for s in score_episodes(group(), penalised).steps]
+            adv = [s.scores.advantage for s in score_episodes(group(), penalised).steps]
             assert adv[0] < adv[1], (algo, name, adv)
-            flat = [s.advantage for s in score_episodes(group(), MethodConfig(algo=algo, preset=name)).steps]
+            flat = [s.scores.advantage for s in score_episodes(group(), MethodConfig(algo=algo, preset=name)).steps]
             assert flat[0] == pytest.approx(flat[1])  # official: a refused command costs nothing
 
 

@@ -107,7 +107,7 @@ def test_each_ablation_trains_one_iteration_from_the_command_line(name, tmp_path
         "tiny-random:llama", "toy", 2, "action")  # ... at CLI size
     assert [row["iteration"] for row in read_metrics(out)] == [0]
     episodes = read_episodes(out / "episodes.jsonl")
-    assert len(episodes) == 2 and all(s.advantage is not None for ep in episodes for s in ep.steps)
+    assert len(episodes) == 2 and all(s.scores.advantage is not None for ep in episodes for s in ep.steps)
     assert (out / "ckpt-00000").is_dir()
 
 

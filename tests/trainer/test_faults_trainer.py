@@ -4,6 +4,7 @@ Each test reproduces a failure a user hit (kill -9, odd settings, a dead env wor
 
 import json
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -86,7 +87,7 @@ def test_a_wrong_resume_path_is_a_message_not_a_traceback(tmp_path, capsys):
 
 def test_nan_rewards_stop_the_update_instead_of_being_averaged_away():
     eps = with_rewards(_group(0))
-    eps[0].steps[0].outcome_score = math.nan
+    eps[0].steps[0].scores = replace(eps[0].steps[0].scores, outcome_score=math.nan)
     with pytest.raises(FloatingPointError, match="not finite"):
         compute_advantages("rlvmr", eps, MethodConfig().advantage_config)
 

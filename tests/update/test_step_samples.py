@@ -39,16 +39,15 @@ def test_one_sample_per_scored_step_with_tokens_carrying_its_advantage_and_ident
     samples = episodes_to_samples(scored)
     with_tokens = [r for r in scored.steps if (r.episode_id, r.t) != ("t2", 1)]
     assert [(s.episode_id, s.t) for s in samples] == [(r.episode_id, r.t) for r in with_tokens]
-    assert [s.advantage for s in samples] == [r.advantage for r in with_tokens]
+    assert [s.advantage for s in samples] == [r.scores.advantage for r in with_tokens]
     assert all(len(s.response_ids) == len(s.sampler_logprobs) == 2 + s.t for s in samples)
 
 
 def test_scoring_writes_nothing_into_its_inputs():
     episodes = _with_tokens(worked_example())
     scored = score_episodes(episodes, MethodConfig())
-    assert all(s.tag_class is None and s.outcome_score is None and s.advantage is None
-               for ep in episodes for s in ep.steps)
-    assert all(s.advantage is not None for ep in scored.episodes for s in ep.steps)
+    assert all(s.scores is None for ep in episodes for s in ep.steps)
+    assert all(s.scores.advantage is not None for ep in scored.episodes for s in ep.steps)
     assert [(r.episode_id, r.t) for r in scored.steps] == [(ep.episode_id, s.t) for ep in episodes for s in ep.steps]
 
 

@@ -21,7 +21,7 @@ from typing import Any, Iterable, Sequence
 
 from ..scoring.metrics import repetitive_steps
 from ..plots import DARK_TAGS, TAG_COLORS, tag_color
-from ..records import Episode, Step
+from ..records import Episode, Step, outcome_of, step_score
 from .patterns import Loop, Recovery
 
 _PAID_TAGS = ("planning", "explore", "reflection")  # tags with a verifiable reward (monitor has none, paper §3.4.1)
@@ -76,8 +76,9 @@ def _marks(s: Step, repeated: bool) -> str:
         out.append(f'<span style="color:{_BAD}">✗ not admissible</span>')
     if repeated:
         out.append(f'<span title="metrics.repetitive_steps" style="color:{_BAD}">↻ repeat</span>')
-    if s.env_reward:
-        out.append(f'<span style="color:{_GOOD}">env reward {s.env_reward:+g}</span>')
+    earned = step_score(s, "outcome_reward") or s.env_reward
+    if earned:
+        out.append(f'<span style="color:{_GOOD}">env reward {earned:+g}</span>')
     return " · ".join(out)
 
 
@@ -92,7 +93,7 @@ def _header(ep: Episode) -> str:
         verdict = f'<b style="color:{_GOOD}">won</b>' if ep.won else f'<b style="color:{_BAD}">failed</b>'
         if ep.aborted:
             verdict = f'<b style="color:{_MUTED}">aborted</b>'
-        outcome = sum(s.env_reward for s in ep.steps)
+        outcome = outcome_of(ep)
         parts += [verdict, f"{len(ep.steps)} steps"]
         if outcome or not ep.won:  # expert replays record no env reward; a win with R = 0 would mislead
             parts.append(f"R(τ) = {outcome:g}")
@@ -126,7 +127,7 @@ def episode_html(
     """
     marked = set(highlight)
     repeats = repetitive_steps(episode)
-    adv = [abs(s.advantage) for s in episode.steps if s.advantage is not None]
+    adv = [abs(a) for a in (step_score(s, "advantage") for s in episode.steps) if a is not None]
     scale = max(adv) if adv else None
     cell = "padding:4px 6px; border-top:1px solid #e5e5e5; vertical-align:top;"
     columns = (("step", _RIGHT), ("tag", _LEFT), ("reasoning", _LEFT), ("action", _LEFT), ("environment", _LEFT),
@@ -136,9 +137,10 @@ def episode_html(
     for s, rep in zip(episode.steps, repeats):
         bg = f" background:{_HIGHLIGHT};" if s.t in marked else ""
         reward_class = ""
-        if s.tag in _PAID_TAGS and s.tag_class is not None and s.tag_class != s.tag:
+        reward_tag = step_score(s, "tag_class")
+        if s.tag in _PAID_TAGS and reward_tag is not None and reward_tag != s.tag:
             # e.g. a tagged but malformed step: the reward side files it under 'none'
-            reward_class = f'<div style="color:{_MUTED}; font-size:11px;">reward class: {_e(s.tag_class)}</div>'
+            reward_class = f'<div style="color:{_MUTED}; font-size:11px;">reward class: {_e(reward_tag)}</div>'
         reasoning = f"<i>{_e(s.reasoning)}</i>" if s.reasoning else f'<span style="color:{_MUTED}">—</span>'
         extras = []
         if s.plan and s.plan == s.reasoning:
@@ -162,8 +164,8 @@ def episode_html(
             f'<td style="{cell} {_LEFT}"><span style="{_MONO}">{action}</span>'
             f'<div style="font-size:11px;">{_marks(s, rep)}</div></td>'
             f'<td style="{cell} {_LEFT} max-width:300px;">{feedback}</td>'
-            f'<td style="{cell} {_RIGHT} white-space:nowrap;">{_number(s.mr_reward)}</td>'
-            f'<td style="{cell} {_RIGHT} white-space:nowrap;">{_number(s.advantage, scale)}</td>'
+            f'<td style="{cell} {_RIGHT} white-space:nowrap;">{_number(step_score(s, "mr_reward"))}</td>'
+            f'<td style="{cell} {_RIGHT} white-space:nowrap;">{_number(step_score(s, "advantage"), scale)}</td>'
             "</tr>"
         )
     first = episode.steps[0].observation.strip() if episode.steps else ""

@@ -6,7 +6,7 @@ from typing import Any, Iterable
 
 from ..scoring.metrics import repetitive_steps
 from ..rollout.prompts import PROMPT_FAMILIES, AgentMemory, PromptConfig
-from ..records import Episode
+from ..records import Episode, step_score
 
 
 def prompt_at(episode: Episode, t: int, style: str = "meta_think", max_prompt_tokens: int | None = None) -> str:
@@ -37,8 +37,9 @@ def step_records(episodes: Iterable[Episode]) -> list[dict[str, Any]]:
         for s, rep in zip(ep.steps, repeats):
             rows.append({
                 "episode": ep.episode_id or ep.task_id, "t": s.t, "tag": s.tag or "none",
-                "reward_class": s.tag_class, "valid": s.valid, "admissible": s.admissible, "action": s.action,
-                "feedback": s.feedback, "repetitive": rep, "r_MR": s.mr_reward, "outcome_score": s.outcome_score,
-                "advantage": s.advantage, "won": ep.won,
+                "reward_class": step_score(s, "tag_class"), "valid": s.valid, "admissible": s.admissible,
+                "action": s.action, "feedback": s.feedback, "repetitive": rep, "r_MR": step_score(s, "mr_reward"),
+                "outcome_score": step_score(s, "outcome_score"), "advantage": step_score(s, "advantage"),
+                "won": ep.won,
             })
     return rows

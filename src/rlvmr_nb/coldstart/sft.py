@@ -72,12 +72,6 @@ def tokenize_sample(tokenizer, sample: SFTSample, max_length: int, truncate_prom
     return prompt_ids + response_ids, len(prompt_ids)
 
 
-def response_token_loss(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels_mask: torch.Tensor) -> tuple[torch.Tensor, int]:
-    """Summed CE over response tokens and their count, projecting only response positions."""
-    (loss, count), _ = token_losses(model, input_ids, attention_mask, labels_mask, with_prompt=False)
-    return loss, count
-
-
 def token_losses(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, labels_mask: torch.Tensor,
                  with_prompt: bool) -> tuple[tuple[torch.Tensor, int], tuple[torch.Tensor, int] | None]:
     """``((response CE sum, count), (prompt CE sum, count) or None)`` from one forward pass. The prompt's share

@@ -147,19 +147,6 @@ def play_expert(
             env.close()
 
 
-def alfworld_expert_actions(
-    task: TaskSpec,
-    expert: str = "walkthrough",
-    env: ALFWorldEnv | None = None,
-    data_root: str | os.PathLike | None = None,
-    seed: int = 0,
-) -> list[str]:
-    """The expert's command sequence for ``task`` (walkthrough, or hand-coded with walkthrough fallback)."""
-    if expert == "walkthrough":
-        return walkthrough_actions(task, data_root if env is None else env.data_root)
-    return [s.action for s in play_expert(task, expert, env=env, data_root=data_root, seed=seed).steps]
-
-
 def replay_all_walkthroughs(
     splits: Sequence[str] = ("valid_seen", "valid_unseen"),
     data_root: str | os.PathLike | None = None,

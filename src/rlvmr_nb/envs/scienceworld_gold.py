@@ -21,7 +21,7 @@ from rlvmr_nb.records import Episode, Step
 __all__ = ["GoldPathError", "replay_gold_sample", "scienceworld_gold_episode"]
 
 WIN_REWARD = 10.0
-"""Episode reward r_s on the winning step (paper §3.4.1; 10 in the official code), written into gold
+"""The world's reward on the winning step of a gold path (r_s, paper §3.4.1; 10 in the official code), recorded in
 `Step.env_reward`."""
 
 

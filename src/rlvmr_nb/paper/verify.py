@@ -148,8 +148,8 @@ def example_group(out: Path) -> dict[str, Any]:
     numbers = {f"summary/{k}": v for k, v in result.summary.items() if isinstance(v, (int, float))}
     for ep in result.episodes:
         for s in ep.steps:
-            numbers[f"{ep.episode_id}/step{s.t + 1}/r_mr"] = s.mr_reward
-            numbers[f"{ep.episode_id}/step{s.t + 1}/advantage"] = s.advantage
+            numbers[f"{ep.episode_id}/step{s.t + 1}/r_mr"] = s.scores.mr_reward
+            numbers[f"{ep.episode_id}/step{s.t + 1}/advantage"] = s.scores.advantage
     return numbers
 
 

@@ -11,6 +11,7 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch, Rectangle
 
+from ..records import outcome_of, step_score
 from .captions import STEP_AXIS_LABEL
 from .saving import write_figure
 from .style import DARK_TAGS, TAG_COLORS, figure_style, tag_color, title_and_legend
@@ -22,8 +23,8 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
                        title: str | None = None) -> Figure | Path:
     """Draw each rollout of a group: per-step tag (colour strip), MR reward and advantage bars.
 
-    ``episodes`` are `rlvmr_nb.records.Episode` objects whose steps have `tag_class`,
-    `mr_reward` and `advantage` filled (rewards: paper §3.4.1; advantages: paper Eqs. 2-4); None
+    ``episodes`` are `rlvmr_nb.records.Episode` objects whose steps carry `scores` (`tag_class`,
+    `mr_reward`, `advantage`; rewards: paper §3.4.1; advantages: paper Eqs. 2-4); None
     values are simply not drawn.
     The strip shows the tag the model wrote (`Step.tag`, so <monitor> is visible) and marks
     format-invalid steps with a red outline and a red x inside the cell; MR bars take the colour of
@@ -47,7 +48,7 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
             bar_axes.append(ax)
             _draw_tag_strip(strip, ep.steps, n_steps)
             _draw_step_bars(ax, ep.steps)
-            outcome = sum(s.env_reward for s in ep.steps)
+            outcome = outcome_of(ep)
             name = ep.episode_id or f"rollout {i}"
             strip.set_title(f"{name}: {'won' if ep.won else 'failed'}, {len(ep.steps)} steps, R(τ) = {outcome:g}",
                             loc="left", fontsize=8.5)
@@ -69,9 +70,13 @@ def plot_episode_group(episodes: Sequence[Any], out_path: str | os.PathLike | No
     return fig
 
 
+def _or_nan(value: float | None) -> float:
+    return float("nan") if value is None else value
+
+
 def _draw_tag_strip(ax: Any, steps: Sequence[Any], n_steps: int) -> None:
     for s in steps:
-        tag = s.tag or s.tag_class or "none"
+        tag = s.tag or step_score(s, "tag_class") or "none"
         ax.add_patch(Rectangle((s.t - 0.45, 0.04), 0.9, 0.92, facecolor=tag_color(tag),
                                edgecolor=INVALID_COLOR if not s.valid else "none", linewidth=1.6))
         ax.text(s.t, 0.5, (tag[0].upper() if tag != "none" else "-"), ha="center", va="center", fontsize=7,
@@ -85,9 +90,10 @@ def _draw_tag_strip(ax: Any, steps: Sequence[Any], n_steps: int) -> None:
 
 def _draw_step_bars(ax: Any, steps: Sequence[Any]) -> None:
     t = [s.t for s in steps]
-    mr = [s.mr_reward if s.mr_reward is not None else float("nan") for s in steps]
-    adv = [s.advantage if s.advantage is not None else float("nan") for s in steps]
-    ax.bar([x - 0.2 for x in t], mr, 0.38, color=[tag_color(s.tag_class) for s in steps], edgecolor="#666666",
+    mr = [_or_nan(step_score(s, "mr_reward")) for s in steps]
+    adv = [_or_nan(step_score(s, "advantage")) for s in steps]
+    ax.bar([x - 0.2 for x in t], mr, 0.38, color=[tag_color(step_score(s, "tag_class")) for s in steps],
+           edgecolor="#666666",
            linewidth=0.4)
     ax.bar([x + 0.2 for x in t], adv, 0.38, color="#34495e")
     ax.axhline(0, color="#333333", linewidth=0.6)
@@ -116,7 +122,7 @@ def plot_preset_comparison(by_preset: Mapping[str, Sequence[Any]], title: str | 
             for k, group in enumerate(groups):
                 ep = group[i]
                 xs = [s.t - 0.4 + width * (k + 0.5) for s in ep.steps]
-                ax.bar(xs, [s.advantage if s.advantage is not None else float("nan") for s in ep.steps], width,
+                ax.bar(xs, [_or_nan(step_score(s, "advantage")) for s in ep.steps], width,
                        color=shades[k % len(shades)])
             ep = groups[0][i]
             ax.axhline(0, color="#333333", linewidth=0.6)

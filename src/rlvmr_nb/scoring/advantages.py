@@ -117,11 +117,20 @@ def group_normalise(
     return out
 
 
+def _scored(episode: Episode) -> list:
+    """The steps of `episode`, refusing one with no scores (advantages sit beside the rewards they come from)."""
+    unscored = [s.t for s in episode.steps if s.scores is None]
+    if unscored:
+        raise ValueError(f"steps {unscored} of episode {episode.episode_id or episode.task_id} carry no rewards: "
+                         "score copies made by rewards.with_rewards(episodes) instead")
+    return episode.steps
+
+
 def _flat(episodes: Sequence[Episode], field: str) -> list:
     vals = []
     for ep in episodes:
         for s in ep.steps:
-            v = getattr(s, field)
+            v = getattr(s.scores, field) if s.scores is not None else None
             if v is None:
                 raise ValueError(
                     f"step {s.t} of episode {ep.episode_id or ep.task_id} has no {field!r}: "
@@ -212,7 +221,7 @@ def gigpo_advantages(
     returns: list[float] = []
     keys: list[tuple[str, str]] = []
     for ep in episodes:
-        returns.extend(discounted_returns([s.env_reward for s in ep.steps], gamma))
+        returns.extend(discounted_returns(_flat([ep], "outcome_reward"), gamma))
         keys.extend((ep.group_id, s.observation) for s in ep.steps)
     a_step = group_normalise(returns, keys, eps, std_norm, singleton="zero")
     return a_episode + step_weight * a_step
@@ -248,15 +257,16 @@ def compute_advantages(algo: str, episodes: Sequence[Episode], config: Advantage
 
 
 def with_advantages(episodes: Sequence[Episode], advantages: Sequence[float]) -> list[Episode]:
-    """Copies of `episodes` whose steps carry `advantages` (flat order) in `Step.advantage`, for logs and
-    figures. The inputs are left untouched; step contents are shared, not copied."""
+    """Copies of `episodes` whose steps carry `advantages` (flat order) in `Step.scores.advantage`, for logs and
+    figures; the steps must already carry their rewards (`rewards.with_rewards`). The inputs are left untouched; step contents are shared, not copied."""
     flat = list(advantages)
     n_steps = sum(len(ep.steps) for ep in episodes)
     if len(flat) != n_steps:
         raise ValueError(f"{len(flat)} advantages for {n_steps} steps")
     out, i = [], 0
     for ep in episodes:
-        steps = [replace(s, advantage=float(a)) for s, a in zip(ep.steps, flat[i : i + len(ep.steps)])]
+        steps = [replace(s, scores=replace(s.scores, advantage=float(a)))
+                 for s, a in zip(_scored(ep), flat[i : i + len(ep.steps)])]
         out.append(replace(ep, steps=steps))
         i += len(ep.steps)
     return out

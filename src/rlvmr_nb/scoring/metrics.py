@@ -128,7 +128,7 @@ def mean_mr_reward_by_tag(scored: Iterable[ScoredStep]) -> dict[str, float]:
     """Mean r_t^MR per reward tag class, over the scoring stage's records (`scored.score_episodes`)."""
     by: dict[str, list[float]] = defaultdict(list)
     for s in scored:
-        by[s.tag_class].append(s.mr_reward)
+        by[s.scores.tag_class].append(s.scores.mr_reward)
     return {k: sum(v) / len(v) for k, v in sorted(by.items())}
 
 

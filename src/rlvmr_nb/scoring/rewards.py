@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 from typing import Iterable
 
 from ..rollout.tags import extract_action_list, tag_class
-from ..records import Episode
+from ..records import Episode, StepScores
 from ..settings import require_choice, require_non_negative
 
 PENALTY_CHANNELS = ("outcome", "step")
@@ -179,9 +179,10 @@ def meta_reasoning_rewards(episode: Episode, config: RewardConfig = RewardConfig
 
 def with_rewards(episodes: Iterable[Episode], config: RewardConfig = RewardConfig(),
                  deviations: RewardDeviations = OFFICIAL_RULES, penalty_channel: str = "outcome") -> list[Episode]:
-    """Copies of `episodes` whose steps carry `tag_class`, `mr_reward`, `outcome_score` and `env_reward` (r_s at the
-    winning step, the reward GiGPO's step returns discount); the inputs are left untouched (the other step fields are
-    shared, not copied). Arguments as `meta_reasoning_rewards`.
+    """Copies of `episodes` whose steps carry their `records.StepScores` (tag class, `mr_reward`, `outcome_score`
+    and `outcome_reward`, r_s at the winning step, which GiGPO's step returns discount; the advantage comes later);
+    the inputs are left untouched (the other step fields are shared, not copied). Arguments as
+    `meta_reasoning_rewards`.
 
     With the 'step' penalty channel the carried `mr_reward` is the penalised step reward r_t, since that is the
     quantity the paper normalises within tag groups.
@@ -189,9 +190,10 @@ def with_rewards(episodes: Iterable[Episode], config: RewardConfig = RewardConfi
     out = []
     for ep in episodes:
         rewards = meta_reasoning_rewards(ep, config, deviations, penalty_channel)
-        steps = [replace(step, tag_class=r.tag_class, outcome_score=r.outcome_score,
-                         env_reward=config.success_reward if step.won else 0.0,
-                         mr_reward=r.mr_reward if penalty_channel == "outcome" else r.step_reward)
+        steps = [replace(step, scores=StepScores(
+                    tag_class=r.tag_class, outcome_score=r.outcome_score,
+                    mr_reward=r.mr_reward if penalty_channel == "outcome" else r.step_reward,
+                    outcome_reward=config.success_reward if step.won else 0.0))
                  for step, r in zip(ep.steps, rewards)]
         out.append(replace(ep, steps=steps))
     return out

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Sequence
 
-from ..records import Episode
+from ..records import Episode, StepScores
 from .advantages import compute_advantages, with_advantages
 from .method import MethodConfig
 from .rewards import with_rewards
@@ -26,14 +26,9 @@ class ScoredStep:
     """`Episode.episode_id` of the step's episode."""
     t: int
     """`Step.t`, the step's index in its episode."""
-    tag_class: str
-    """Reward-side tag class: 'planning' | 'explore' | 'reflection' | 'monitor' | 'none' (the MR advantage group)."""
-    mr_reward: float
-    """r_t^MR (with the 'step' penalty channel: the penalised step reward r_t)."""
-    outcome_score: float
-    """The outcome channel's value of this step: R(τ) (− λ if invalid and the channel is 'outcome')."""
-    advantage: float
-    """The step's advantage, broadcast to every token of its response (paper Eq. 4)."""
+    scores: StepScores
+    """Its tag class, rewards and advantage (`records.StepScores`), the same object the scored episode's step
+    carries."""
 
 
 @dataclass(frozen=True)
@@ -50,6 +45,5 @@ def score_episodes(episodes: Sequence[Episode], method: MethodConfig) -> ScoredE
     kept = with_rewards([ep for ep in episodes if not ep.aborted], method.reward, method.deviations,
                         method.penalty_channel)
     scored = with_advantages(kept, compute_advantages(method.estimator, kept, method.advantage_config))
-    steps = [ScoredStep(ep.episode_id, s.t, s.tag_class, s.mr_reward, s.outcome_score, s.advantage)
-             for ep in scored for s in ep.steps]
+    steps = [ScoredStep(ep.episode_id, s.t, s.scores) for ep in scored for s in ep.steps]
     return ScoredEpisodes(scored, steps)

@@ -47,7 +47,7 @@ def episodes_to_samples(scored: ScoredEpisodes) -> list[StepSample]:
         if (record.episode_id, record.t) != (ep.episode_id, s.t):
             raise ValueError(f"scored record {record.episode_id}:{record.t} stands where step {ep.episode_id}:{s.t} is")
         if s.response_token_ids:
-            out.append(StepSample(list(s.prompt_token_ids), list(s.response_token_ids), float(record.advantage),
+            out.append(StepSample(list(s.prompt_token_ids), list(s.response_token_ids), float(record.scores.advantage),
                                   list(s.response_logprobs or []), episode_id=ep.episode_id, t=s.t))
     return out
 
