@@ -68,7 +68,7 @@ def test_walking_away_from_a_target_in_sight_is_avoidable_and_a_loop_in_an_exhau
     assert leave.repeat and leave.offer == ("take pen",) and leave.avoidable
     for v in verdicts[10:]:
         assert v.repeat and v.offer == () and not v.avoidable and v.wasted
-    rates = endpoints.episode_rates(episode)
+    rates = endpoints.verdict_rates(endpoints.step_verdicts(episode))
     assert rates["avoidable"] == pytest.approx(1 / 13)
     assert rates["repeat"] == pytest.approx(5 / 13)  # the back-track at step 3, the walk-off, the loop's three
     assert rates["wasted"] == rates["repeat"]
@@ -102,7 +102,7 @@ def test_a_loop_while_delivering_to_a_known_destination_is_avoidable_the_route_i
     assert [v.repeat for v in verdicts[7:]] == [False, True, True, True, True, False]
     assert [v.avoidable for v in verdicts[7:]] == [False, False, True, False, False, False]
     assert verdicts[9].offer == ("go to garden",)
-    rates = endpoints.episode_rates(episode)
+    rates = endpoints.verdict_rates(endpoints.step_verdicts(episode))
     assert rates["avoidable_novel"] == 0.0 and rates["avoidable"] == pytest.approx(1 / 13)
 
 
@@ -124,7 +124,7 @@ def test_the_prompt_only_expert_never_repeats_avoidably(level):
     deliveries) and the old measure flags some of its steps."""
     episodes = scripted.play_level(level, lambda task: expert_choice, "expert", LAB_HORIZON)
     assert len(episodes) == 60 and all(ep.won for ep in episodes)
-    rates = [endpoints.episode_rates(ep) for ep in episodes]
+    rates = [endpoints.verdict_rates(endpoints.step_verdicts(ep)) for ep in episodes]
     assert max(r["avoidable"] for r in rates) == 0.0
     assert sum(r["repeat"] > 0 for r in rates) >= 20
     assert sum(any(repetitive_steps(ep)) for ep in episodes) >= 5

@@ -192,7 +192,7 @@ def test_monitor_novelty_scores_monitor_steps_like_explore_in_their_own_group():
     assert [(r.tag_class, r.mr_reward) for r in scored] == [("explore", 0.7), ("monitor", 0.7), ("monitor", 0.0),
                                                             ("monitor", 0.0), ("monitor", 0.7)]
     # the monitor group gets its own advantages: the repeat sits below the new command within the group
-    adv = [s.advantage for s in score_episodes([ep], MethodConfig(deviations=rules)).steps]
+    adv = [s.scores.advantage for s in score_episodes([ep], MethodConfig(deviations=rules)).steps]
     assert adv[2] < adv[1] and adv[3] < adv[4]
     with pytest.raises(ValueError, match="monitor_novelty"):
         MethodConfig(reward=RewardConfig(monitor_reward=0.5), deviations=rules)

@@ -213,11 +213,6 @@ def verdict_rates(verdicts: Sequence[StepVerdict]) -> dict[str, float]:
     return {name: _rate([flag(v) for v in verdicts]) for name, flag in STEP_KINDS.items()}
 
 
-def episode_rates(episode: Episode) -> dict[str, float]:
-    """Each `STEP_KINDS` flag's share of the steps of one lab episode, from one pass over its verdicts."""
-    return verdict_rates(step_verdicts(episode))
-
-
 def point_biserial(values: Sequence[float], flags: Sequence[bool]) -> float | None:
     """The point-biserial correlation of per-episode `values` with a binary `flags` (e.g. failed): Pearson's r with
     the flag as 0/1. None when either side has no spread (every episode won, or every value equal)."""
