@@ -20,7 +20,6 @@ from rlvmr_nb.update import distributed as dist  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.rollout.generation.hf import HFGenerator  # noqa: E402
 from rlvmr_nb.models import load_model  # noqa: E402
-from rlvmr_nb.update.reference_policy import frozen_copy  # noqa: E402
 from rlvmr_nb.runs import save_checkpoint  # noqa: E402
 from rlvmr_nb.update.sharding import place_models  # noqa: E402
 from rlvmr_nb.update.logprobs import response_logprobs  # noqa: E402
@@ -43,9 +42,10 @@ cfg = TrainConfig.from_dict(dict(lr=1e-3, mini_batch_size=8, micro_batch_size=mi
                   sharding=sharding, out_dir=out, loss=LossConfig(entropy_coef=0.001), gradient_checkpointing=checkpointing))
 unsharded_logp = response_logprobs(model, samples, tok.pad_token_id, cfg.update, 1.0)
 before = {k: v.clone() for k, v in model.state_dict().items()}
-if checkpointing:  # as the trainer does, before placing the model
-    model.gradient_checkpointing_enable()
-models = place_models(model, frozen_copy(model), torch.device("cpu"), world, cfg.placement, cfg.update.bf16_autocast)
+# as the trainer places it: under FSDP every rank builds its shards from rank 0's model (gradient checkpointing on)
+models = place_models(model if rank == 0 else None, torch.device("cpu"), world, cfg.placement, cfg.update,
+                      reference=True, rank=rank)
+model = models.policy
 opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=cfg.update.lr)
 plan = dist.schedule_update(len(samples), cfg.update.mini_batch_size, cfg.update.micro_batch_size, cfg.update.ppo_epochs,
                             random.Random(0), rank, world)
@@ -59,7 +59,7 @@ for i in used:
 model.train()
 ppo_update(models.logprob_model, opt, samples, plan, tok.pad_token_id, cfg.loss, cfg.update, 1.0, world_size=world)
 save_checkpoint(out, 0, model, opt, cfg.to_dict() | {"model": "tiny-random:llama"}, write=rank == 0)
-generator = HFGenerator(models.rollout_model, tok)  # the trainer's rollout sampler, refreshed as each iteration does
+generator = HFGenerator(model, tok)  # the trainer's rollout sampler (FSDP: a gathered copy), refreshed as each iteration
 generator.update_weights(model)
 if rank == 0:
     torch.save(before, os.path.join(out, "before.pt"))
