@@ -155,3 +155,33 @@ def test_levers_are_reached_from_the_command_line(tmp_path):
         "bf16-compute-fp32-master", 300, 2, 60)
     rows = read_metrics(out)
     assert rows[0]["samples"] > 0 and rows[0]["grad_norm"] > 0
+
+
+@pytest.mark.slow
+def test_two_process_bf16_compute_with_token_micro_batches_equals_one_process(tmp_path):
+    """2 gloo ranks (DDP placement): the bf16 compute copies all-reduce their fp32 gradients themselves, and the
+    token-budget micro-batches, dealt round-robin with zero-share padding, count as in one process. fp64 master
+    weights: the bf16 gradients of each micro-batch are the same on either side and sum exactly, so only AdamW's
+    rounding of a different summation order could differ."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from rlvmr_nb.runs import load_policy
+
+    here = Path(__file__).parents[1]
+    script = here / "fsdp_update_script.py"
+    env = dict(os.environ, PYTHONPATH=str(here) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
+    args = ["13", "2", "0", json.dumps({"precision": "bf16-compute-fp32-master", "micro_batch_tokens": 60})]
+    single, double = tmp_path / "single", tmp_path / "double"
+    subprocess.run([sys.executable, str(script), str(single), "ddp", *args], env=env, check=True, timeout=300)
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", str(script),
+                    str(double), "ddp", *args], env=env, check=True, timeout=300)
+    before = torch.load(single / "before.pt", weights_only=True)
+    a = load_policy(single / "ckpt-00000")[0].state_dict()
+    b = load_policy(double / "ckpt-00000")[0].state_dict()
+    assert all(not torch.equal(before[k], a[k]) for k in a), "the update left a parameter unchanged"
+    for k in a:
+        torch.testing.assert_close(b[k], a[k], rtol=1e-9, atol=1e-9)
