@@ -55,7 +55,7 @@ used = dist.samples_used(plan)
 samples = with_old_and_ref_logprobs(models, samples, used, tok.pad_token_id, cfg.update, 1.0,
                                     reference=bool(cfg.loss.kl_coef), rank=rank, world=world)
 for i in used:
-    if models.compute is None:  # a bf16 compute copy scores the old log-probs itself
+    if cfg.update.precision == "fp32-master":  # bf16 compute scores the old log-probs in bf16 itself
         torch.testing.assert_close(samples[i].old_logprobs, unsharded_logp[i], rtol=1e-10, atol=1e-10)
     torch.testing.assert_close(samples[i].ref_logprobs, unsharded_logp[i], rtol=1e-10, atol=1e-10)
     samples[i].ref_logprobs = samples[i].ref_logprobs - 0.05
