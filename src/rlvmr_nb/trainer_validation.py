@@ -20,9 +20,9 @@ after the validation. The other way, generating with the sharded module itself, 
 every decoding step, and every rank would have to make the same forward calls: ranks whose games end early would
 keep stepping padded batches until the last game of any rank ends, and every generation path (prefill chunks,
 rows leaving the batch, stop checks) would have to agree on its call count across ranks. The copy costs 2 bytes
-per parameter for the validation's duration (the training rollouts' engine holds one too), lets each rank play its
-games as one process plays them, and gives every rank's episodes exactly as an unsharded policy would
-(tests/update/test_fsdp.py).
+per parameter for the validation's duration (the training rollouts' engine holds one too) and lets each rank play
+its games as one process plays them (tests/update/test_fsdp.py validates 3 games on 2 gloo ranks, every iteration
+and after a resume).
 
 Validation leaves every random-number stream of the run as it found it, so a run with validation trains
 exactly like one without, and a resumed run that skips a validation already logged stays reproducible.
