@@ -4,7 +4,13 @@ docs/gpu.md says it is; these tests pin what each changes, on a tiny random mode
 
 from __future__ import annotations
 
+import datetime
+import json
+import os
 import random
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -138,8 +144,6 @@ def test_gradient_checkpointing_every_k_layers(every, expected):
 
 def test_levers_are_reached_from_the_command_line(tmp_path):
     """`rlvmr-nb train` with every lever on (CPU, a tiny model, one iteration): the run records them and trains."""
-    import json
-
     from rlvmr_nb.cli import main
     from rlvmr_nb.runs import read_metrics
 
@@ -163,12 +167,6 @@ def test_two_process_bf16_compute_with_token_micro_batches_equals_one_process(tm
     token-budget micro-batches, dealt round-robin with zero-share padding, count as in one process. fp64 master
     weights: the bf16 gradients of each micro-batch are the same on either side and sum exactly, so only AdamW's
     rounding of a different summation order could differ."""
-    import json
-    import os
-    import subprocess
-    import sys
-    from pathlib import Path
-
     from rlvmr_nb.runs import load_policy
 
     here = Path(__file__).parents[1]
@@ -189,8 +187,6 @@ def test_two_process_bf16_compute_with_token_micro_batches_equals_one_process(tm
 
 def test_the_collective_timeout_reaches_the_process_group(monkeypatch):
     """`PlacementConfig.collective_timeout_s` is what `init_process_group` gets (NCCL's own default is 10 minutes)."""
-    import datetime
-
     import torch.distributed as tdist
 
     seen = {}

@@ -18,6 +18,7 @@ equals the single-process gradient accumulation.
 
 from __future__ import annotations
 
+import datetime
 import os
 import random
 from dataclasses import dataclass
@@ -33,8 +34,6 @@ def rank_world(backend: str | None = None, timeout_s: float | None = None) -> tu
     CUDA is visible, else gloo; the trainer passes `devices.process_group_backend` of its device) and a collective
     timeout of `timeout_s` seconds (`PlacementConfig.collective_timeout_s`; None: the backend's default)."""
     if torchrun_world_size() > 1:
-        import datetime
-
         import torch.distributed as dist
 
         if not dist.is_initialized():
