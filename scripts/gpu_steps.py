@@ -488,7 +488,7 @@ def step_update(check: Any) -> dict:
                                                     "grad_norm_relative_difference": abs(norm_pack / norm_pad - 1)}
     from rlvmr_nb.update.kernels import packed_attention
 
-    record["packed_attention_paths"] = {"calls": dict(packed_attention.ATTENTION_PATHS), **packed_attention._VARLEN}
+    record["packed_attention_paths"] = packed_attention.varlen_status()
     return {"status": "ok", "timed_micro_batches": timed, "variants": variants,
             "matmul_bf16_tflops_measured": round(measured, 1) if measured else None, **record}
 

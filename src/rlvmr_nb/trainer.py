@@ -33,7 +33,7 @@ from .devices import fused_adamw, process_group_backend, resolve_device, use_dev
 from .envs import slots
 from .envs.base import TaskSpec
 from .envs.registry import get_env
-from .rollout.generation import get_backend, make_rollout_generator
+from .rollout.generation import make_rollout_generator
 from .records import Episode, append_episodes
 from .runs import MetricsLog, owns_run_folder, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
 from .runs.export import export_policy
@@ -47,7 +47,6 @@ from .train_config import RESUMABLE_CHANGES, TrainConfig
 from .trainer_validation import Validator
 from .update import distributed as dist
 from .update.ppo import ppo_update, with_old_and_ref_logprobs
-from .update.reference_policy import frozen_copy
 from .update.samples import StepSample, episodes_to_samples
 from .update.sampler_correction import sampler_mismatch
 from .update.sharding import place_models
@@ -77,30 +76,35 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             used only with `config.validate_every` (`trainer_validation`).
     """
     device = use_device(resolve_device(config.device))  # a clear error when CUDA is asked for and absent
-    rank, world = dist.rank_world(process_group_backend(device))
+    rank, world = dist.rank_world(process_group_backend(device), config.placement.collective_timeout_s)
     out_dir = Path(config.run.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     random.seed(config.seed)
     np.random.seed(config.seed)
     torch.manual_seed(config.seed)
 
+    sharded = config.placement.sharding == "fsdp" and world > 1
     if policy is None or tokenizer is None:
-        from .models import load_model
+        from .models import load_model, resolve_tokenizer
 
-        policy, tokenizer = load_model(config.model)
+        if sharded and rank != 0:  # FSDP: rank 0 alone reads the weights and sends each rank its shards
+            policy, tokenizer = None, resolve_tokenizer(config.model)
+        else:
+            policy, tokenizer = load_model(config.model)
     update = config.update
-    reference = frozen_copy(policy) if config.loss.kl_coef and not update.lora else None
     if update.lora:
         policy = wrap_lora(policy, update.lora_r)
-    if update.gradient_checkpointing:
-        policy.gradient_checkpointing_enable()
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    # on `device`, DDP-wrapped or FSDP-sharded; the optimizer is built on the placed (sharded) parameters
-    models = place_models(policy, reference, device, world, config.placement, update.bf16_autocast,
-                          rollout_copy=get_backend(config.engine.rollout_backend).samples_live_model)
+    # on `device`, with its reference (LoRA: the adapters disabled), DDP-wrapped or FSDP-sharded, gradient
+    # checkpointing and the update's precision applied; the optimizer steps the placed (sharded) fp32 parameters
+    models = place_models(policy, device, world, config.placement, update,
+                          reference=bool(config.loss.kl_coef) and not update.lora, rank=rank)
+    policy = models.policy
     optimizer = torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=update.lr,
                                   weight_decay=update.weight_decay, fused=fused_adamw(device, config.placement.sharding))
     start = restore_run(out_dir, config.run.resume, TrainConfig.from_dict, config, policy, optimizer, RESUMABLE_CHANGES)
+    if models.compute is not None:
+        models.compute.refresh()  # the bf16 compute copy follows the restored master weights
     if rank == 0:
         truncate_logs(out_dir, start)  # a resumed run logs each iteration once
         write_config(out_dir, config.to_dict())
@@ -111,9 +115,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         raise ValueError(f"empty training task pool for {rollout.env} {rollout.level}")
     env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(rollout.env, rollout.env_workers)
     t_engine = time.perf_counter()
-    # the policy (FSDP: its whole bf16 copy for HF; vLLM gathers the shards); LoRA samples the adapted model itself
-    generator = make_rollout_generator(config.engine.rollout_backend, models.rollout_model, tokenizer,
-                                       config.engine_settings)
+    # the policy (FSDP: HF gathers a whole copy, vLLM the shards at each sync); LoRA samples the adapted model itself
+    generator = make_rollout_generator(config.engine.rollout_backend, policy, tokenizer, config.engine_settings)
     timings = {"engine_start_s": time.perf_counter() - t_engine}  # reported with the first iteration
     log = MetricsLog(out_dir, enabled=rank == 0, first_iteration=start, reporters=[*open_reporters(
         config.report_to, run_name=out_dir.name, config=config.to_dict()), *iteration_progress(
@@ -127,6 +130,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             t0 = time.perf_counter()
             batch = _iteration_rng(config.seed, iteration, "tasks").sample(tasks, min(run.tasks_per_iteration, len(tasks)))
             policy.eval()
+            models.logprob_model.eval()  # the old log-probs' pass (the update switches it to training)
             generator.update_weights(policy)  # the engine samples from this iteration's policy (wakes it if asleep)
             timings["weight_sync_s"] = time.perf_counter() - t0
             episodes = run_rollouts(batch[rank::world], env_slots, generator, tokenizer, rollout, seed=config.seed,
@@ -144,8 +148,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             shuffle_rng = _iteration_rng(config.seed, iteration, "shuffle")
             if update.drop_to_multiple and len(samples) > update.mini_batch_size:
                 samples = shuffle_rng.sample(samples, len(samples) - len(samples) % update.mini_batch_size)
-            plan = dist.schedule_update(len(samples), update.mini_batch_size, update.micro_batch_size,
-                                        update.ppo_epochs, shuffle_rng, rank, world)
+            plan = dist.plan_update(samples, update, config.loss.aggregation, shuffle_rng, rank, world)
             t_logprob = time.perf_counter()
             samples = with_old_and_ref_logprobs(models, samples, dist.samples_used(plan), pad_id, update,
                                                 rollout.temperature, reference=bool(config.loss.kl_coef), rank=rank,
@@ -154,9 +157,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             mismatch = sampler_mismatch([samples[i] for i in dist.samples_used(plan)], world)
 
             t1 = time.perf_counter()
-            policy.train()
             stats = ppo_update(models.logprob_model, optimizer, samples, plan, pad_id, config.loss, update,
-                               rollout.temperature, world_size=world) if samples else {}
+                               rollout.temperature, world_size=world, compute=models.compute) if samples else {}
             t_update = time.perf_counter() - t1
             row = _metrics_row(iteration, episodes, scored, samples, stats | mismatch, t_rollout, t_update) | timings
             timings = {}
@@ -165,7 +167,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             if rank == 0 and run.save_episodes:
                 append_episodes(out_dir / "episodes.jsonl", scored.episodes + [ep for ep in episodes if ep.aborted])
             if (iteration + 1) % run.save_every == 0 or iteration + 1 == run.iterations:
-                # every rank: a sharded policy's state is gathered collectively; rank 0 writes
+                # every rank: a sharded policy's ranks each write their shards; rank 0 writes the rest
                 save_checkpoint(out_dir, iteration, policy, optimizer, config.to_dict(), keep=run.keep_checkpoints,
                                 write=rank == 0)
             dist.barrier(world)

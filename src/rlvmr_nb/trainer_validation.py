@@ -14,6 +14,16 @@ rank 0 plays alone — a wait that NCCL's watchdog ends after its timeout (10 mi
 128 episodes of 30 steps with a 7B policy can exceed. The split makes the samples depend on the number of
 processes (each rank batches its own share), not their distribution.
 
+Under FSDP each rank samples from a whole bf16 copy of the policy, gathered from the shards by all ranks together
+before any game starts (`sharding.whole_copy`, through the engine `evaluate.eval_generator` builds), and dropped
+after the validation. The other way, generating with the sharded module itself, would all-gather every layer at
+every decoding step, and every rank would have to make the same forward calls: ranks whose games end early would
+keep stepping padded batches until the last game of any rank ends, and every generation path (prefill chunks,
+rows leaving the batch, stop checks) would have to agree on its call count across ranks. The copy costs 2 bytes
+per parameter for the validation's duration (the training rollouts' engine holds one too) and lets each rank play
+its games as one process plays them (tests/update/test_fsdp.py validates 3 games on 2 gloo ranks, every iteration
+and after a resume).
+
 Validation leaves every random-number stream of the run as it found it, so a run with validation trains
 exactly like one without, and a resumed run that skips a validation already logged stays reproducible.
 """
@@ -34,7 +44,7 @@ from .update import distributed as dist
 from .envs.alfworld import seeded_subset
 from .envs.base import TaskSpec
 from .envs.registry import get_env
-from .evaluate import EvalConfig, evaluate_policy
+from .evaluate import EvalConfig, eval_generator, evaluate_policy
 from .scoring.metrics import summarize
 from .runs import MetricsLog, read_validation
 from .scoring.stats import wilson_interval
@@ -147,8 +157,13 @@ class Validator:
         t0 = time.perf_counter()
         mine = self.tasks[rank::world]
         with rng_untouched():
-            episodes = (evaluate_policy(policy, tokenizer, self.eval_config, mine, self.make_env_slots,
-                                        progress=self.progress)[0] if mine else [])
+            # every rank builds its engine, also a rank without games: from a sharded policy that is a collective
+            generator = eval_generator(policy, tokenizer, self.eval_config)
+            try:
+                episodes = (evaluate_policy(policy, tokenizer, self.eval_config, mine, self.make_env_slots,
+                                            progress=self.progress, generator=generator)[0] if mine else [])
+            finally:
+                generator.close()
         if world > 1:
             episodes = dist.all_gather_episodes(episodes, world)
         self.logged = self.logged | {iteration}

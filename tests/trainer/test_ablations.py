@@ -56,6 +56,9 @@ def test_config_files_hold_the_official_settings(path):
     assert (f["max_new_tokens"], f["max_prompt_tokens"], f["mini_batch_size"], f["stop"]) == (1024, 6000, 256, "none")
     assert cfg.loss == LossConfig(clip_eps=0.2, kl_coef=0.01, entropy_coef=0.001) == LossConfig()
     assert cfg.method.preset == "official_code" and f["gradient_checkpointing"]
+    if path.parent.name == "paper":  # what a GPU owner should run with (docs/gpu.md, 'Update levers')
+        assert (f["precision"], f["checkpoint_every_n_layers"]) == ("bf16-compute-fp32-master", 1)
+        assert f["micro_batch_tokens"] == f["micro_batch_size"] * 2048
     assert f["save_every"] == (10 if f["env"] == "scienceworld" else 5)
 
 

@@ -164,15 +164,15 @@ def test_place_moves_only_what_is_elsewhere(tiny_llama_copy):
 @pytest.mark.parametrize("reference_device", ["same", "cpu"])
 def test_trainer_placement_puts_policy_and_reference_where_asked(tiny_llama_copy, reference_device):
     """`place_models` with a device other than the CPU (the meta device stands in for a GPU here): the policy,
-    its rollout model and (reference_device='same') the reference end up there, buffers included."""
-    from rlvmr_nb.update.config import PlacementConfig
-    from rlvmr_nb.update.reference_policy import frozen_copy
+    the module the update calls and (reference_device='same') the reference end up there, buffers included."""
+    from rlvmr_nb.update.config import PlacementConfig, UpdateConfig
     from rlvmr_nb.update.sharding import place_models
 
     model, _ = tiny_llama_copy
     target = torch.device("meta")
-    models = place_models(model, frozen_copy(model), target, 1, PlacementConfig(reference_device=reference_device), True)
-    assert devices.tensors_off(models.policy, target) == [] and models.rollout_model is models.policy
+    models = place_models(model, target, 1, PlacementConfig(reference_device=reference_device), UpdateConfig(),
+                          reference=True)
+    assert devices.tensors_off(models.policy, target) == [] and models.policy is model
     assert devices.tensors_off(models.logprob_model, target) == []
     home = target if reference_device == "same" else torch.device("cpu")
     assert devices.tensors_off(models.reference, home) == []
@@ -206,8 +206,7 @@ def _train_and_record(tmp_path, monkeypatch, **config):
 
 def _assert_all_on(models, optimizer, device_type: str) -> None:
     device = torch.device(device_type)
-    for name, module in (("policy", models.policy), ("reference", models.reference),
-                         ("rollout model", models.rollout_model)):
+    for name, module in (("policy", models.policy), ("reference", models.reference)):
         off = devices.tensors_off(module, device)
         assert off == [], f"{name}: {off[:5]} not on {device_type}"
     states = [t for s in optimizer.state.values() for k, t in s.items() if k != "step"]  # AdamW keeps `step` on the CPU

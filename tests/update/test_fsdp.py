@@ -1,5 +1,6 @@
 """FSDP2 (`TrainConfig.placement.sharding="fsdp"`) on 2 CPU processes (gloo): the update equals one process's, checkpoints
-hold a full state dict that `runs.load_policy` reads, and a sharded run resumes from its own checkpoint."""
+are written sharded and `runs.load_policy` reads them whole, a sharded run validates and resumes from its own
+checkpoint."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.runs import latest_checkpoint, load_policy, read_metrics  # noqa: E402
+from rlvmr_nb.runs import latest_checkpoint, load_policy, read_metrics, read_validation  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 
 HERE = Path(__file__).parents[1]  # the tests folder: its helper scripts
@@ -60,22 +61,28 @@ def test_two_process_fsdp_update_equals_single_process(tmp_path, n_samples, micr
         rollout = torch.load(path / "rollout.pt", weights_only=True)
         updated = load_policy(path / "ckpt-00000")[0].state_dict()
         assert all(torch.equal(rollout[k], updated[k].to(torch.bfloat16)) for k in rollout)
-    # the optimizer state was gathered whole too: one entry (exp_avg, exp_avg_sq) per parameter name
-    state = torch.load(sharded / "ckpt-00000" / "state.pt", weights_only=True)["optimizer"]["state"]
-    assert set(state) >= {k for k in a if k != "lm_head.weight"}  # the tied head shares the embedding's state
-    assert all(v["exp_avg"].shape == a[k].shape for k, v in state.items())
+    # the optimizer state was saved sharded beside the weights: one entry (exp_avg, exp_avg_sq) per parameter name,
+    # indexed with the whole tensor's shape
+    from torch.distributed.checkpoint import FileSystemReader
+
+    index = FileSystemReader(str(sharded / "ckpt-00000" / "sharded")).read_metadata().state_dict_metadata
+    moments = {k[len("optimizer.state."):] for k in index if k.startswith("optimizer.state.")}
+    assert {k for k in a if k != "lm_head.weight"} <= {m.rsplit(".", 1)[0] for m in moments}  # tied head: one entry
+    assert all(index[f"optimizer.state.{m}"].size == a[m.rsplit(".", 1)[0]].shape
+               for m in moments if m.endswith(("exp_avg", "exp_avg_sq")))
 
 
 @pytest.mark.slow
-def test_torchrun_fsdp_training_checkpoints_and_resumes(tmp_path):
-    """`rlvmr-nb train --sharding fsdp` under torchrun, 2 gloo processes: rollouts from the whole-weight copy,
-    lockstep log-probs, sharded update, gathered checkpoint; then a resume that loads it into the shards."""
+def test_torchrun_fsdp_training_validates_checkpoints_and_resumes(tmp_path):
+    """`rlvmr-nb train --sharding fsdp` under torchrun, 2 gloo processes: weights read by rank 0 alone, rollouts and
+    validation (3 games: the ranks play 2 and 1) from whole-weight copies, lockstep log-probs, sharded update,
+    sharded checkpoint; then a resume that loads it into the shards."""
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rlvmr_nb.cli",
            "train", "--env", "toy", "--model", "tiny-random:llama", "--tasks", "3", "--group-size", "2",
            "--max-steps", "2", "--max-new-tokens", "6", "--max-prompt-tokens", "2048", "--mini-batch-size", "4",
            "--micro-batch-size", "2", "--save-every", "1", "--lr", "1e-3", "--device", "cpu", "--sharding", "fsdp",
-           "--out", str(out)]
+           "--validate-every", "1", "--validation-tasks", "3", "--collective-timeout-s", "300", "--out", str(out)]
     subprocess.run([*cmd, "--iterations", "1"], env=_env(), check=True, timeout=600)
     first, _, _ = load_policy(out / "ckpt-00000")
     subprocess.run([*cmd, "--iterations", "2"], env=_env(), check=True, timeout=600)
@@ -84,6 +91,9 @@ def test_torchrun_fsdp_training_checkpoints_and_resumes(tmp_path):
     config = json.loads((out / "config.json").read_text())
     assert (config["placement"]["sharding"], config["device"]) == ("fsdp", "cpu")
     assert latest_checkpoint(out).name == "ckpt-00001"
+    assert (out / "ckpt-00001" / "sharded").is_dir() and not (out / "ckpt-00001" / "model.pt").exists()
+    assert [(r["iteration"], r["val/episodes"]) for r in read_validation(out)] == [(0, 3), (1, 3), (2, 3)]
+    assert (config["placement"]["collective_timeout_s"]) == 300
     second, _, _ = load_policy(out)
     changed = [k for k, v in first.state_dict().items() if not torch.equal(v, second.state_dict()[k])]
     assert changed, "the resumed iteration did not update the restored weights"

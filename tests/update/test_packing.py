@@ -105,3 +105,51 @@ def test_per_sequence_attention_refuses_bounds_that_miss_the_row():
     for ends in ([0, 4, 9], [1, 4, 10]):
         with pytest.raises(ValueError, match="do not cover"):
             _per_sequence(q, q, q, ends, None)
+
+
+@pytest.fixture
+def varlen_state(monkeypatch):
+    """The packed attention's process-wide varlen state, emptied for the test and restored after it."""
+    from rlvmr_nb.update.kernels import packed_attention
+
+    monkeypatch.setattr(packed_attention, "_VARLEN", {})
+    monkeypatch.setattr(packed_attention, "ATTENTION_PATHS", {})
+    return packed_attention
+
+
+def test_a_failing_varlen_kernel_is_given_up_loudly_once(varlen_state, monkeypatch):
+    """A varlen failure that is not a lack of memory (here: an unsupported head size) switches to the
+    per-sequence loop with one warning that says why; later calls take the loop without trying again."""
+    calls = []
+
+    def unsupported(*args):
+        calls.append(1)
+        raise RuntimeError("varlen_attn: head size 12 is not supported")
+
+    monkeypatch.setattr(varlen_state, "_varlen", unsupported)
+    q, bounds = torch.randn(1, 2, 10, 4), torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.warns(RuntimeWarning, match="head size 12 is not supported"):
+        out = varlen_state.packed_attention(q, q, q, bounds, None, try_varlen=True)
+    assert torch.equal(out, varlen_state._per_sequence(q, q, q, [0, 4, 10], None))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the second call neither tries varlen nor warns again
+        varlen_state.packed_attention(q, q, q, bounds, None, try_varlen=True)
+    assert len(calls) == 1
+    status = varlen_state.varlen_status()
+    assert status["calls"] == {"per_sequence": 2} and "head size 12" in status["reason"] and not status["usable"]
+
+
+@pytest.mark.parametrize("error", [torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB"),
+                                   RuntimeError("flash attention: out of memory allocating the workspace")])
+def test_running_out_of_memory_in_varlen_is_raised_not_hidden(varlen_state, monkeypatch, error):
+    """Out of memory is raised as it came: the loop would need as much memory and run ~3.7x slower."""
+    def out_of_memory(*args):
+        raise error
+
+    monkeypatch.setattr(varlen_state, "_varlen", out_of_memory)
+    q, bounds = torch.randn(1, 2, 10, 4), torch.tensor([0, 4, 10], dtype=torch.int32)
+    with pytest.raises(type(error), match="out of memory"):
+        varlen_state.packed_attention(q, q, q, bounds, None, try_varlen=True)
+    assert varlen_state.varlen_status() == {"calls": {}}, "varlen was given up over a lack of memory"

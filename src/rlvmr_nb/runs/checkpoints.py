@@ -8,17 +8,23 @@ A checkpoint ``ckpt-XXXXX`` (taken after iteration XXXXX) holds:
 * ``config.json`` — the run's settings when it was taken;
 * ``run.json`` — the id of the run that took it (`run_id`; absent in checkpoints from before run ids).
 
+A policy sharded by FSDP (`update.sharding`) is saved sharded instead: ``sharded/`` is a ``torch.distributed.checkpoint``
+folder of the model's and the optimizer's state dicts, to which every rank writes its own shards (``__<rank>_0.distcp``)
+and rank 0 the index (``.metadata``); ``state.pt`` then holds the RNG states only. Gathering a 7B policy and its AdamW
+states on rank 0 took ~91 GB of its host memory while the other ranks waited; now each rank writes 1/world of it.
+The keys are an unsharded policy's (``model.layers.0.self_attn.q_proj.weight``, the optimizer's state by parameter
+name), so ``torch.distributed.checkpoint`` reshards on reading: a run on another number of ranks and `policy.load_policy`
+in one process read it. Checkpoints written whole by earlier FSDP runs (``model.pt`` with the gathered state) still
+load into the shards.
+
 Resume, rotation and `policy.load_policy` consider only the checkpoints of the folder's current run
 (`run_id`). Before writing, the free space of the folder is checked against the checkpoint's size; a
 write that fails anyway (the disk filled meanwhile) removes its temporary folder and raises `DiskFull`,
 one line naming the folder and the bytes needed.
 
-A policy sharded by FSDP (`sharding`) is saved whole: its full state dict is gathered from the ranks, with
-the same keys as an unsharded policy's, so `policy.load_policy` and an unsharded run read it like any other;
-its optimizer state is keyed by parameter name and is restored only into an FSDP run.
-
-Everything is loaded with ``torch.load(weights_only=True)`` or JSON, so a planted pickle in a checkpoint
-cannot run code. Saving writes a temporary folder and renames it, so a kill mid-save leaves the previous
+Everything is loaded with ``torch.load(weights_only=True, mmap=True)``, ``torch.distributed.checkpoint`` (tensors
+and plain values) or JSON, so a planted pickle in a checkpoint cannot run code; memory-mapped, a whole file read by
+every rank of a job is one copy in the page cache, not one per rank. Saving writes a temporary folder and renames it, so a kill mid-save leaves the previous
 checkpoint intact; loading reads every file before touching the model, and `resume_checkpoint` falls back
 to the newest *intact* checkpoint, with a warning that names each one it had to skip.
 """
@@ -43,6 +49,9 @@ from .run_id import (UNRECORDED, belongs, current_run_id, earlier_run_files, mov
 
 CHECKPOINT_PREFIX = "ckpt-"
 _FILES = ("model.pt", "state.pt", "rng.json", "config.json")
+SHARDED = "sharded"
+"""The ``torch.distributed.checkpoint`` folder of a sharded checkpoint (it replaces ``model.pt``)."""
+_DCP_INDEX = ".metadata"
 
 
 class CheckpointError(RuntimeError):
@@ -113,29 +122,30 @@ def save_checkpoint(
     `run_record` (`run_id.new_run_record`; default: the folder's ``run.json``) is copied into the checkpoint;
     rotation deletes only checkpoints of that run. Raises `DiskFull` (and leaves no temporary folder) when
     the checkpoint does not fit."""
-    from ..update.sharding import full_state_dicts, is_sharded
+    from ..update.sharding import is_sharded
 
     out_dir = Path(out_dir)
     final = checkpoint_path(out_dir, iteration)
-    optimizer_state = None
-    if is_sharded(_unwrap(model)):  # a collective: before any rank may return
-        model_state, optimizer_state = full_state_dicts(_unwrap(model), optimizer)
-    if not write:
-        return final
-    state = model_state if model_state is not None else _unwrap(model).state_dict()
-    optimizer_state = optimizer_state if optimizer_state is not None else optimizer.state_dict()
-    needed = int((_tensor_bytes(state) + _tensor_bytes(optimizer_state)) * _SPACE_MARGIN) + 64 * 1024
-    out_dir.mkdir(parents=True, exist_ok=True)
-    if shutil.disk_usage(out_dir).free < needed:
-        raise _disk_full(out_dir, needed)
-    record = run_record if run_record is not None else read_run_record(out_dir)
     tmp = out_dir / f".tmp-{final.name}"
-    shutil.rmtree(tmp, ignore_errors=True)
+    if is_sharded(_unwrap(model)):  # every rank writes its shards: a collective, before any rank may return
+        _save_shards(tmp, _unwrap(model), optimizer, write)
+        state, optimizer_state, needed = None, None, _checkpoint_bytes()  # the shards are written: the rest is small
+        if not write:
+            return final
+    else:
+        if not write:
+            return final
+        state = model_state if model_state is not None else _unwrap(model).state_dict()
+        optimizer_state = optimizer.state_dict()
+        needed = _checkpoint_bytes(state, optimizer_state)
+        _prepare_folder(tmp, needed)
+    record = run_record if run_record is not None else read_run_record(out_dir)
     try:
-        tmp.mkdir(parents=True)
-        torch.save({k: v.detach().cpu() for k, v in state.items()}, tmp / "model.pt")
+        if state is not None:
+            torch.save({k: v.detach().cpu() for k, v in state.items()}, tmp / "model.pt")
         cuda = [s.cpu() for s in torch.cuda.get_rng_state_all()] if torch.cuda.is_available() else []
-        torch.save({"optimizer": optimizer_state, "torch_rng": torch.get_rng_state(), "cuda_rng": cuda,
+        optimizer_part = {} if optimizer_state is None else {"optimizer": optimizer_state}
+        torch.save({**optimizer_part, "torch_rng": torch.get_rng_state(), "cuda_rng": cuda,
                     "iteration": int(iteration)}, tmp / "state.pt")
         (tmp / "rng.json").write_text(json.dumps(_rng_json()))
         (tmp / "config.json").write_text(json.dumps(dict(config), indent=2))
@@ -155,12 +165,57 @@ def save_checkpoint(
     return final
 
 
+def _checkpoint_bytes(*states: Any) -> int:
+    """What a checkpoint of these state dicts takes on disk, give or take (a sharded tensor counts whole)."""
+    return int(sum(_tensor_bytes(s) for s in states) * _SPACE_MARGIN) + 64 * 1024
+
+
+def _prepare_folder(tmp: Path, needed: int) -> None:
+    """An empty temporary checkpoint folder `tmp`, or `DiskFull` when `needed` bytes do not fit beside it."""
+    tmp.parent.mkdir(parents=True, exist_ok=True)
+    if shutil.disk_usage(tmp.parent).free < needed:
+        raise _disk_full(tmp.parent, needed)
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+
+
+def _save_shards(tmp: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer, write: bool) -> None:
+    """Every rank writes its shards of `model`'s and `optimizer`'s state into ``tmp/sharded`` (a collective). The
+    rank that `write`s (rank 0) prepares `tmp` first and decides whether the checkpoint fits; every rank learns it,
+    so a full disk stops all of them with `DiskFull` instead of leaving the others waiting in the save."""
+    import torch.distributed as dist
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import get_state_dict
+
+    if write != (dist.get_rank() == 0):
+        raise ValueError("a sharded checkpoint is written (its folder, state and index) by rank 0 alone")
+    model_state, optimizer_state = get_state_dict(model, optimizer)  # this rank's shards, keyed by parameter name
+    verdict: list[Any] = [None]
+    if write:
+        try:
+            _prepare_folder(tmp, _checkpoint_bytes(model_state, optimizer_state))
+        except DiskFull as e:
+            verdict = [(e.errno, e.strerror)]
+    dist.broadcast_object_list(verdict, src=0)
+    if verdict[0] is not None:
+        raise DiskFull(*verdict[0])
+    dcp.save({"model": model_state, "optimizer": optimizer_state}, checkpoint_id=tmp / SHARDED)
+
+
+def is_checkpoint(path: str | os.PathLike) -> bool:
+    """Whether `path` is a complete checkpoint folder: its state, RNG and config files, and the model whole
+    (``model.pt``) or sharded (``sharded/`` with its index)."""
+    path = Path(path)
+    return (path.is_dir() and all((path / f).exists() for f in _FILES if f != "model.pt")
+            and ((path / "model.pt").exists() or (path / SHARDED / _DCP_INDEX).exists()))
+
+
 def list_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
-    """Complete checkpoint folders (every file present), oldest first."""
+    """Complete checkpoint folders (`is_checkpoint`), oldest first."""
     out_dir = Path(out_dir)
     if not out_dir.is_dir():
         return []
-    return sorted(p for p in out_dir.glob(f"{CHECKPOINT_PREFIX}*") if p.is_dir() and all((p / f).exists() for f in _FILES))
+    return sorted(p for p in out_dir.glob(f"{CHECKPOINT_PREFIX}*") if is_checkpoint(p))
 
 
 def run_checkpoints(out_dir: str | os.PathLike) -> list[Path]:
@@ -177,43 +232,119 @@ def latest_checkpoint(out_dir: str | os.PathLike) -> Path | None:
 
 
 def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
-    """Every part of a checkpoint, read and checked, without touching any model: a `CheckpointError` names
-    the folder and the part that failed."""
+    """Every part of a checkpoint, read (tensors memory-mapped) and checked, without touching any model: a
+    `CheckpointError` names the folder and the part that failed. A sharded checkpoint's shards are checked against
+    its index (every file present and long enough) and read later, by `load_weights`; ``parts[SHARDED]`` is then
+    its folder."""
     path = Path(path)
     if not path.is_dir():
         raise CheckpointError(f"{path} is not a checkpoint folder (expected ckpt-XXXXX/ with {', '.join(_FILES)})")
+    sharded = (path / SHARDED).is_dir() and not (path / "model.pt").exists()
     parts: dict[str, Any] = {}
     for name in _FILES:
+        if name == "model.pt" and sharded:
+            continue
         try:
             if name.endswith(".pt"):
-                parts[name] = torch.load(path / name, map_location="cpu", weights_only=True)
+                parts[name] = torch.load(path / name, map_location="cpu", weights_only=True, mmap=True)
             else:
                 parts[name] = json.loads((path / name).read_text())
         except Exception as e:  # noqa: BLE001 - every failure (truncation, pickle refused, bad JSON) is one error
             raise CheckpointError(f"checkpoint {path}: cannot read {name} ({type(e).__name__}: {e})") from e
     state = parts["state.pt"]
-    if not isinstance(state, dict) or not {"optimizer", "torch_rng", "iteration"} <= set(state):
-        raise CheckpointError(f"checkpoint {path}: state.pt lacks optimizer / torch_rng / iteration")
+    needs = {"torch_rng", "iteration"} | (set() if sharded else {"optimizer"})
+    if not isinstance(state, dict) or not needs <= set(state):
+        raise CheckpointError(f"checkpoint {path}: state.pt lacks {' / '.join(sorted(needs - set(state or {})))}")
+    if sharded:
+        _check_shards(path / SHARDED)
+        parts[SHARDED] = path / SHARDED
     return parts
+
+
+def _check_shards(folder: Path) -> None:
+    """A sharded checkpoint's index reads back and every byte range it names lies within an existing file (a kill
+    mid-save or a truncated copy fails here, before any rank starts loading)."""
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        metadata = FileSystemReader(str(folder)).read_metadata()
+        ends: dict[str, int] = {}
+        for info in (metadata.storage_data or {}).values():
+            ends[info.relative_path] = max(ends.get(info.relative_path, 0), info.offset + info.length)
+    except Exception as e:  # noqa: BLE001 - a missing or corrupt index is one error
+        raise CheckpointError(f"checkpoint {folder.parent}: cannot read {SHARDED}/{_DCP_INDEX} "
+                              f"({type(e).__name__}: {e})") from e
+    for name, end in sorted(ends.items()):
+        size = (folder / name).stat().st_size if (folder / name).is_file() else -1
+        if size < end:
+            raise CheckpointError(f"checkpoint {folder.parent}: {SHARDED}/{name} is "
+                                  f"{'missing' if size < 0 else f'{size:,} bytes, its index needs {end:,}'}")
+
+
+def load_weights(parts: Mapping[str, Any], model: Any, optimizer: torch.optim.Optimizer | None = None) -> None:
+    """Load a read checkpoint's (`read_checkpoint`) model state, and the optimizer's where given, into `model`:
+    sharded or whole, from a sharded or a whole checkpoint. A sharded model loads collectively (every rank); an
+    unsharded one reads a sharded checkpoint alone, resharded to whole tensors."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
+
+    from ..update.sharding import is_sharded
+
+    module = _unwrap(model)
+    if SHARDED in parts:
+        _load_shards(parts[SHARDED], module, optimizer)
+    elif is_sharded(module):  # a whole checkpoint of an earlier FSDP run: each rank keeps its slice of every tensor
+        whole = StateDictOptions(full_state_dict=True)
+        set_model_state_dict(module, parts["model.pt"], options=whole)
+        if optimizer is not None:
+            set_optimizer_state_dict(module, optimizer, parts["state.pt"]["optimizer"], options=whole)
+    else:
+        module.load_state_dict(parts["model.pt"])
+        if optimizer is not None:
+            optimizer.load_state_dict(parts["state.pt"]["optimizer"])
+
+
+def _load_shards(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    """``torch.distributed.checkpoint`` reads into `model`'s own state dict (its shards, or whole tensors) and the
+    optimizer's, keyed by parameter name; every rank reads only the bytes of its shards."""
+    import torch.distributed.checkpoint as dcp
+    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
+                                                         set_state_dict)
+
+    from ..update.sharding import is_sharded
+
+    alone = not is_sharded(model)  # whole tensors: no other rank takes part
+    if optimizer is None:
+        state = {"model": get_model_state_dict(model)}
+    else:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        state = {"model": model_state, "optimizer": optimizer_state}
+    with warnings.catch_warnings():  # reading alone is what `no_dist` asks for, not a surprise to warn about
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process")
+        dcp.load(state, checkpoint_id=folder, no_dist=alone)
+    if optimizer is None:
+        set_model_state_dict(model, state["model"])
+    else:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 
 def load_checkpoint(path: str | os.PathLike, model: Any, optimizer: torch.optim.Optimizer | None = None) -> int:
     """Restore model (and optimizer and RNG) from `path`; returns the iteration it was taken after.
 
     Tensors go to the device of the model's parameters (a sharded model: each rank keeps its shard)."""
-    from ..update.sharding import is_sharded, load_full_state_dicts
-
     parts = read_checkpoint(path)
     state = parts["state.pt"]
-    if is_sharded(_unwrap(model)):
-        load_full_state_dicts(_unwrap(model), optimizer, parts["model.pt"], state["optimizer"] if optimizer else None)
-    else:
-        _unwrap(model).load_state_dict(parts["model.pt"])
-        if optimizer is not None:
-            optimizer.load_state_dict(state["optimizer"])
+    try:
+        load_weights(parts, model, optimizer)
+    except CheckpointError:
+        raise
+    except (OSError, ValueError, RuntimeError) as e:
+        if SHARDED not in parts:
+            raise
+        # a shard that reads back wrong (its index said it was whole): this checkpoint cannot be resumed
+        raise CheckpointError(f"checkpoint {path}: cannot read its shards ({type(e).__name__}: {e})") from e
     if optimizer is not None:
         _set_rng(parts["rng.json"], state["torch_rng"], state.get("cuda_rng"))
-    return int(parts["state.pt"]["iteration"])
+    return int(state["iteration"])
 
 
 def resume_checkpoint(out_dir: str | os.PathLike, model: Any, optimizer: torch.optim.Optimizer) -> tuple[Path | None, int]:

@@ -69,16 +69,17 @@ def model_label(spec: str | os.PathLike) -> str:
 def _checkpoints_named(path: Path) -> list[Path]:
     """Checkpoints a folder names, newest first: itself, or a run folder's complete ones of its current run
     (`run_id`: an earlier run's are never taken for this one's); empty: not a trainer folder."""
-    from .checkpoints import CHECKPOINT_PREFIX, run_checkpoints
+    from .checkpoints import CHECKPOINT_PREFIX, SHARDED, run_checkpoints
     from .run_id import RUN_FILE
 
-    if path.is_dir() and (path / "model.pt").is_file():
+    if path.is_dir() and ((path / "model.pt").is_file() or (path / SHARDED).is_dir()):
         return [path]
     if path.is_dir() and (any(path.glob(f"{CHECKPOINT_PREFIX}*")) or (path / RUN_FILE).is_file()):
         ckpts = run_checkpoints(path)
         if not ckpts:
             raise FileNotFoundError(f"{path} holds no complete trainer checkpoint of its current run "
-                                    "(ckpt-*/ with model.pt and state.pt; an earlier run's are under earlier-runs/)")
+                                    "(ckpt-*/ with model.pt or sharded/, and state.pt; an earlier run's are under "
+                                    "earlier-runs/)")
         return list(reversed(ckpts))
     return []
 
@@ -115,7 +116,7 @@ def load_policy(spec: str | os.PathLike, seed: int = 0, fallback: bool = True) -
     A checkpoint is rebuilt from its run's initial model (``config.json``'s ``model``) with the
     checkpoint's weights loaded (LoRA adapters merged)."""
     from ..models import load_model
-    from .checkpoints import CheckpointError, read_checkpoint
+    from .checkpoints import CheckpointError, load_weights, read_checkpoint
 
     candidates = _checkpoints_named(Path(spec).expanduser())
     if not candidates:
@@ -137,7 +138,7 @@ def load_policy(spec: str | os.PathLike, seed: int = 0, fallback: bool = True) -
     model, tokenizer = load_model(config["model"], seed=int(config.get("seed", 0)))
     if config.get("lora"):
         model = wrap_lora(model, int(config.get("lora_r", 16)))  # the layout the trainer saved
-    model.load_state_dict(parts["model.pt"])
+    load_weights(parts, model)  # a sharded checkpoint (FSDP run) is read here, in one process, into whole tensors
     if config.get("lora"):
         model = model.merge_and_unload()
     return model.eval(), tokenizer, {"spec": str(candidate), "base_model": config["model"],

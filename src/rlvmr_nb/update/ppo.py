@@ -74,14 +74,18 @@ def micro_batch_loss(
 
 def ppo_update(logprob_model: torch.nn.Module, optimizer: torch.optim.Optimizer, samples: Sequence[StepSample],
                plan: Sequence[MiniBatch], pad_id: int, loss_config: LossConfig, update: UpdateConfig,
-               temperature: float, world_size: int = 1) -> dict[str, float]:
+               temperature: float, world_size: int = 1, compute: Any = None) -> dict[str, float]:
     """One PPO pass over this rank's `plan` (`distributed.schedule_update`): per mini-batch, accumulate the
-    micro-batch losses (`micro_batch_loss`, each divided by the mini-batch's micro-batch count), clip the gradient
-    norm at `update.grad_clip` and take one optimiser step.
+    micro-batch losses (`micro_batch_loss`, each multiplied by its share of the mini-batch), clip the gradient
+    norm at `update.grad_clip` and take one optimiser step. `logprob_model` is put in training mode.
 
     Under DDP the gradients are all-reduced once per mini-batch, on its last micro-batch (`no_sync` for the
-    others); the loss is multiplied by `world_size` because DDP averages across ranks."""
-    params = [p for p in logprob_model.parameters() if p.requires_grad]
+    others); the loss is multiplied by `world_size` because DDP averages across ranks. With a bf16 `compute` copy
+    (`precision.ComputeCopy`, ``precision='bf16-compute-fp32-master'``) `logprob_model` runs on the copy: each
+    micro-batch's gradient goes into the fp32 master weights, which `optimizer` steps, and the copy follows them."""
+    logprob_model.train()
+    params = compute.master_parameters if compute is not None else [p for p in logprob_model.parameters()
+                                                                      if p.requires_grad]
     logs: dict[str, list[float]] = {}
     for mini in plan:
         for k, micro in enumerate(mini.micro_batches):
@@ -92,15 +96,21 @@ def ppo_update(logprob_model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                 if not torch.isfinite(loss):
                     raise FloatingPointError(f"non-finite loss {float(loss)} in a micro-batch; metrics "
                                              f"{ {k: float(v) for k, v in metrics.items()} }")
-                (loss * (micro.weight * world_size / mini.global_micro_batches)).backward()
+                (loss * (micro.share * world_size)).backward()
+            if compute is not None:
+                compute.accumulate_gradients()
             if micro.weight:
                 for key, value in metrics.items():
                     logs.setdefault(key, []).append(float(value))
+        if compute is not None:
+            compute.all_reduce_gradients(world_size)
         grad_norm = full_tensor(torch.nn.utils.clip_grad_norm_(params, update.grad_clip))  # FSDP: a DTensor
         if not torch.isfinite(grad_norm):
             raise FloatingPointError(f"non-finite gradient norm {float(grad_norm)}: the update is stopped")
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        if compute is not None:
+            compute.refresh()
         logs.setdefault("grad_norm", []).append(float(grad_norm))
     means = {k: float(np.mean(v)) for k, v in logs.items() if k != "num_tokens" and k not in ("ratio_min", "ratio_max")}
     extremes = {k: float(f(logs[k])) for k, f in (("ratio_min", min), ("ratio_max", max)) if logs.get(k)}

@@ -100,7 +100,8 @@ class HFGenerator(Generator):
     """Generation with ``model.generate``.
 
     Args:
-        model: a causal LM (e.g. from `rlvmr_nb.models.load_model`).
+        model: a causal LM (e.g. from `rlvmr_nb.models.load_model`). A sharded (FSDP) model is gathered into a
+            whole copy in `dtype` (`sharding.whole_copy`): every rank must build its generator together.
         tokenizer: its tokenizer (pad token required; SmolLM2 pads with ``<|im_end|>``).
         dtype: dtype to sample in. If it differs from the model's, a private copy is made and
             `update_weights` must be called after trainer updates; None or the same dtype shares
@@ -159,8 +160,12 @@ class HFGenerator(Generator):
         self.max_batch_size = max_batch_size
         self.extra_logits_processors = list(extra_logits_processors)
         self.progress = progress
+        from ...update.sharding import is_sharded, whole_copy
+
         model_dtype = next(model.parameters()).dtype
-        if dtype is None or dtype == model_dtype:
+        if is_sharded(model):  # FSDP: sampling needs whole weights; gathered here, every rank together
+            self.model = whole_copy(model, next(model.parameters()).device, dtype or model_dtype)
+        elif dtype is None or dtype == model_dtype:
             self.model = model
         else:
             self.model = copy.deepcopy(model).to(dtype)
@@ -205,21 +210,14 @@ class HFGenerator(Generator):
         """Where the sampling model lives: prompts, caches and the sampler's random numbers go there."""
         return next(self.model.parameters()).device
 
-    @torch.no_grad()
     def update_weights(self, model: Any) -> None:
         """Copy `model`'s weights into the sampling copy (cast to its dtype). No-op if shared.
 
         A sharded (FSDP) source is gathered one tensor at a time, so every rank must call this together."""
-        from ...update.sharding import full_tensor
+        from ...update.sharding import copy_weights
 
-        if model is self.model:
-            return
-        src, dst = model.state_dict(), self.model.state_dict()
-        missing = set(dst) - set(src)
-        if missing:
-            raise ValueError(f"update_weights: source model lacks {len(missing)} tensors, e.g. {sorted(missing)[:3]}")
-        for name, tensor in dst.items():
-            tensor.copy_(full_tensor(src[name]))
+        if model is not self.model:
+            copy_weights(model, self.model)
 
     def _encode(self, prompt: Prompt) -> list[int]:
         if isinstance(prompt, str):

@@ -44,15 +44,53 @@ def documents_sdpa_forward(
         raise ValueError("packed attention takes one packed row without a KV cache")
     if dropout and module.training:
         raise ValueError("packed attention has no dropout (the policies trained here have none)")
-    if query.is_cuda and _VARLEN.get("usable", True):
+    return packed_attention(query, key, value, bounds, scaling, try_varlen=query.is_cuda), None
+
+
+def packed_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: torch.Tensor,
+                     scaling: float | None, try_varlen: bool) -> torch.Tensor:
+    """[1, N, H, D] attention of a packed row: torch's varlen flash attention where `try_varlen` (CUDA) and it has
+    worked so far, else causal SDPA once per sequence.
+
+    The per-sequence loop was ~3.7x slower on the H200 (`_varlen`), so leaving the varlen kernel is never silent: the
+    first failure that is not a lack of memory (an older torch, an unsupported dtype or head size) switches this
+    process to the loop with a `RuntimeWarning` that gives the reason (`varlen_status` keeps it). Running out of
+    memory is no reason to switch: the loop needs as much, and hiding it would only slow the run down before the
+    same error; it is raised as it came."""
+    if try_varlen and _VARLEN.get("usable", True):
         try:
             out = _varlen(query, key, value, bounds, scaling)
             _count("varlen")
-            return out, None
-        except (RuntimeError, TypeError, ImportError) as err:  # an older torch or an unsupported dtype/head size
-            _VARLEN.update(usable=False, reason=f"{type(err).__name__}: {err}"[:300])
+            return out
+        except (RuntimeError, TypeError, ImportError) as err:
+            if is_out_of_memory(err):
+                raise
+            _give_up_varlen(err)
     _count("per_sequence")
-    return _per_sequence(query, key, value, bounds.tolist(), scaling), None
+    return _per_sequence(query, key, value, bounds.tolist(), scaling)
+
+
+def is_out_of_memory(err: BaseException) -> bool:
+    """Whether `err` says the device ran out of memory: `torch.OutOfMemoryError` (what CUDA raises), or a
+    RuntimeError whose message says so (a kernel's own allocation failure, e.g. cuDNN's or flash attention's)."""
+    return isinstance(err, torch.OutOfMemoryError) or "out of memory" in str(err).lower()
+
+
+def _give_up_varlen(err: BaseException) -> None:
+    """Switch this process to the per-sequence loop, saying why once."""
+    import warnings
+
+    reason = f"{type(err).__name__}: {err}"[:300]
+    _VARLEN.update(usable=False, reason=reason)
+    warnings.warn(f"packed attention: torch's varlen flash attention failed ({reason}); this process attends "
+                  "sequence by sequence from now on, several times slower on a GPU (docs/gpu.md, 'Precision and "
+                  "speed of the update')", RuntimeWarning, stacklevel=3)
+
+
+def varlen_status() -> dict[str, Any]:
+    """How packed attention has run in this process: calls per path and, once varlen was given up, the reason
+    (the GPU check reports it, `scripts/gpu_steps.py`)."""
+    return {"calls": dict(ATTENTION_PATHS), **_VARLEN}
 
 
 ATTENTION_PATHS: dict[str, int] = {}
