@@ -340,7 +340,7 @@ def test_cli_eval_with_vllm_of_the_trained_run(vllm_run, tmp_path):
     _cli("eval", "--rollout-backend", "vllm", "--rollout-dtype", "float32", "--env", "toy", "--model", str(out),
          "--max-tasks", "3", "--max-steps", "2", "--max-new-tokens", "12", "--out", str(results))
     doc = json.loads(results.read_text())
-    assert doc["config"]["rollout_backend"] == "vllm" and doc["policy"]["checkpoint"] == "ckpt-00001"
+    assert doc["config"]["engine"]["rollout_backend"] == "vllm" and doc["policy"]["checkpoint"] == "ckpt-00001"
     policy, _, _ = load_policy(out)
     steps = [s for ep in read_episodes(results.with_suffix(".episodes.jsonl")) for s in ep.steps]
     assert len(steps) == doc["metrics"]["episodes"] * 2  # nothing wins on random weights: every step is played
@@ -369,4 +369,4 @@ def test_notebooks_train_and_evaluate_with_vllm(vllm_model_dir, tmp_path):
                      parameters={"model": str(run), "method": "RLVMR", **engine}, cwd=tmp_path)
     results = sorted((tmp_path / "runs" / "eval").glob("*/L?.json"))  # each level's aggregate over the seeds
     assert [p.stem for p in results] == ["L0", "L1", "L2"]
-    assert {json.loads(p.read_text())["config"]["rollout_backend"] for p in results} == {"vllm"}
+    assert {json.loads(p.read_text())["config"]["engine"]["rollout_backend"] for p in results} == {"vllm"}
