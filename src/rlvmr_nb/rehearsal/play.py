@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -180,6 +181,8 @@ def play_iteration(config: TrainConfig, tokenizer: Any, lengths: ResponseLengths
                                          group_indices=list(range(start, start + len(wave))), progress=progress)
                 clock.add("rollout_wall_s", time.perf_counter() - t0)
                 waves.append(len(wave))
+                print(f"[rehearse] wave {len(waves)}/{-(-len(batch) // per_wave)}: {len(wave)} tasks x {G} rollouts in "
+                      f"{time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     finally:
         if hasattr(inner, "close"):
             inner.close()
