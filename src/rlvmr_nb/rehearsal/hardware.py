@@ -45,7 +45,7 @@ class ModelShape:
 
     def kv_bytes_per_token(self, dtype_bytes: int = 2) -> int:
         """KV cache of one token: 2 (keys, values) x layers x KV heads x head size x bytes per element (Qwen2.5-1.5B in
-        bf16: 2 x 28 x 2 x 128 x 2 = 28,672; the same formula as `generation.hf.kv_bytes_per_token` on a model)."""
+        bf16: 2 x 28 x 2 x 128 x 2 = 28,672; the same formula as `generation.kv_budget.kv_bytes_per_token` on a model)."""
         return 2 * self.layers * self.kv_heads * self.head_dim * dtype_bytes
 
     def config_fields(self) -> dict:

@@ -5,7 +5,7 @@ The per-parameter, per-token and per-layer costs are CPU measurements of the tra
 random-weight models of the real layer shapes, scaled by layer count); `activation_bytes` and `fused_loss_bytes`
 turn them into a micro-batch's cost, and `benchmarks/memory_model.py` derives its own budgets with the same two
 functions. The rollout's KV cache comes from the shape exactly (`hardware.ModelShape.kv_bytes_per_token`) and is
-split the way the engine splits it (`generation.hf.auto_kv_cache_tokens`, `split_by_kv_budget`).
+split the way the engine splits it (`generation.kv_budget.auto_kv_cache_tokens`, `split_by_kv_budget`).
 
 Per GPU, with P parameters, s = the GPU count under FSDP (else 1), K KV bytes per token, V the vocabulary:
 
@@ -128,8 +128,8 @@ def held_bytes(shape: ModelShape, setup: Setup, per_param: dict) -> dict[str, fl
 
 def rollout_parts(prompts: Sequence[int], new_tokens: int, shape: ModelShape, free_bytes: float) -> list[list[int]]:
     """How the HF engine's automatic KV budget splits one call of rows with these prompt lengths, with `free_bytes`
-    free on the GPU (`generation.hf.auto_kv_cache_tokens` and `split_by_kv_budget`, the engine's own code)."""
-    from ..rollout.generation.hf import auto_kv_cache_tokens, split_by_kv_budget
+    free on the GPU (`generation.kv_budget.auto_kv_cache_tokens` and `split_by_kv_budget`, the engine's own code)."""
+    from ..rollout.generation.kv_budget import auto_kv_cache_tokens, split_by_kv_budget
 
     budget = auto_kv_cache_tokens(int(max(free_bytes, 0)), len(prompts), shape.vocab, shape.kv_bytes_per_token())
     return split_by_kv_budget(list(prompts), new_tokens, budget)
@@ -137,7 +137,7 @@ def rollout_parts(prompts: Sequence[int], new_tokens: int, shape: ModelShape, fr
 
 def rollout_bytes(prompts: Sequence[int], new_tokens: int, shape: ModelShape, free_bytes: float) -> dict[str, Any]:
     """The rollout phase's transient memory for one call (module docstring) and the parts the engine cuts it into."""
-    from ..rollout.generation.hf import AUTO_KV_CACHE_RESERVE_BYTES, STEP_VOCAB_TENSORS
+    from ..rollout.generation.kv_budget import AUTO_KV_CACHE_RESERVE_BYTES, STEP_VOCAB_TENSORS
 
     parts = rollout_parts(prompts, new_tokens, shape, free_bytes)
     kv = max(len(part) * (max(prompts[i] for i in part) + new_tokens) for part in parts) * shape.kv_bytes_per_token()
