@@ -14,7 +14,11 @@ from rlvmr_nb.cli import main  # noqa: E402
 from rlvmr_nb.rehearsal import MEASURED  # noqa: E402
 from rlvmr_nb.rehearsal.hardware import CARDS, MODEL_SHAPES, Card, shape_for_model  # noqa: E402
 from rlvmr_nb.rehearsal.memory import GIB, MemoryMeasurements, MicroBatch, Setup, plan_memory  # noqa: E402
-from rlvmr_nb.rehearsal.play import play_iteration  # noqa: E402
+from rlvmr_nb.envs.base import Reset  # noqa: E402
+from rlvmr_nb.envs.registry import get_env  # noqa: E402
+from rlvmr_nb.rehearsal.play import Clock, ScriptedPlayer, WatchedSlots, play_iteration, wave_size  # noqa: E402
+from rlvmr_nb.rehearsal.report import markdown_tables  # noqa: E402
+from rlvmr_nb.rollout.generation.base import SamplingConfig  # noqa: E402
 from rlvmr_nb.rehearsal.timing import PhaseCosts, rollout_call_seconds  # noqa: E402
 from rlvmr_nb.rollout.generation.scripted import ResponseLengths  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig  # noqa: E402
@@ -59,6 +63,45 @@ def test_playing_in_waves_changes_no_episode(smollm2_tokenizer):
 
     assert seen(whole) == seen(waves) and whole.samples == waves.samples
     assert all("<think>" in s.output for e in whole.episodes for s in e.steps)  # GRPO's prompt style
+
+
+def test_the_docs_tables_say_what_fits_what_does_not_and_why(tmp_path):
+    out = tmp_path / "rehearsal.json"
+    # the 7B shape on A100 40GB: its held copies alone (18 bytes per parameter) exceed the card
+    assert main(["rehearse", *TINY, "--shape", "qwen2.5-7b", "--cards", "A100 40GB", "H200 141GB", "--gpus", "1", "8",
+                 "--out", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    doc["config"]["path"] = "configs/paper/tiny.json"
+    played, plan = markdown_tables([doc]).split("\n\n")
+    assert played.splitlines()[2].startswith(f"| tiny | 2 × 3 × 4 | {doc['played']['episodes']['steps']} (")
+    rows = {line.split(" | ")[1]: line for line in plan.splitlines()[2:]}
+    assert set(rows) == {"A100 40GB", "H200 141GB"}
+    assert "no: rollout" in rows["A100 40GB"] and "update" in rows["A100 40GB"] and "fsdp" in rows["A100 40GB"]
+    setups = {(r["card"], r["gpus"]): r for r in doc["plan"]["setups"]}
+    eight = setups[("A100 40GB", 8)]
+    assert f"**{eight['seconds']['iteration']:.0f}**" in rows["A100 40GB"]
+    assert not setups[("A100 40GB", 1)]["memory"]["fits"] and len(plan.splitlines()[0].split(" | ")) == 5
+
+
+def test_the_scripted_player_never_commits_and_heavy_worlds_play_in_waves(smollm2_tokenizer):
+    slots = WatchedSlots(None, Clock())
+    slots.live = {0: Reset("obs", ["focus on thermometer", "open door", "focus on water", "look around"], "t", "boil"),
+                  1: Reset("obs", ["focus on x"], "t", "boil")}
+    slots.steps = {0: 0, 1: 3}
+    actions = []
+    for seed in range(40):  # each seed its own draw: over 40 the player's whole choice shows
+        player = ScriptedPlayer(smollm2_tokenizer, "meta_think", ResponseLengths("fixed", 40, 0.0), seed,
+                                ("focus on",), Clock())
+        player.watch(slots, 0)
+        texts = player.respond(["p0", "p1"], SamplingConfig(max_new_tokens=128))
+        actions.append([t.rsplit("<action>", 1)[1] for t in texts])
+    assert {a[0] for a in actions} == {"open door</action>", "look around</action>"}  # never a focus while others
+    assert {a[1] for a in actions} == {"focus on x</action>"}  # ... unless nothing else is admissible
+    sciworld = get_env("scienceworld")
+    assert sciworld.commitment_actions == ("focus on",) and get_env("alfworld").commitment_actions == ()
+    # 16 tasks x 8 JVMs of 360 MiB with 20 GiB free: half of it holds 3 tasks' slots at once
+    assert wave_size(sciworld, 16, 8, 20 * 1024) == 3 and wave_size(sciworld, 16, 8, None) == 16
+    assert wave_size(get_env("alfworld"), 16, 8, 1024) == 16 and wave_size(sciworld, 16, 8, 10) == 1
 
 
 def _measurements(rest: int = 1_000_000) -> MemoryMeasurements:

@@ -122,3 +122,60 @@ def plan_setup(config: TrainConfig, by_step: Sequence[Sequence[Row]], samples: S
                         "gradient_allreduce": round(allreduce_s, 1), "iteration": round(total, 1)},
             "rollout_calls_split_by_kv_budget": split_calls}
 
+
+
+def verdict(row: dict[str, Any]) -> str:
+    """One setup's memory verdict in a few words: 'fits' (and how the rollout calls split), or the phases over the
+    usable memory with their peaks (and whether sharding would help); the plan's 'reason' holds the whole why."""
+    mem = row["memory"]
+    parts = mem["phases"]["rollout"].get("parts", 1)
+    if mem["fits"]:
+        return "fits" + (f", rollout calls in {parts} parts" if parts > 1 else "")
+    over = [f"{name} {phase['peak_gib']:.0f}" for name, phase in mem["phases"].items() if not phase["fits"]]
+    text = f"no: {', '.join(over)} > {mem['usable_gib']:.0f} GiB"
+    if "with_fsdp" in mem:
+        text += "; fsdp " + ("fits" if mem["with_fsdp"]["fits"] else "does not either")
+    return text
+
+
+def markdown_tables(docs: Sequence[dict[str, Any]]) -> str:
+    """The rehearsals `docs` (results documents of `rlvmr-nb rehearse`) as two markdown tables: what was played per
+    configuration, and per configuration and card the peak memory per phase on one GPU and each GPU count's
+    projected seconds per iteration and verdict (docs/gpu.md, 'Rehearse before you rent a GPU')."""
+    played = ["| configuration | tasks × G × steps | steps played (reached the horizon) | prompt tokens, step 1 p50 | "
+              "last step p50 / p90 / max | responses, last step p50 / p90 | step samples, tokens | CPU s: env reset / "
+              "env step / tokenising / render+loop | rehearsal s |", "|---|---|---|---|---|---|---|---|---|"]
+    gpus = sorted({r["gpus"] for d in docs for r in d["plan"]["setups"]})
+    plan = [f"| configuration | card | peak GiB per GPU on {gpus[0]}: rollout / update / log-prob | "
+            + " | ".join(f"{n} × card: s/iteration (rollout + host + update), verdict" for n in gpus) + " |",
+            "|---|---|---|" + "---|" * len(gpus)]
+    for doc in docs:
+        name = doc["config"]["path"].rsplit("/", 1)[-1].removesuffix(".json") or "configuration"
+        cfg, p = doc["config"], doc["played"]
+        eps, last, cpu = p["episodes"], p["last_step"], p["cpu_seconds"]
+        first = p["per_step"][0]["prompt_tokens"]["p50"] if p["per_step"] else "-"
+        wall = doc.get("command_wall_s", cpu["wall_s"])
+        played.append(
+            f"| {name} | {cfg['tasks_per_iteration']} × {cfg['group_size']} × {cfg['max_steps']} | {eps['steps']:,} "
+            f"({eps['reached_horizon']} of {eps['count']}) | {first} | {last['prompt_tokens']['p50']} / "
+            f"{last['prompt_tokens']['p90']} / {last['prompt_tokens']['max']} | {last['response_tokens']['p50']} / "
+            f"{last['response_tokens']['p90']} | {p['samples']['count']:,}, {p['samples']['tokens_total']:,} | "
+            f"{cpu['env_reset_s']:.0f} / {cpu['env_step_s']:.0f} / {cpu['tokenising_s']:.0f} / "
+            f"{cpu['render_and_loop_s']:.0f} | {wall:.0f} |")
+        by_card: dict[str, dict[int, dict[str, Any]]] = {}
+        for row in doc["plan"]["setups"]:
+            by_card.setdefault(row["card"], {})[row["gpus"]] = row
+        for card_name, rows in by_card.items():
+            one = rows[min(rows)]["memory"]["phases"]
+            cells = []
+            for n in gpus:
+                row = rows.get(n)
+                if row is None:
+                    cells.append("-")
+                    continue
+                s = row["seconds"]
+                cells.append(f"**{s['iteration']:.0f}** ({s['rollout_gpu']:.0f} + {s['host_cpu']:.0f} + "
+                             f"{s['logprobs_and_update'] + s['gradient_allreduce']:.0f}), {verdict(row)}")
+            plan.append(f"| {name} | {card_name} | {one['rollout']['peak_gib']:.1f} / {one['update']['peak_gib']:.1f} / "
+                        f"{one['log-prob passes']['peak_gib']:.1f} | " + " | ".join(cells) + " |")
+    return "\n".join(played) + "\n\n" + "\n".join(plan) + "\n"
