@@ -221,14 +221,14 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from .atomic_io import atomic_write_text
-    from .rehearsal import MEASURED, format_report, rehearse
+    from .rehearsal import DEFAULT_GPUS, MEASURED, format_report, rehearse
     from .rollout.generation.scripted import ResponseLengths
     from .settings import given_settings
     from .train_config import train_config
 
     cfg = train_config(args.config, given_settings(args, args.flags))
     doc = rehearse(cfg, config_path=args.config or "", tokenizer=args.tokenizer,
-                   lengths=ResponseLengths.parse(args.response_tokens), cards=args.cards, gpus=args.gpus,
+                   lengths=ResponseLengths.parse(args.response_tokens), cards=args.cards, gpus=args.gpus or DEFAULT_GPUS,
                    shape=args.shape, measured=args.measured or MEASURED, wave_tasks=args.wave_tasks, progress=cfg.run.progress)
     out = Path(args.out or f"runs/rehearsal/rehearsal_{Path(args.config or 'defaults').stem}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -365,7 +365,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="the results JSON (default: runs/rehearsal/rehearsal_<config name>.json)")
     p.add_argument("--cards", nargs="+", default=None, metavar="CARD",
                    help="cards to plan for: 'H100 80GB' 'A100 40GB' 'A100 80GB' 'H200 141GB' (default: all)")
-    p.add_argument("--gpus", nargs="+", type=positive_int, default=[1, 8], help="GPU counts to plan for (default: 1 8)")
+    p.add_argument("--gpus", nargs="+", type=positive_int, default=None,
+                   help="GPU counts to plan for (default: one and eight, rehearsal.DEFAULT_GPUS)")
     p.add_argument("--shape", default=None, choices=["qwen2.5-1.5b", "qwen2.5-7b"],
                    help="plan this published model shape (default: the one the configuration's model names)")
     p.add_argument("--tokenizer", default="tiny-random:qwen2",

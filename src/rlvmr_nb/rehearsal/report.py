@@ -146,7 +146,7 @@ def markdown_tables(docs: Sequence[dict[str, Any]]) -> str:
               "last step p50 / p90 / max | responses, last step p50 / p90 | step samples, tokens | CPU s: env reset / "
               "env step / tokenising / render+loop | rehearsal s |", "|---|---|---|---|---|---|---|---|---|"]
     gpus = sorted({r["gpus"] for d in docs for r in d["plan"]["setups"]})
-    plan = [f"| configuration | card | peak GiB per GPU on {gpus[0]}: rollout / update / log-prob | "
+    plan = [f"| configuration | card | peak GiB per GPU, {gpus[0]} × card: rollout / update / log-prob | "
             + " | ".join(f"{n} × card: s/iteration (rollout + host + update), verdict" for n in gpus) + " |",
             "|---|---|---|" + "---|" * len(gpus)]
     for doc in docs:
