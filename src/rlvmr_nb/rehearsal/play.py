@@ -27,11 +27,11 @@ from typing import Any, Mapping, Sequence
 from ..envs.base import Reset, StepResult, TaskSpec
 from ..envs.registry import EnvSpec, get_env
 from ..envs.slots import make_env_slots
+from ..records import Episode
 from ..rollout.generation.base import Prompt, SamplingConfig
 from ..rollout.generation.scripted import ResponseLengths, ScriptedGenerator, write_step
 from ..rollout.loop import run_rollouts
 from ..rollout.prompts import PromptTruncationWarning
-from ..rollout.trajectory import Episode
 from ..train_config import TrainConfig
 
 LATER_TAGS = (("monitor", 0.4), ("explore", 0.3), ("reflection", 0.2), ("planning", 0.1))

@@ -7,7 +7,7 @@ import math
 from dataclasses import replace
 from typing import Any, Sequence
 
-from ..rollout.trajectory import Episode
+from ..records import Episode
 from ..train_config import TrainConfig
 from .hardware import Card, ModelShape
 from .memory import (USABLE_FRACTION, MemoryMeasurements, Setup, held_bytes, largest_micro_batch, plan_memory,
