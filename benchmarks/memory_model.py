@@ -21,7 +21,8 @@ fragmentation do not enter (they do on a GPU: the derived budgets keep a margin 
 
 Read, not measured here: the fused loss's peak at the Qwen2.5-1.5B shape (``benchmarks/results/fused_loss.json``).
 
-Derived (`derive`): per-GPU budgets for Qwen2.5-1.5B full fine-tuning on one 80 GB GPU, 7B with FSDP on
+Derived (`derive`, with the per-micro-batch formulas `rlvmr-nb rehearse` plans with: `rlvmr_nb.rehearsal.memory`):
+per-GPU budgets for Qwen2.5-1.5B full fine-tuning on one 80 GB GPU, 7B with FSDP on
 8 × 80 GB, and 7B with LoRA on one GPU, for micro-batches of 16 samples at 2,048 and at 7,024 tokens (the
 6,000-token prompt budget plus 1,024 response tokens: `step_samples.pack` pads a micro-batch to its widest
 sample). **Derived from CPU measurements, not measured on a GPU**: `scripts/gpu_check.py` measures peaks there.
@@ -50,17 +51,15 @@ from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 from torch.utils._pytree import tree_map_only  # noqa: E402
 from torch.utils.weak import WeakIdKeyDictionary  # noqa: E402
 
+from rlvmr_nb.rehearsal.hardware import MODEL_SHAPES  # noqa: E402
+from rlvmr_nb.rehearsal.memory import activation_bytes, fused_loss_bytes  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "memory_model.json"
 GIB = 2**30
 
-QWEN25 = {
-    # the published configs of Qwen/Qwen2.5-1.5B-Instruct and Qwen/Qwen2.5-7B-Instruct (config.json)
-    "qwen2.5-1.5b": dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
-                         num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True),
-    "qwen2.5-7b": dict(hidden_size=3584, intermediate_size=18944, num_hidden_layers=28, num_attention_heads=28,
-                       num_key_value_heads=4, vocab_size=152064, tie_word_embeddings=False),
-}
+QWEN25 = {name: shape.config_fields() for name, shape in MODEL_SHAPES.items()}
+"""The published configs of Qwen/Qwen2.5-1.5B-Instruct and Qwen/Qwen2.5-7B-Instruct (`rlvmr_nb.rehearsal.hardware`)."""
 TOKENS = (512, 1024)
 LAYERS = (1, 2)
 
@@ -286,23 +285,6 @@ def kv_cache_bytes_per_token(shapes: list[str]) -> dict:
 # derived GPU budgets
 
 
-def _activation_bytes(fits: dict, checkpointing: bool, layers: int, tokens: int) -> float:
-    """Peak activation bytes above weights + gradients for one micro-batch of `tokens` tokens."""
-    f = fits[f"{'checkpointing' if checkpointing else 'no_checkpointing'}/peak_above_weights_and_grads_bytes"]
-    return (layers * (f["per_layer_bytes"] + f["per_layer_per_token_bytes"] * tokens)
-            + f["fixed_bytes"] + f["fixed_per_token_bytes"] * tokens)
-
-
-def _fused_loss_bytes(fused: dict, shape: dict, response_tokens: int, trains_head: bool) -> float:
-    """The fused loss's peak: measured at the 1.5B shape (4,096 tokens), rescaled by construction: the fp32
-    [vocab x hidden] head-gradient buffer (none when the head is frozen) and [tokens x hidden] fp32 buffers."""
-    measured = fused["peak_bytes"]
-    head_1p5 = 4 * fused["vocab"] * fused["hidden"]
-    rest = measured - head_1p5 - 2 * 4 * fused["tokens"] * fused["hidden"]  # chunk buffers of ~constant size
-    head = 4 * shape["vocab"] * shape["hidden"] if trains_head else 0
-    return head + rest + 2 * 4 * response_tokens * shape["hidden"]
-
-
 def derive(measured: dict) -> dict:
     """Per-GPU budgets of three set-ups at two micro-batch lengths (README, 'GPUs')."""
     per_param = measured["bytes_per_parameter"]
@@ -337,9 +319,9 @@ def derive(measured: dict) -> dict:
             update_fixed["FSDP whole units (root + 2 layers, fp32) and their gradients"] = 2 * root + 3 * 4 * c["per_layer"]
         def peak(samples: int, length: int, checkpointing: bool) -> tuple[float, dict]:
             update = {**update_fixed,
-                      "activations (measured per token and layer, x layers)": _activation_bytes(
+                      "activations (measured per token and layer, x layers)": activation_bytes(
                           act_fits, checkpointing, c["layers"], samples * length),
-                      "fused loss peak": _fused_loss_bytes(fused, c, samples * min(1024, length // 4), not lora)}
+                      "fused loss peak": fused_loss_bytes(fused, c["hidden"], c["vocab"], samples * min(1024, length // 4), not lora)}
             return sum(always.values()) + max(sum(rollout.values()), sum(update.values())), update
 
         budgets = []

@@ -207,16 +207,13 @@ def _setting_choices() -> dict[str, Any]:
             "preset": sorted(PRESETS), "old_logprobs": OLD_LOGPROBS}
 
 
-def _add_train_settings(p: argparse.ArgumentParser) -> None:
+def _add_train_settings(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
     from .train_config import TrainConfig
     from .settings import add_setting_flags, setting_flags
 
     p.add_argument("--config", default=None, metavar="FILE.json",
                    help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
-    p.add_argument("--allow-slow", action="store_true",
-                   help="start a CPU run whose estimated time exceeds a working day (runs.cost; the estimate is "
-                        "printed either way); without it such a run is refused before the model loads")
-    flags = setting_flags(TrainConfig, TRAIN_FLAG_NAMES)
+    flags = setting_flags(TrainConfig, {k: v for k, v in TRAIN_FLAG_NAMES.items() if k not in skip}, skip)
     add_setting_flags(p, flags, _setting_choices())
     p.set_defaults(flags=flags)
 
@@ -258,6 +255,12 @@ def _cmd_train(args: argparse.Namespace) -> int:
               f"invalid {row['invalid']:.3f} samples {row['samples']} rollout {row['rollout_s']:.0f}s "
               f"update {row['update_s']:.0f}s")
     return 0
+
+
+def _cmd_rehearse(args: argparse.Namespace) -> int:
+    from .rehearsal.command import run_rehearse
+
+    return run_rehearse(args)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
@@ -391,7 +394,38 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                    "switches the advantage preset and keeps the file's other advantage changes.")
     if command == "train":  # the configs import torch, which `rlvmr-nb --help` and the other commands skip
         _add_train_settings(p)
+    p.add_argument("--allow-slow", action="store_true",
+                   help="start a CPU run whose estimated time exceeds a working day (runs.cost; the estimate is "
+                        "printed either way); without it such a run is refused before the model loads")
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser("rehearse", help="play one iteration of a configuration at its real shape on this CPU (scripted "
+                                        "responses), then plan each card's memory and project its seconds per iteration",
+                       description="Settings: TrainConfig's defaults, then --config FILE.json (e.g. "
+                                   "configs/paper/rlvmr_alfworld.json), then the options given here (e.g. --env-workers "
+                                   "2). docs/gpu.md, 'Rehearse before you rent a GPU', says what is measured, "
+                                   "estimated and projected.")
+    p.add_argument("--out", default=None, help="the results JSON (default: runs/rehearsal/rehearsal_<config name>.json)")
+    p.add_argument("--cards", nargs="+", default=None, metavar="CARD",
+                   help="cards to plan for: 'H100 80GB' 'A100 40GB' 'A100 80GB' 'H200 141GB' (default: all)")
+    p.add_argument("--gpus", nargs="+", type=positive_int, default=None,
+                   help="GPU counts to plan for (default: one and eight, rehearsal.DEFAULT_GPUS)")
+    p.add_argument("--shape", default=None, choices=["qwen2.5-1.5b", "qwen2.5-7b"],
+                   help="plan this published model shape (default: the one the configuration's model names)")
+    p.add_argument("--tokenizer", default="tiny-random:qwen2",
+                   help="tokenizer that counts the tokens: a model spec or a local folder, e.g. a Qwen2.5 checkpoint "
+                        "(default: %(default)s, the stand-in's SmolLM2 tokenizer: Qwen2.5's is not available offline)")
+    p.add_argument("--response-tokens", default="lognormal:256:0.7", metavar="SPEC",
+                   help="scripted response lengths: 'fixed:N' or 'lognormal:MEDIAN:SIGMA', capped by the token budget "
+                        "(default: %(default)s, an assumption; fixed:1024 is the official budget's bound)")
+    p.add_argument("--wave-tasks", type=positive_int, default=None,
+                   help="tasks whose rollouts play at once (default: all, fewer for worlds with heavy slots when memory "
+                        "is short: ScienceWorld starts a JVM per slot); the results do not depend on it")
+    p.add_argument("--measured", default=None, help="folder of the measured inputs gpu_rollout.json, gpu_update.json, "
+                                                     "memory_model.json (default: the repository's benchmarks/results)")
+    if command == "rehearse":
+        _add_train_settings(p, skip=("out_dir",))
+    p.set_defaults(func=_cmd_rehearse)
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON",
                        description="Settings: EvalConfig's defaults, then the options given here.")

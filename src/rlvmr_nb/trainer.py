@@ -57,7 +57,8 @@ from .update.sharding import place_models
 # --------------------------------------------------------------------------------------------------
 
 
-def _iteration_rng(seed: int, iteration: int, purpose: str) -> random.Random:
+def iteration_rng(seed: int, iteration: int, purpose: str) -> random.Random:
+    """The stream of one purpose ('tasks', 'shuffle') of one iteration (a rehearsal draws the same tasks)."""
     return random.Random(f"{seed}:{iteration}:{purpose}")
 
 
@@ -128,7 +129,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             if validator:  # the policy after `iteration` updates: before the first, every k-th
                 validator.maybe_validate(iteration, policy, tokenizer, log, rank, world)
             t0 = time.perf_counter()
-            batch = _iteration_rng(config.seed, iteration, "tasks").sample(tasks, min(run.tasks_per_iteration, len(tasks)))
+            batch = iteration_rng(config.seed, iteration, "tasks").sample(tasks, min(run.tasks_per_iteration, len(tasks)))
             policy.eval()
             models.logprob_model.eval()  # the old log-probs' pass (the update switches it to training)
             generator.update_weights(policy)  # the engine samples from this iteration's policy (wakes it if asleep)
@@ -145,7 +146,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
 
             scored = score_episodes(episodes, config.method)
             samples = episodes_to_samples(scored)
-            shuffle_rng = _iteration_rng(config.seed, iteration, "shuffle")
+            shuffle_rng = iteration_rng(config.seed, iteration, "shuffle")
             if update.drop_to_multiple and len(samples) > update.mini_batch_size:
                 samples = shuffle_rng.sample(samples, len(samples) - len(samples) % update.mini_batch_size)
             plan = dist.plan_update(samples, update, config.loss.aggregation, shuffle_rng, rank, world)

@@ -67,6 +67,13 @@ class EnvSpec:
     data_env_var: str | None = None
     """Environment variable that points the world at its data folder (ALFWorld: ALFWORLD_DATA)."""
     description: str = ""
+    commitment_actions: tuple[str, ...] = ()
+    """Prefixes of the actions by which an agent commits to an answer and which end the episode when wrong
+    (ScienceWorld's 'focus on'). A scripted stand-in player that picks admissible actions at random avoids them, so
+    its episodes run to the horizon as a failing policy's do (`rehearsal.play`)."""
+    slot_rss_mib: float | None = None
+    """Resident memory one env slot holds, where it is large (ScienceWorld: its own JVM, ~360 MiB,
+    benchmarks/results/envs_scienceworld.json); a rehearsal plays fewer slots at once where memory is short."""
 
     def make_env(self, **overrides: Any) -> TextEnv:
         """One environment with the registry defaults, `overrides` on top."""
@@ -169,6 +176,8 @@ register_env(EnvSpec(
     env_kwargs={"admissible": "lazy"},
     heldout_types="rlvmr_nb.envs.scienceworld_splits:heldout_task_types",
     coldstart_kit="rlvmr_nb.coldstart.kits:SCIENCEWORLD",
+    commitment_actions=("focus on",),
+    slot_rss_mib=360.0,
     description="ScienceWorld (Java simulator), paper §2.1 / App. A.1",
 ))
 register_env(EnvSpec(
