@@ -80,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import eval_config, training_pool
     from rlvmr_nb.lab.layout import coldstart_dir
-    from rlvmr_nb.runs import load_policy
+    from rlvmr_nb.runs.policy import load_policy
 
     config = load_lab_config(args.config)
     model, tokenizer, _ = load_policy(str(coldstart_dir(args.coldstart)))

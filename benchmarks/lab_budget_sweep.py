@@ -71,7 +71,7 @@ def _run_one(base: dict, variant: str, algo: str, seed: int, coldstart: str, wor
     torch.set_num_threads(1)
     from rlvmr_nb.lab.config import LabConfig
     from rlvmr_nb.lab.experiment import train_config, training_pool
-    from rlvmr_nb.runs import read_metrics
+    from rlvmr_nb.runs.logs import read_metrics
     from rlvmr_nb.trainer import train
 
     config = LabConfig.from_dict({**base, **VARIANTS[variant]})

@@ -128,7 +128,7 @@ def play_coldstart(config: Any, folder: Path, levels: Sequence[str], seeds: Sequ
     from rlvmr_nb.envs.lab_world import level_tasks
     from rlvmr_nb.evaluate import evaluate_policy
     from rlvmr_nb.lab.experiment import eval_config
-    from rlvmr_nb.runs import load_policy
+    from rlvmr_nb.runs.policy import load_policy
 
     model, tokenizer, _ = load_policy(str(folder))
     played: dict[str, list] = {}

@@ -157,7 +157,7 @@ def parameter_counts() -> dict:
     """Exact parameter counts of the real models (meta device) and of the trainer's LoRA adapters on them."""
     from transformers import AutoModelForCausalLM
 
-    from rlvmr_nb.runs import wrap_lora
+    from rlvmr_nb.runs.policy import wrap_lora
 
     out = {}
     for shape, fields in QWEN25.items():
@@ -241,7 +241,7 @@ def fit(cases: list[dict], key: str) -> dict:
 def activations(shapes: list[str]) -> dict:
     from transformers import AutoModelForCausalLM
 
-    from rlvmr_nb.runs import wrap_lora
+    from rlvmr_nb.runs.policy import wrap_lora
 
     out = {}
     settings = [(shape, False) for shape in shapes] + [("qwen2.5-7b", True)] * ("qwen2.5-7b" in shapes)

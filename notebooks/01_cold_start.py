@@ -95,7 +95,7 @@ from rlvmr_nb import casestudy, plots
 from rlvmr_nb.coldstart import build_coldstart_dataset, read_manifest, read_samples, read_trajectories
 from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig, coldstart_sft_experiment
 from rlvmr_nb.plots import plot_coldstart
-from rlvmr_nb.runs import model_label
+from rlvmr_nb.runs.policy import model_label
 from rlvmr_nb.coldstart.sft import SFTConfig
 
 run_dir = Path(runs_root) / "coldstart" / f"{env}-{level}-n{n_trajectories}-seed{seed}"

@@ -94,7 +94,8 @@ from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
 from rlvmr_nb.plots import plot_training_curves, training_curve_records
-from rlvmr_nb.runs import model_label, read_metrics, read_validation
+from rlvmr_nb.runs.logs import read_metrics, read_validation
+from rlvmr_nb.runs.policy import model_label
 from rlvmr_nb.runs.config import read_run_settings
 from rlvmr_nb.train_config import train_config
 from rlvmr_nb.trainer import train

@@ -96,7 +96,7 @@ from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, paper, plots
 from rlvmr_nb.evaluate import eval_config_for, eval_generator, evaluate_seeds, write_results, write_seed_results
-from rlvmr_nb.runs import load_policy, model_label
+from rlvmr_nb.runs.policy import load_policy, model_label
 
 WITHOUT_RUN = dict(max_new_tokens=64, stop="action", prompt_style="meta_think")  # a CPU budget for a policy no run made
 chosen = dict(env=env, max_tasks=max_tasks, seed=seeds[0], temperature=temperature, max_steps=max_steps,

@@ -22,7 +22,7 @@ from rlvmr_nb.update import distributed as dist  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
 from rlvmr_nb.rollout.generation.hf import HFGenerator  # noqa: E402
 from rlvmr_nb.models import load_model  # noqa: E402
-from rlvmr_nb.runs import save_checkpoint  # noqa: E402
+from rlvmr_nb.runs.checkpoints import save_checkpoint  # noqa: E402
 from rlvmr_nb.update.sharding import place_models  # noqa: E402
 from rlvmr_nb.update.logprobs import response_logprobs  # noqa: E402
 from rlvmr_nb.update.ppo import ppo_update, with_old_and_ref_logprobs  # noqa: E402

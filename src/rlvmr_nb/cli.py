@@ -265,7 +265,7 @@ def _cmd_rehearse(args: argparse.Namespace) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from .evaluate import eval_config_for, evaluate_seeds, summary_table, table_row, write_seed_results
-    from .runs import load_policy
+    from .runs.policy import load_policy
     from .runs.lock import results_lock
     from .settings import given_settings
 

@@ -35,7 +35,10 @@ from .envs.base import TaskSpec
 from .envs.registry import get_env
 from .rollout.generation import make_rollout_generator
 from .records import Episode, append_episodes
-from .runs import MetricsLog, owns_run_folder, restore_run, save_checkpoint, truncate_logs, wrap_lora, write_config
+from .runs.checkpoints import restore_run, save_checkpoint
+from .runs.logs import MetricsLog, truncate_logs
+from .runs.policy import wrap_lora, write_config
+from .runs.session import owns_run_folder
 from .runs.export import export_policy
 from .runs.progress import iteration_progress
 from .runs.run_id import HF_EXPORT

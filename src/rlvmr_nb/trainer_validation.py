@@ -46,7 +46,7 @@ from .envs.base import TaskSpec
 from .envs.registry import get_env
 from .evaluate import EvalConfig, eval_generator, evaluate_policy
 from .scoring.metrics import summarize
-from .runs import MetricsLog, read_validation
+from .runs.logs import MetricsLog, read_validation
 from .scoring.stats import wilson_interval
 from .settings import require_non_negative, require_positive
 from .records import Episode

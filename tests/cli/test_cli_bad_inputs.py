@@ -24,7 +24,7 @@ def _write(path: Path, text: str) -> Path:
 
 def _run_folder_with_a_damaged_newest_checkpoint(folder: Path) -> Path:
     from rlvmr_nb.models import load_model
-    from rlvmr_nb.runs import save_checkpoint
+    from rlvmr_nb.runs.checkpoints import save_checkpoint
 
     model, _ = load_model("tiny-random:llama", seed=0)
     optimizer = torch.optim.AdamW(model.parameters())

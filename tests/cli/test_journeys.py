@@ -19,7 +19,7 @@ pytest.importorskip("torch")
 from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: E402,F401  (session fixtures)
 from rlvmr_nb.cli import main  # noqa: E402
 from rlvmr_nb.envs.registry import get_env  # noqa: E402
-from rlvmr_nb.runs import read_metrics  # noqa: E402
+from rlvmr_nb.runs.logs import read_metrics  # noqa: E402
 from rlvmr_nb.records import read_episodes  # noqa: E402
 
 ENVS = ("toy", "alfworld", "scienceworld")

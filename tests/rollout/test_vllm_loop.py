@@ -304,7 +304,7 @@ def vllm_run(tmp_path_factory, vllm_model_dir):
 @pytest.mark.slow
 def test_cli_train_with_vllm_samples_from_the_updated_policy(vllm_run, vllm_model_dir):
     from rlvmr_nb.models import load_model
-    from rlvmr_nb.runs import load_policy
+    from rlvmr_nb.runs.policy import load_policy
 
     out, done = vllm_run
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
@@ -333,7 +333,7 @@ def test_cli_train_with_vllm_samples_from_the_updated_policy(vllm_run, vllm_mode
 
 @pytest.mark.slow
 def test_cli_eval_with_vllm_of_the_trained_run(vllm_run, tmp_path):
-    from rlvmr_nb.runs import load_policy
+    from rlvmr_nb.runs.policy import load_policy
 
     out, _ = vllm_run
     results = tmp_path / "eval.json"
@@ -355,7 +355,7 @@ def test_notebooks_train_and_evaluate_with_vllm(vllm_model_dir, tmp_path):
     for all three levels); their CI parameters otherwise."""
     pytest.importorskip("papermill")
     from rlvmr_nb import notebooks as nbs
-    from rlvmr_nb.runs import read_metrics
+    from rlvmr_nb.runs.logs import read_metrics
 
     engine = {"rollout_backend": "vllm", "rollout_dtype": "float32"}
     nbs.run_notebook("02_rl_training", nbs.config_path("02_rl_training", ci=True), tmp_path / "executed",

@@ -12,7 +12,8 @@ torch = pytest.importorskip("torch")
 
 from rlvmr_nb.cli import main  # noqa: E402
 from rlvmr_nb.models import load_model  # noqa: E402
-from rlvmr_nb.runs import load_policy, save_checkpoint, wrap_lora  # noqa: E402
+from rlvmr_nb.runs.checkpoints import save_checkpoint  # noqa: E402
+from rlvmr_nb.runs.policy import load_policy, wrap_lora
 from rlvmr_nb.runs.policy import EXPORTED_RUN_CONFIG  # noqa: E402
 
 TINY = "tiny-random:llama"

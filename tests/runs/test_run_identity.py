@@ -8,7 +8,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.runs import latest_checkpoint, load_policy, restore_run, save_checkpoint  # noqa: E402
+from rlvmr_nb.runs.checkpoints import latest_checkpoint, restore_run, save_checkpoint  # noqa: E402
+from rlvmr_nb.runs.policy import load_policy
 from rlvmr_nb.runs.checkpoints import DiskFull  # noqa: E402
 from rlvmr_nb.runs.run_id import EARLIER_RUNS, checkpoint_run_id, current_run_id  # noqa: E402
 from test_runs import _Cfg  # noqa: E402  (a stand-in TrainConfig)

@@ -99,7 +99,8 @@ def test_two_trainers_on_one_folder_the_second_refuses(tmp_path, capsys):
     try:
         _wait_ready(holder)
         code = cli.main(["train", "--env", "toy", "--model", "tiny-random:llama", "--out", str(run),
-                         "--iterations", "1"])
+                         "--iterations", "1", "--tasks", "1", "--group-size", "2", "--max-steps", "2",
+                         "--max-new-tokens", "8"])
     finally:
         holder.kill()
         holder.wait()

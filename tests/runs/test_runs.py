@@ -10,10 +10,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.runs import (  # noqa: E402
-    VALIDATION_COLUMNS, CheckpointError, MetricsLog, latest_checkpoint, load_policy, model_label, read_metrics,
-    read_validation, restore_run, resume_checkpoint, save_checkpoint, truncate_logs,
-)
+from rlvmr_nb.runs.checkpoints import CheckpointError, latest_checkpoint, restore_run, resume_checkpoint, save_checkpoint
+from rlvmr_nb.runs.logs import VALIDATION_COLUMNS, MetricsLog, read_metrics, read_validation, truncate_logs
+from rlvmr_nb.runs.policy import load_policy, model_label
 from rlvmr_nb.runs.checkpoints import read_checkpoint  # noqa: E402
 from rlvmr_nb.records import Episode, append_episodes, episode_id, parse_episode_id, read_episodes  # noqa: E402
 
@@ -204,7 +203,7 @@ def test_load_policy_from_spec_checkpoint_and_run_folder(tmp_path):
     with pytest.raises(FileNotFoundError, match="no complete trainer checkpoint"):
         load_policy(tmp_path / "empty")
     # an SFT folder (saved transformers model) loads as a model spec
-    from rlvmr_nb.runs import save_pretrained_policy
+    from rlvmr_nb.runs.policy import save_pretrained_policy
 
     save_pretrained_policy(loaded, tok, tmp_path / "sft")
     sft, _, info = load_policy(tmp_path / "sft")

@@ -9,7 +9,8 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from rlvmr_nb.models import load_model  # noqa: E402
-from rlvmr_nb.runs import load_policy, save_checkpoint  # noqa: E402
+from rlvmr_nb.runs.checkpoints import save_checkpoint  # noqa: E402
+from rlvmr_nb.runs.policy import load_policy
 from rlvmr_nb.runs.checkpoints import SHARDED, CheckpointError, load_checkpoint, read_checkpoint  # noqa: E402
 
 

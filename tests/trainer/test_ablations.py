@@ -16,7 +16,7 @@ from rlvmr_nb.scoring.advantages import AdvantageConfig  # noqa: E402
 from rlvmr_nb.scoring.method import MethodConfig  # noqa: E402
 from rlvmr_nb.train_config import train_config  # noqa: E402
 from rlvmr_nb.update.loss_terms import LossConfig  # noqa: E402
-from rlvmr_nb.runs import read_metrics  # noqa: E402
+from rlvmr_nb.runs.logs import read_metrics  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 from rlvmr_nb.records import read_episodes  # noqa: E402
 

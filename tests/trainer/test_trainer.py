@@ -10,7 +10,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.runs import latest_checkpoint, read_metrics  # noqa: E402
+from rlvmr_nb.runs.checkpoints import latest_checkpoint  # noqa: E402
+from rlvmr_nb.runs.logs import read_metrics
 from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 from rlvmr_nb.trainer import train  # noqa: E402
 

@@ -5,7 +5,7 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.runs import read_validation  # noqa: E402
+from rlvmr_nb.runs.logs import read_validation  # noqa: E402
 from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 from rlvmr_nb.trainer import train  # noqa: E402
 from rlvmr_nb.trainer_validation import Validator, validation_task_list  # noqa: E402

@@ -14,7 +14,9 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from rlvmr_nb.runs import latest_checkpoint, load_policy, read_metrics, read_validation  # noqa: E402
+from rlvmr_nb.runs.checkpoints import latest_checkpoint  # noqa: E402
+from rlvmr_nb.runs.logs import read_metrics, read_validation
+from rlvmr_nb.runs.policy import load_policy
 from rlvmr_nb.train_config import TrainConfig  # noqa: E402
 
 HERE = Path(__file__).parents[1]  # the tests folder: its helper scripts

@@ -145,7 +145,7 @@ def test_gradient_checkpointing_every_k_layers(every, expected):
 def test_levers_are_reached_from_the_command_line(tmp_path):
     """`rlvmr-nb train` with every lever on (CPU, a tiny model, one iteration): the run records them and trains."""
     from rlvmr_nb.cli import main
-    from rlvmr_nb.runs import read_metrics
+    from rlvmr_nb.runs.logs import read_metrics
 
     out = tmp_path / "run"
     assert main(["train", "--model", "tiny-random:llama", "--env", "toy", "--iterations", "1", "--tasks", "2",
@@ -167,7 +167,7 @@ def test_two_process_bf16_compute_with_token_micro_batches_equals_one_process(tm
     token-budget micro-batches, dealt round-robin with zero-share padding, count as in one process. fp64 master
     weights: the bf16 gradients of each micro-batch are the same on either side and sum exactly, so only AdamW's
     rounding of a different summation order could differ."""
-    from rlvmr_nb.runs import load_policy
+    from rlvmr_nb.runs.policy import load_policy
 
     here = Path(__file__).parents[1]
     script = here / "fsdp_update_script.py"

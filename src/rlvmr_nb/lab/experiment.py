@@ -251,7 +251,7 @@ def training_pool(config: LabConfig) -> list:
 
 def run_arm(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Path:
     """Train one arm from the cold-start checkpoint (resumes; a finished run returns at once)."""
-    from ..runs import read_metrics
+    from ..runs.logs import read_metrics
     from ..trainer import train
 
     cfg = train_config(config, out, algo, seed)
@@ -289,7 +289,7 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
 
     from ..evaluate import eval_tasks as eval_task_list
     from ..evaluate import evaluate_policy, write_results
-    from ..runs import load_policy
+    from ..runs.policy import load_policy
     from ..scoring.metrics import summarize
 
     levels = (*config.levels, HELDIN) if levels is None else tuple(levels)
@@ -323,7 +323,7 @@ def play_reference(config: LabConfig, folder: Path) -> list:
 
     from ..evaluate import eval_tasks as eval_task_list
     from ..evaluate import evaluate_policy
-    from ..runs import load_policy
+    from ..runs.policy import load_policy
 
     cfg = replace(eval_config(config, REFERENCE_LEVEL, REFERENCE_SEED), max_tasks=None)
     tasks = eval_task_list(cfg)
@@ -359,7 +359,7 @@ def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
     from dataclasses import replace
 
     from ..evaluate import evaluate_policy
-    from ..runs import load_policy
+    from ..runs.policy import load_policy
 
     cfg = eval_config(config, "L0", seed)
     if temperature is not None:

@@ -280,7 +280,7 @@ def lab_summary(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | No
     """Every number of the lab: per (arm, level) metrics with intervals, per-seed values, the
     RLVMR − GRPO differences the hypothesis is about, the pre-registered analysis (`preregistered`; `pilot_seeds`
     goes to it) and the cold start's format validity."""
-    from ..runs import read_metrics
+    from ..runs.logs import read_metrics
 
     out = Path(out)
     arms = [COLDSTART_ARM, *config.algos]

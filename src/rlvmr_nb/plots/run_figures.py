@@ -46,7 +46,7 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
     The first run is the one the caption describes; a small run's figure says that its changes
     between iterations are noise (`captions.small_run_note`).
     """
-    from ..runs import read_metrics, read_validation  # runs loads torch; the paper figures need only matplotlib
+    from ..runs.logs import read_metrics, read_validation  # runs loads torch; the paper figures need only matplotlib
     from ..runs.config import read_run_settings
 
     if not run_dirs:
@@ -65,7 +65,7 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
 
 def training_fig6_figure(run_dirs: Mapping[str, str | os.PathLike], *, env: str) -> Figure:
     """Paper Fig. 6 with the runs' curves (``{method: run folder}``) beside the paper's, captioned."""
-    from ..runs import read_metrics
+    from ..runs.logs import read_metrics
     from ..runs.describe import describe_model_source
 
     first = next(iter(run_dirs.values()))

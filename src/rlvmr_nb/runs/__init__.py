@@ -14,23 +14,7 @@ One run folder (``out_dir``) holds:
 * an SFT output folder: a saved transformers model + ``sft_config.json`` + ``sft_log.jsonl`` (`policy`).
 
 `policy.load_policy` turns any of these (or a model spec) back into ``(model, tokenizer)``.
+
+Import from the module that defines a name (`runs.logs.read_metrics`, `runs.policy.load_policy`): the package
+itself loads nothing, so reading a run's logs or settings (figures, reports) needs neither torch nor a model.
 """
-
-from .checkpoints import (
-    CheckpointError,
-    latest_checkpoint,
-    list_checkpoints,
-    load_checkpoint,
-    restore_run,
-    resume_checkpoint,
-    save_checkpoint,
-)
-from .logs import METRIC_COLUMNS, VALIDATION_COLUMNS, MetricsLog, read_metrics, read_validation, truncate_logs
-from .policy import load_policy, model_label, save_pretrained_policy, wrap_lora, write_config, write_jsonl
-from .session import owns_run_folder
-
-__all__ = [
-    "CheckpointError", "METRIC_COLUMNS", "MetricsLog", "latest_checkpoint", "list_checkpoints", "load_checkpoint",
-    "load_policy", "model_label", "owns_run_folder", "read_metrics", "read_validation", "restore_run", "resume_checkpoint", "save_checkpoint", "save_pretrained_policy",
-    "truncate_logs", "VALIDATION_COLUMNS", "wrap_lora", "write_config", "write_jsonl",
-]
