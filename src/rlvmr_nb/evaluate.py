@@ -185,12 +185,13 @@ def evaluate_policy(
     tasks = list(tasks if tasks is not None else eval_tasks(config))
     if not tasks:
         raise ValueError("no evaluation tasks")
-    place(model, config.device)  # before any env starts: a missing GPU fails fast
+    device = place(model, config.device)  # before any env starts: a missing GPU fails fast
     own_generator = generator is None
     if generator is None:
         generator = eval_generator(model, tokenizer, config)
     rollout = config.rollout
-    env_slots = make_env_slots() if make_env_slots else slots.make_env_slots(rollout.env, rollout.env_workers)
+    env_slots = make_env_slots() if make_env_slots else slots.rollout_env_slots(
+        rollout, min(config.batch_tasks, len(tasks)) * rollout.group_size, on_cuda=device.type == "cuda")
     episodes: list[Episode] = []
     try:
         from tqdm.auto import tqdm

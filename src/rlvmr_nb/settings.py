@@ -377,21 +377,26 @@ class SettingFlag:
     """The branch class built to check a value alone."""
     declared_in: type
     """The branch class whose body declares the field (e.g. `UpdateConfig`): --help groups the flags by it."""
+    words: bool = False
+    """Whether a word is taken besides the number (``int | str``: ``--env-workers auto``; the field says which)."""
 
 
 _SPELLABLE = (str, int, float, bool)
 
 
-def _kind(annotation: Any) -> tuple[type | None, bool]:
-    """(the type a command line can spell, whether None is allowed) of a field annotation; (None, …) for the rest
-    (dicts and nested settings, which a --config file sets)."""
+def _kind(annotation: Any) -> tuple[type | None, bool, bool]:
+    """(the type a command line can spell, whether None is allowed, whether a word is too: ``int | str``, a count or
+    'auto') of a field annotation; (None, …) for the rest (dicts and nested settings, which a --config file sets)."""
     args = typing.get_args(annotation)
     if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
         rest = [a for a in args if a is not type(None)]
-        return (_kind(rest[0])[0], True) if len(rest) == 1 else (None, True)
+        number = [a for a in rest if a in (int, float)] if len(rest) == 2 and str in rest else []
+        if len(rest) == 1:
+            return _kind(rest[0])[0], True, False
+        return (number[0] if number else None), True, bool(number)
     if typing.get_origin(annotation) is tuple and args in ((str, ...),):
-        return tuple, False
-    return (annotation if annotation in _SPELLABLE else None), False
+        return tuple, False, False
+    return (annotation if annotation in _SPELLABLE else None), False, False
 
 
 def _default(f: dataclasses.Field) -> Any:
@@ -410,7 +415,7 @@ def setting_flags(cls: type, names: Mapping[str, str] | None = None, skip: Itera
     for klass in tree_classes(cls):
         hints, docs = typing.get_type_hints(klass), field_docs(klass)
         for f in dataclasses.fields(klass):
-            kind, optional = _kind(hints[f.name])
+            kind, optional, words = _kind(hints[f.name])
             if kind is None or branch_type(hints[f.name]) is not None or f.name in skip:
                 continue
             default = root
@@ -418,7 +423,8 @@ def setting_flags(cls: type, names: Mapping[str, str] | None = None, skip: Itera
                 default = getattr(default, part)
             long = "--" + f.name.replace("_", "-")
             options = (names[f.name], long) if f.name in names else (long,)
-            flags.append(SettingFlag(f.name, options, kind, optional, default, docs.get(f.name, ""), klass, klass))
+            doc = docs.get(f.name, "")
+            flags.append(SettingFlag(f.name, options, kind, optional, default, doc, klass, klass, words))
     return flags
 
 
@@ -447,7 +453,9 @@ def _value_parser(flag: SettingFlag) -> Any:
             try:
                 value = kind(text)
             except ValueError:
-                raise argparse.ArgumentTypeError(f"not {_describe(kind)}: {text!r}") from None
+                if not flag.words:
+                    raise argparse.ArgumentTypeError(f"not {_describe(kind)}: {text!r}") from None
+                value = text  # a word ("auto"): the field's own check below accepts or refuses it
         _refuse_alone(flag, (value,) if flag.kind is tuple else value)
         return value
 
@@ -475,7 +483,12 @@ def add_setting_flags(parser: argparse.ArgumentParser, flags: Sequence[SettingFl
         allowed = list(choices[flag.setting]) if flag.setting in choices else None
         group.add_argument(*flag.options, dest=flag.setting, type=_value_parser(flag), default=argparse.SUPPRESS,
                            choices=allowed, nargs="+" if flag.kind is tuple else None, help=help_text,
-                           metavar=None if allowed else (str if flag.kind is tuple else flag.kind).__name__.upper())
+                           metavar=None if allowed else _metavar(flag))
+
+
+def _metavar(flag: SettingFlag) -> str:
+    name = (str if flag.kind is tuple else flag.kind).__name__.upper()
+    return f"{name}|WORD" if flag.words else name
 
 
 def given_settings(args: argparse.Namespace, flags: Sequence[SettingFlag]) -> dict[str, Any]:

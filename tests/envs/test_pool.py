@@ -15,6 +15,7 @@ import pytest
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
 from rlvmr_nb.envs.lazy import LazyActionList, StaleActionsError
 from rlvmr_nb.envs.pool import Aborted, EnvPool, RemoteTraceback, resolve_env_factory
+from rlvmr_nb.envs.slots import env_worker_count, make_env_slots
 from rlvmr_nb.envs.toy import ToyEnv, toy_expert_actions, toy_tasks
 
 
@@ -329,3 +330,38 @@ def test_scienceworld_pool_survives_dead_jvm_and_dead_worker_without_orphans():
         assert len(pool.admissible_actions()[0]) > 5
     assert wait_dead(jvms) == []
     assert java_processes_in_groups(groups) == []
+
+
+def test_env_workers_auto_and_the_default_on_a_cuda_device(monkeypatch):
+    """'auto': the cores minus one, shared among torchrun's ranks on the machine, at most one worker per slot; the
+    default (None) is 'auto' where the policy computes on CUDA and in-process on a CPU."""
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert env_worker_count("auto", slots=128, on_cuda=False, cores=16) == 15
+    assert env_worker_count("auto", slots=8, on_cuda=False, cores=16) == 8  # no worker without a slot
+    assert env_worker_count("auto", slots=128, on_cuda=False, cores=16, ranks_here=8) == 1
+    assert env_worker_count("auto", slots=4, on_cuda=False, cores=1) == 0  # one core: the trainer's
+    assert (env_worker_count(3, 128, on_cuda=True), env_worker_count(0, 128, on_cuda=True)) == (3, 0)  # counts stay
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")  # torchrun, 4 ranks here
+    assert env_worker_count("auto", 128, on_cuda=False, cores=16) == 3
+    torch = pytest.importorskip("torch")
+    from rlvmr_nb.devices import resolve_device
+
+    def default_workers() -> int:
+        return env_worker_count(None, 128, on_cuda=resolve_device("auto", local_rank=0, world_size=1).type == "cuda",
+                                cores=16, ranks_here=1)
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert default_workers() == 0
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    assert default_workers() == 15
+    with pytest.raises(ValueError, match="a count >= 0 or 'auto', got 'many'"):
+        env_worker_count("many", 8, on_cuda=False)
+    with pytest.raises(ValueError, match="resolve 'auto' with env_worker_count"):
+        make_env_slots("toy", "auto")
+
+
+def test_a_pool_of_slots_prefetches_admissible_lists():
+    """The rollout reads every step's list, so a pool's workers compute it while the policy generates."""
+    with make_env_slots("toy", 1, admissible="lazy") as pool:
+        assert isinstance(pool, EnvPool) and pool.prefetch_admissible

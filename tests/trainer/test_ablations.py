@@ -12,6 +12,7 @@ pytest.importorskip("torch")
 
 from episode_builders import score_with, worked_example  # noqa: E402
 from rlvmr_nb.cli import main  # noqa: E402
+from rlvmr_nb.envs.slots import env_worker_count  # noqa: E402
 from rlvmr_nb.scoring.advantages import AdvantageConfig  # noqa: E402
 from rlvmr_nb.scoring.method import MethodConfig  # noqa: E402
 from rlvmr_nb.train_config import train_config  # noqa: E402
@@ -60,6 +61,8 @@ def test_config_files_hold_the_official_settings(path):
         assert (f["precision"], f["checkpoint_every_n_layers"]) == ("bf16-compute-fp32-master", 1)
         assert f["micro_batch_tokens"] == f["micro_batch_size"] * 2048
     assert f["save_every"] == (10 if f["env"] == "scienceworld" else 5)
+    # envs in worker processes, as many as the cores allow: 15 on a 16-core GPU machine for the 16 × 8 slots
+    assert f["env_workers"] == "auto" and env_worker_count(f["env_workers"], 16 * 8, False, cores=16, ranks_here=1) == 15
 
 
 def test_paper_runs_follow_each_official_script():

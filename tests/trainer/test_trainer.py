@@ -36,6 +36,25 @@ def test_config_validation():
     assert TrainConfig.from_dict(dict(algo="grpo", prompt_style="meta_think")).rollout_for_run.prompt_style == "meta_think"
 
 
+def test_the_trainer_gives_its_rollouts_env_workers_for_its_share_and_device(monkeypatch, tmp_path):
+    """Without a `make_env_slots` the trainer builds its slots from `rollout.env_workers`, for the B·G slots it rolls
+    out, on its device (CPU here: the default None stays in-process; on CUDA it is 'auto', tests/envs/test_pool.py)."""
+    from rlvmr_nb import trainer
+
+    seen = []
+
+    def recording(rollout, slots, on_cuda):
+        seen.append((rollout.env_workers, slots, on_cuda))
+        return door_slots()
+
+    monkeypatch.setattr(trainer.slots, "rollout_env_slots", recording)
+    model, tok = format_taught_model()
+    cfg = small_config(tmp_path / "run", iterations=1, tasks_per_iteration=3, group_size=2, max_new_tokens=8,
+                       env_workers="auto", device="cpu")
+    train(cfg, tasks=door_tasks(), policy=model, tokenizer=tok)
+    assert seen == [("auto", 6, False)]
+
+
 def test_fused_and_reference_losses_give_the_same_gradient():
     from rlvmr_nb.update.loss_terms import LossConfig
     from rlvmr_nb.models import load_model

@@ -27,6 +27,7 @@ from typing import Any, Mapping, Protocol, Sequence
 from ..envs.base import Reset, StepResult, TaskSpec
 from ..envs.lazy import LazyActionList, StaleActionsError
 from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
+from ..envs.slots import check_env_workers
 from .generation.base import Generator, SamplingConfig, stop_strings
 from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, to_chat
 from .tags import parse_output
@@ -72,8 +73,12 @@ class RolloutConfig:
     training: the method's (`scoring.method.ALGORITHMS`); 'meta_think' with algo 'grpo' is Table 3's 'w/o A^MC'."""
     temperature: float = 1.0
     """Sampling temperature (official code: 1.0 in training, 0.4 in validation and evaluation)."""
-    env_workers: int = 0
-    """Env worker processes (0 = step environments in-process)."""
+    env_workers: int | str | None = None
+    """Env worker processes stepping the environments in parallel (`envs.pool.EnvPool`; while the policy generates,
+    idle workers compute the next admissible lists): a count; 0 steps them in this process, one after another;
+    'auto' takes this machine's cores minus one, shared among the ranks on it, at most one per env slot; None
+    (default) is 'auto' when the run computes on CUDA and 0 on a CPU, whose cores the policy needs
+    (`envs.slots.env_worker_count`)."""
 
     def __post_init__(self) -> None:
         from ..envs.registry import check_level
@@ -87,7 +92,9 @@ class RolloutConfig:
         require_positive(self, ["group_size", "max_steps", "max_new_tokens"])
         if self.max_prompt_tokens is not None:
             require_positive(self, ["max_prompt_tokens"])
-        require_non_negative(self, ["env_workers", "temperature"])
+        require_non_negative(self, ["temperature"])
+        if self.env_workers is not None:
+            check_env_workers(self.env_workers, "RolloutConfig.env_workers")
 
     def prompt(self) -> PromptConfig:
         """The prompt this rollout renders: the env's prompt family in `prompt_style`, within `max_prompt_tokens`."""
