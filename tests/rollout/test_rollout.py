@@ -3,6 +3,9 @@ episodes masked, a faulty slot aborted alone, seeded, and token ids / log-probs 
 
 from __future__ import annotations
 
+import warnings
+from collections import Counter
+
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -11,7 +14,7 @@ from model_fixtures import smollm2_tokenizer, tiny_llama  # noqa: E402,F401  (fi
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec  # noqa: E402
 from rlvmr_nb.envs.pool import Aborted  # noqa: E402
 from rlvmr_nb.rollout.generation import Generation, SamplingConfig, make_generator  # noqa: E402
-from rlvmr_nb.rollout.prompts import PromptConfig  # noqa: E402
+from rlvmr_nb.rollout.prompts import PromptConfig, PromptTruncationWarning  # noqa: E402
 from rlvmr_nb.rollout import LocalEnvs, RolloutConfig, run_rollouts  # noqa: E402
 
 OUTPUT = "<monitor>I keep waiting for the bell.</monitor>\n<action>wait</action>"
@@ -49,7 +52,7 @@ class ScriptedGenerator:
         self.batch_sizes.append(len(prompts))
         ids = self.tokenizer(OUTPUT, add_special_tokens=False)["input_ids"]
         return [Generation(text=OUTPUT, token_ids=list(ids), logprobs=[-0.5] * len(ids),
-                           prompt_token_ids=self.tokenizer(p, add_special_tokens=False)["input_ids"],
+                           prompt_token_ids=list(p),
                            finish_reason="stop") for p in prompts]
 
 
@@ -124,3 +127,69 @@ def test_real_model_rollouts_line_up_and_are_seeded(tiny_llama, smollm2_tokenize
     greedy = SamplingConfig(temperature=0.0, max_new_tokens=10)
     shared, plain = roll(16, 0, greedy), roll(0, 0, greedy)
     assert [[s.response_token_ids for s in e.steps] for e in shared] == [[s.response_token_ids for s in e.steps] for e in plain]
+
+
+class CountingTokenizer:
+    """Wraps a tokenizer and counts, per text, the chat templating and the encoding a rollout asks of it. Guards
+    against a prompt being wrapped and encoded several times per step (once to measure it against the prompt budget,
+    again by the rollout loop, again by the generator): milliseconds per long prompt, for every row of every step."""
+
+    def __init__(self, inner) -> None:
+        self.inner, self.templated, self.encoded = inner, Counter(), Counter()
+
+    def apply_chat_template(self, messages, **kwargs):
+        self.templated[messages[-1]["content"]] += 1
+        return self.inner.apply_chat_template(messages, **kwargs)
+
+    def __call__(self, text, **kwargs):
+        self.encoded[text] += 1
+        return self.inner(text, **kwargs)
+
+    def encode(self, text, **kwargs):
+        self.encoded[text] += 1
+        return self.inner.encode(text, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+class RecordingGenerator(ScriptedGenerator):
+    """A `ScriptedGenerator` that also keeps every prompt it was given."""
+
+    def __init__(self, tokenizer) -> None:
+        super().__init__(tokenizer)
+        self.prompts = []
+
+    def generate(self, prompts, sampling):
+        self.prompts += list(prompts)
+        return super().generate(prompts, sampling)
+
+
+@pytest.mark.parametrize("budget", [None, "tight"])
+def test_each_prompt_is_wrapped_and_encoded_once_per_step(smollm2_tokenizer, budget):
+    """One group member per task, so every row's prompt text differs: each text is templated once and encoded once,
+    and the generator gets those very token ids. With a tight budget the older history is dropped; each window the
+    bisection tries is encoded once, and the one kept is not encoded again."""
+    def roll(max_prompt_tokens):
+        counting, gen = CountingTokenizer(smollm2_tokenizer), RecordingGenerator(smollm2_tokenizer)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            episodes = run_rollouts(count_tasks(4, 2), LocalEnvs(CountdownEnv), gen, counting,
+                                    RolloutConfig(group_size=1, max_steps=5),
+                                    prompt=PromptConfig(env="alfworld", max_prompt_tokens=max_prompt_tokens),
+                                    sampling=SamplingConfig())
+        return counting, gen, episodes, [w for w in caught if issubclass(w.category, PromptTruncationWarning)]
+
+    counting, gen, episodes, _ = roll(None)
+    if budget == "tight":  # room for the first prompt and one history entry: later steps drop the oldest
+        lengths = [len(s.prompt_token_ids) for s in episodes[0].steps]
+        counting, gen, episodes, truncated = roll(lengths[1] + 2)
+        assert truncated and len(episodes[0].steps[3].prompt_token_ids) <= lengths[1] + 2
+    assert gen.batch_sizes == [2, 2, 1, 1] and len(gen.prompts) == 6
+    assert all(isinstance(p, list) and all(isinstance(i, int) for i in p) for p in gen.prompts)  # ids, not text
+    assert set(counting.templated.values()) == {1} and set(counting.encoded.values()) == {1}
+    assert len(counting.encoded) > 6 if budget else len(counting.encoded) == 6  # + the windows tried, when tight
+    chat_ids = {tuple(smollm2_tokenizer(text, add_special_tokens=False)["input_ids"]) for text in counting.encoded}
+    assert all(tuple(p) in chat_ids for p in gen.prompts)
+    assert [s.prompt_token_ids for e in episodes for s in e.steps] == [
+        gen.prompts[i] for i in (0, 2, 4, 5, 1, 3)]  # steps of count-4, then count-2, as generated

@@ -46,7 +46,7 @@ class ScriptedGenerator:
         for prompt, text in zip(prompts, texts):
             ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
             out.append(Generation(text=text, token_ids=ids, logprobs=[-1.0] * len(ids),
-                                  prompt_token_ids=self.tokenizer(prompt, add_special_tokens=False)["input_ids"],
+                                  prompt_token_ids=list(prompt),
                                   finish_reason="stop"))
         return out
 

@@ -29,7 +29,7 @@ from ..envs.lazy import LazyActionList, StaleActionsError
 from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
 from ..envs.slots import check_env_workers
 from .generation.base import Generator, SamplingConfig, stop_strings
-from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, to_chat
+from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, render_chat_prompt
 from .tags import parse_output
 from ..records import Episode, Step, episode_id, group_id
 
@@ -189,17 +189,18 @@ def run_rollouts(
         active = sorted(state)
         if not active:
             break
-        texts = []
+        prompts = []
         for slot in active:
             cur = state[slot]
-            text = memories[slot].render(
+            chat = render_chat_prompt(  # measured against the budget and encoded in one go
+                memories[slot],
                 cur.observation,
                 cur.admissible_actions,
                 available_actions=cur.info.get("available_actions"),
                 tokenizer=tokenizer,
             )
-            texts.append(to_chat(tokenizer, text))
-        generations = generator.generate(texts, sampling.replace(n=1, seed=_derived_seed(seed, iteration, t)))
+            prompts.append(chat.token_ids)
+        generations = generator.generate(prompts, sampling.replace(n=1, seed=_derived_seed(seed, iteration, t)))
         actions, parsed_by_slot, listed, faults = {}, {}, {}, {}
         for slot, gen in zip(active, generations):
             parsed = parse_output(gen.text, mode=prompt_config.parser_mode)

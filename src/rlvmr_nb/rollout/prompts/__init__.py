@@ -48,7 +48,16 @@ from .blocks import (
     format_admissible,
     scienceworld_templates_block,
 )
-from .budget import PromptTooLongError, PromptTruncationWarning, count_chat_tokens, render_prompt, to_chat
+from .budget import (
+    ChatPrompt,
+    PromptTooLongError,
+    PromptTruncationWarning,
+    count_chat_tokens,
+    encode_chat,
+    render_chat_prompt,
+    render_prompt,
+    to_chat,
+)
 from .families import (
     DEFAULT_MAX_PROMPT_TOKENS,
     ENVS,
@@ -64,8 +73,8 @@ from .render import _render_with_window  # noqa: F401  (the tests measure single
 
 __all__ = [
     "ALFWORLD_ACTION_FORMS", "DEFAULT_MAX_PROMPT_TOKENS", "ENVS", "INVALID_ACTION_FEEDBACK", "NO_PLAN",
-    "PROMPT_FAMILIES", "SCIENCEWORLD_TEMPLATES", "STYLES", "AgentMemory", "HistoryEntry", "MemoryView", "PromptConfig",
-    "PromptFamily", "PromptState", "PromptTooLongError", "PromptTruncationWarning",
-    "alfworld_task_from_observation", "count_chat_tokens", "format_admissible", "render_prompt",
-    "scienceworld_templates_block", "to_chat",
+    "PROMPT_FAMILIES", "SCIENCEWORLD_TEMPLATES", "STYLES", "AgentMemory", "ChatPrompt", "HistoryEntry", "MemoryView",
+    "PromptConfig", "PromptFamily", "PromptState", "PromptTooLongError", "PromptTruncationWarning",
+    "alfworld_task_from_observation", "count_chat_tokens", "encode_chat", "format_admissible", "render_chat_prompt",
+    "render_prompt", "scienceworld_templates_block", "to_chat",
 ]

@@ -4,11 +4,17 @@ The official code tokenises with ``truncation='error'`` and a 6000-token prompt 
 prompt stops training. We drop the OLDEST whole history entries until the prompt fits, with a
 `PromptTruncationWarning`, or raise with ``on_overflow="raise"``. Text is never cut inside an entry
 or a token.
+
+Measuring a prompt means encoding it, and the encoding is the one the policy then receives: `render_chat_prompt`
+returns the token ids it measured (`ChatPrompt`), so a rollout step wraps and encodes each prompt once, rather than
+once to measure it and again to generate from it: a 5k-token prompt takes milliseconds to wrap and encode, for every
+row of every step, on the trainer's one Python thread (docs/gpu.md, 'Environments in parallel').
 """
 
 from __future__ import annotations
 
 import warnings
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .families import MemoryView
@@ -35,9 +41,26 @@ def to_chat(tokenizer: Any, text: str) -> str:
     )
 
 
+@dataclass(frozen=True)
+class ChatPrompt:
+    """One step's prompt as the policy receives it: chat-formatted text and its token ids, encoded once."""
+
+    text: str
+    """`to_chat` of the user message: the template's system turn, the message, the opened assistant turn."""
+    token_ids: list[int]
+    """``tokenizer(text, add_special_tokens=False)``: the template wrote the special tokens into the text, and
+    both generation backends encode a text prompt the same way."""
+
+
+def encode_chat(tokenizer: Any, text: str) -> ChatPrompt:
+    """The user message `text` wrapped as a chat (`to_chat`) and encoded."""
+    chat = to_chat(tokenizer, text)
+    return ChatPrompt(chat, list(tokenizer(chat, add_special_tokens=False)["input_ids"]))
+
+
 def count_chat_tokens(tokenizer: Any, text: str) -> int:
     """Token count of the chat-formatted prompt (special tokens are already in the text)."""
-    return len(tokenizer(to_chat(tokenizer, text), add_special_tokens=False)["input_ids"])
+    return len(encode_chat(tokenizer, text).token_ids)
 
 
 def render_prompt(
@@ -49,7 +72,35 @@ def render_prompt(
     tokenizer: Any = None,
     max_prompt_tokens: int | None = None,
 ) -> str:
-    """User-message text for the next step (paper App. C), within the token budget.
+    """User-message text for the next step (paper App. C), within the token budget; `_fit` says how."""
+    return _fit(memory, observation, admissible_actions, available_actions, tokenizer, max_prompt_tokens)[0]
+
+
+def render_chat_prompt(
+    memory: MemoryView,
+    observation: str,
+    admissible_actions: Sequence[str] = (),
+    *,
+    tokenizer: Any,
+    available_actions: str | Sequence[str] | None = None,
+    max_prompt_tokens: int | None = None,
+) -> ChatPrompt:
+    """The next step's prompt as the policy receives it (chat text and token ids), within the token budget: what
+    `render_prompt` renders, wrapped and encoded once (the encoding that measured it, when it was measured)."""
+    text, measured = _fit(memory, observation, admissible_actions, available_actions, tokenizer, max_prompt_tokens)
+    return measured if measured is not None else encode_chat(tokenizer, text)
+
+
+def _fit(
+    memory: MemoryView,
+    observation: str,
+    admissible_actions: Sequence[str],
+    available_actions: str | Sequence[str] | None,
+    tokenizer: Any,
+    max_prompt_tokens: int | None,
+) -> tuple[str, ChatPrompt | None]:
+    """User-message text for the next step (paper App. C), within the token budget, and its encoded chat when
+    the budget was measured (None when there is no tokenizer or budget).
 
     Args:
         memory: task, plan and history of this episode.
@@ -73,10 +124,11 @@ def render_prompt(
     t = memory.steps_taken
     full = _render_with_window(memory, observation, admissible_actions, available_actions, t)
     if tokenizer is None or budget is None:
-        return full
-    n_full = count_chat_tokens(tokenizer, full)
+        return full, None
+    encoded = encode_chat(tokenizer, full)
+    n_full = len(encoded.token_ids)
     if n_full <= budget:
-        return full
+        return full, encoded
     if cfg.on_overflow == "raise" or t == 0:
         raise PromptTooLongError(
             f"prompt is {n_full} tokens, over the budget of {budget} (step {t + 1}, {t} history entries"
@@ -87,17 +139,18 @@ def render_prompt(
             )
         )
 
-    def fits(window: int) -> tuple[bool, str]:
+    def fits(window: int) -> tuple[bool, str, ChatPrompt]:
         text = _render_with_window(memory, observation, admissible_actions, available_actions, window)
-        return count_chat_tokens(tokenizer, text) <= budget, text
+        encoded = encode_chat(tokenizer, text)
+        return len(encoded.token_ids) <= budget, text, encoded
 
-    # Largest window that fits, by bisection (token count grows with the window).
+    # Largest window that fits, by bisection (token count grows with the window); each window is encoded once.
     lo, hi, best = 0, t - 1, None
     while lo <= hi:
         mid = (lo + hi) // 2
-        ok, text = fits(mid)
+        ok, text, encoded = fits(mid)
         if ok:
-            best, lo = (mid, text), mid + 1
+            best, lo = (mid, text, encoded), mid + 1
         else:
             hi = mid - 1
     if best is None:
@@ -105,11 +158,11 @@ def render_prompt(
             f"prompt does not fit {budget} tokens even with no history (step {t + 1}); raise "
             "max_prompt_tokens or shorten the observation/action list."
         )
-    window, text = best
+    window, text, encoded = best
     warnings.warn(
         f"prompt of {n_full} tokens exceeds the budget of {budget}; dropped the {t - window} oldest of "
         f"{t} history entries",
         PromptTruncationWarning,
-        stacklevel=2,
+        stacklevel=3,  # the caller of render_prompt / render_chat_prompt
     )
-    return text
+    return text, encoded
