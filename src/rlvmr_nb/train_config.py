@@ -112,6 +112,13 @@ class TrainConfig:
         return replace(self.rollout, prompt_style=self.rollout.prompt_style or self.method.prompt_style)
 
     @property
+    def update_for_run(self) -> UpdateConfig:
+        """`update` with its truncated importance sampling decided: `tis_cap` 'auto' becomes the default cap when the
+        rollout backend samples with kernels of its own (vLLM), else off (`UpdateConfig.resolved_tis_cap`)."""
+        own_kernels = get_backend(self.engine.rollout_backend).own_kernels
+        return replace(self.update, tis_cap=self.update.resolved_tis_cap(own_kernels=own_kernels))
+
+    @property
     def engine_settings(self) -> EngineSettings:
         """The rollout engine's settings: the run's seed, asleep during the update, and with LoRA sampling from the
         adapted model itself (it has no plain copy)."""

@@ -95,7 +95,7 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             policy, tokenizer = None, resolve_tokenizer(config.model)
         else:
             policy, tokenizer = load_model(config.model)
-    update = config.update
+    update = config.update_for_run  # tis_cap decided by the rollout backend
     if update.lora:
         policy = wrap_lora(policy, update.lora_r)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -22,6 +22,7 @@ from rlvmr_nb.rollout.generation import BACKENDS, EngineConfig, EngineSettings, 
 from rlvmr_nb.update.loss_terms import k3_kl_term, ppo_clip_term  # noqa: E402
 from rlvmr_nb.update.reference_loss import LossConfig, aggregate, reference_logprobs_from_hidden  # noqa: E402
 from rlvmr_nb.update.sampler_correction import sampler_mismatch, truncated_is_weights  # noqa: E402
+from rlvmr_nb.update.config import DEFAULT_TIS_CAP  # noqa: E402
 from rlvmr_nb.update.logprobs import ResponseLogprobModel, response_logprobs  # noqa: E402
 from rlvmr_nb.update.ppo import micro_batch_loss  # noqa: E402
 from rlvmr_nb.update.samples import StepSample, pack  # noqa: E402
@@ -66,7 +67,7 @@ def test_registry_builds_each_backend_from_engine_settings(tiny_llama, smollm2_t
 
 
 def test_train_config_rollout_options_are_checked():
-    assert TrainConfig().engine.rollout_backend == "hf" and TrainConfig().update.tis_cap is None
+    assert TrainConfig().engine.rollout_backend == "hf" and TrainConfig().update_for_run.tis_cap is None
     settings = TrainConfig.from_dict(dict(rollout_backend="vllm", vllm_sleep_level=1, vllm_gpu_memory_utilization=0.3, seed=4,
                            rollout_options={"kv_cache_gb": 1})).engine_settings
     assert (settings.sleep_level, settings.gpu_memory_utilization, settings.seed) == (1, 0.3, 4)
@@ -107,6 +108,47 @@ def test_cli_passes_the_rollout_options(monkeypatch, tmp_path):
     assert seen["eval"].engine.rollout_backend == "vllm"
     assert seen["eval"].engine_settings.gpu_memory_utilization == 0.8  # reaches the engine's constructor options
     assert cli.main(["train", "--env", "toy", "--vllm-gpu-memory-utilization", "1.5"]) == 2  # said, not raised
+
+
+def test_tis_is_on_by_default_exactly_when_vllm_samples():
+    """tis_cap 'auto' (the default): the cap TRL's per-token correction uses when vLLM samples, off with HF (its
+    engine is the trainer's own code) and with the sampler's log-probs as the old ones (every weight would be 1); a
+    number or None given by the user is kept whatever the backend."""
+    def cap(**settings) -> float | None:
+        return TrainConfig.from_dict(settings).update_for_run.tis_cap
+
+    assert TrainConfig().update.tis_cap == "auto" and DEFAULT_TIS_CAP == 2.0
+    assert (cap(), cap(rollout_backend="vllm")) == (None, DEFAULT_TIS_CAP)
+    assert cap(rollout_backend="vllm", old_logprobs="sampler") is None
+    assert (cap(rollout_backend="vllm", tis_cap=None), cap(tis_cap=3.0), cap(rollout_backend="vllm", tis_cap=1.5)) == (
+        None, 3.0, 1.5)
+    assert TrainConfig.from_dict(TrainConfig().to_dict()).update.tis_cap == "auto"  # a run folder keeps the intent
+    with pytest.raises(ValueError, match="tis_cap must be a number > 0, 'auto' or None"):
+        TrainConfig.from_dict(dict(tis_cap="on"))
+
+
+def test_the_trainer_corrects_an_own_kernels_engine_by_default(monkeypatch, tmp_path, tiny_llama, smollm2_tokenizer):
+    """The trainer's update gets the decided cap: 'vllm' registered here as the HF engine with the vLLM backend's
+    flag (its own kernels), so the journey runs without vLLM; each iteration's loss is then weighted at cap 2."""
+    from rlvmr_nb import trainer
+    from rlvmr_nb.rollout import generation
+
+    vllm_like = replace(generation.BACKENDS["hf"], samples_live_model=False, own_kernels=True)
+    monkeypatch.setitem(generation.BACKENDS, "vllm", vllm_like)
+    caps = []
+
+    def recording_update(model, optimizer, samples, plan, pad_id, loss, update, *args, **kwargs):
+        caps.append(update.tis_cap)
+        return trainer_ppo_update(model, optimizer, samples, plan, pad_id, loss, update, *args, **kwargs)
+
+    trainer_ppo_update = trainer.ppo_update
+    monkeypatch.setattr(trainer, "ppo_update", recording_update)
+    for backend in ("vllm", "hf"):
+        cfg = small_config(tmp_path / backend, iterations=1, tasks_per_iteration=1, group_size=2, max_new_tokens=8,
+                           rollout_backend=backend)
+        train(cfg, tasks=door_tasks(), make_env_slots=door_slots, policy=copy.deepcopy(tiny_llama),
+              tokenizer=smollm2_tokenizer)
+    assert caps == [DEFAULT_TIS_CAP, None]
 
 
 # --------------------------------------------------------------------- mismatch metrics, TIS gradient

@@ -10,6 +10,11 @@ from dataclasses import dataclass
 from ..settings import require_choice, require_non_negative, require_positive
 
 OLD_LOGPROBS: tuple[str, ...] = ("recompute", "sampler")
+AUTO_TIS = "auto"
+"""`UpdateConfig.tis_cap` value: the correction on exactly when a vLLM engine samples (`resolved_tis_cap`)."""
+DEFAULT_TIS_CAP = 2.0
+"""The cap 'auto' gives vLLM rollouts: TRL's per-token truncated importance sampling default (docs/method.md,
+'Policy loss')."""
 REFERENCE_DEVICES: tuple[str, ...] = ("same", "cpu")
 """`PlacementConfig.reference_device`: 'same' (on the training device) or 'cpu' (kept in CPU memory)."""
 SHARDINGS: tuple[str, ...] = ("ddp", "fsdp")
@@ -48,10 +53,13 @@ class UpdateConfig:
     """Randomly drop samples down to a multiple of mini_batch_size as the official code does (off: keep all)."""
     old_logprobs: str = "recompute"
     """'recompute' with the training model before the update (official) or 'sampler' (rollout log-probs)."""
-    tis_cap: float | None = None
-    """Truncated importance sampling (TRL-style): weight each token's policy term by
-    min(exp(old − sampler log-prob), tis_cap) to correct for the engine/trainer mismatch (`sampler_correction`;
-    e.g. 2.0). None: off. Needs old_logprobs='recompute'."""
+    tis_cap: float | str | None = AUTO_TIS
+    """Truncated importance sampling: weight each token's policy term by min(exp(old − sampler log-prob), tis_cap)
+    to correct for the engine/trainer mismatch (`sampler_correction`; docs/method.md, 'Policy loss'). 'auto'
+    (default): `DEFAULT_TIS_CAP` (2.0) when a vLLM engine samples the rollouts, whose kernels are not the trainer's,
+    as TRL's GRPO trainer corrects vLLM rollouts by default (``vllm_importance_sampling_correction=True``, cap 2 in
+    its per-token form); off with the HF backend and with old_logprobs='sampler' (`resolved_tis_cap`). A number:
+    that cap (needs old_logprobs='recompute'); None: off."""
     fused_loss: bool = True
     """Fused chunked lm_head + loss kernel (never holds [tokens × vocab] logits); False = plain reference."""
     packed_micro_batches: bool = True
@@ -96,9 +104,19 @@ class UpdateConfig:
         if self.mini_batch_size < self.micro_batch_size:
             raise ValueError(f"need micro_batch_size <= mini_batch_size, got {self.micro_batch_size} > "
                              f"{self.mini_batch_size}")
-        if self.tis_cap is not None and (self.tis_cap <= 0 or self.old_logprobs != "recompute"):
+        if isinstance(self.tis_cap, str) and self.tis_cap != AUTO_TIS:
+            raise ValueError(f"UpdateConfig.tis_cap must be a number > 0, {AUTO_TIS!r} or None, got {self.tis_cap!r}")
+        if self.tis_cap not in (None, AUTO_TIS) and (self.tis_cap <= 0 or self.old_logprobs != "recompute"):
             raise ValueError(f"tis_cap={self.tis_cap} needs a value > 0 and old_logprobs='recompute' (with "
                              "'sampler' old log-probs every weight would be 1)")
+
+    def resolved_tis_cap(self, own_kernels: bool) -> float | None:
+        """The cap the update applies: `tis_cap` itself, or for 'auto' `DEFAULT_TIS_CAP` when the rollouts come from
+        an engine with kernels of its own (`own_kernels`: vLLM, `generation.Backend.own_kernels`) and the old
+        log-probs are recomputed (with the sampler's own, every weight would be 1), else None (off)."""
+        if self.tis_cap != AUTO_TIS:
+            return self.tis_cap
+        return DEFAULT_TIS_CAP if own_kernels and self.old_logprobs == "recompute" else None
 
 
 @dataclass

@@ -55,11 +55,14 @@ def micro_batch_loss(
     ref = _stack(samples, "ref_logprobs", width, device, h.dtype) if loss_config.kl_coef else None
     advantage = torch.tensor([s.advantage for s in samples], dtype=h.dtype, device=device)
     importance_weight = None
-    if update.tis_cap is not None:
+    # 'auto' reaching here was not resolved by a run (`TrainConfig.update_for_run` turns it into a cap for vLLM
+    # rollouts): no vLLM sampler, nothing to correct, as 'auto' reads with the HF backend
+    cap = update.resolved_tis_cap(own_kernels=False)
+    if cap is not None:
         from .sampler_correction import truncated_is_weights
 
         sampler = _stack(samples, "sampler_logprobs", width, device, h.dtype)
-        importance_weight = truncated_is_weights(old, sampler, update.tis_cap)
+        importance_weight = truncated_is_weights(old, sampler, cap)
     if update.fused_loss:
         from .kernels import fused_grpo_loss
 

@@ -150,7 +150,8 @@ class Backend:
 
 BACKENDS: dict[str, Backend] = {
     "hf": Backend("rlvmr_nb.rollout.generation.hf", "HFGenerator", _hf_options, samples_live_model=True),
-    "vllm": Backend("rlvmr_nb.rollout.generation.vllm_backend", "VLLMGenerator", _vllm_options, samples_live_model=False),
+    "vllm": Backend("rlvmr_nb.rollout.generation.vllm_backend", "VLLMGenerator", _vllm_options, samples_live_model=False,
+                    own_kernels=True),
 }
 """'hf': `HFGenerator` (transformers, in process). 'vllm': `VLLMGenerator` (engine in its own process and
 virtualenv; `model` may also be a checkpoint directory)."""
@@ -179,6 +180,9 @@ __all__ = [
     "BACKENDS",
     "ENGINE_DTYPES",
     "EVAL_SAMPLING",
+    own_kernels: bool = False
+    """Whether it samples with kernels of its own, not the trainer's (vLLM): its log-probs then drift from the
+    trainer's, and `UpdateConfig.tis_cap` 'auto' corrects for that (`UpdateConfig.resolved_tis_cap`)."""
     "FINISH_REASONS",
     "GREEDY_SAMPLING",
     "SAMPLING_PRESETS",
