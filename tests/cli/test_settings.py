@@ -84,12 +84,15 @@ def test_the_redeclaration_check_can_fail():
 
 
 def test_training_and_evaluation_build_their_engines_from_one_branch():
-    """Training sleeps the engine at its `vllm_sleep_level` between rollouts, evaluation never sleeps; otherwise the
-    same `engine` branch gives the same settings."""
+    """Training sleeps the engine at its `vllm_sleep_level` between rollouts and syncs weights that find no room in
+    /dev/shm through its run folder; evaluation never sleeps nor syncs; otherwise the same `engine` branch gives the
+    same settings."""
     engine = dict(rollout_dtype="float32", vllm_gpu_memory_utilization=0.3, generation_batch_size=4, seed=3)
     train, evaluation = TrainConfig.from_dict(engine), EvalConfig.from_dict(engine)
-    assert replace(train.engine_settings, sleep_level=0) == evaluation.engine_settings
+    assert replace(train.engine_settings, sleep_level=0, sync_dir=None) == evaluation.engine_settings
     assert (train.engine_settings.sleep_level, evaluation.engine_settings.sleep_level) == (2, 0)
+    assert train.engine_settings.sync_dir == train.run.out_dir
+    assert TrainConfig.from_dict(dict(vllm_sync_dir="/scratch/sync")).engine_settings.sync_dir == "/scratch/sync"
     with pytest.raises(ValueError, match="EngineConfig.rollout_dtype"):
         EvalConfig.from_dict(dict(rollout_dtype="int8"))
 
@@ -191,7 +194,7 @@ def test_every_spellable_field_has_a_flag_with_its_docstring_and_its_default(com
     for klass in tree_classes(config):
         hints, docs = typing.get_type_hints(klass), field_docs(klass)
         for f in fields(klass):
-            if branch_type(hints[f.name]) is not None or f.name == "rollout_options":
+            if branch_type(hints[f.name]) is not None or hints[f.name] is dict:  # a --config file sets those
                 continue
             option = "--" + f.name.replace("_", "-")
             assert option in helps, f"{klass.__name__}.{f.name} has no flag"
@@ -276,11 +279,32 @@ def test_eval_builds_its_config_from_the_flags_given(monkeypatch, tmp_path):
     (["train", "--iterations", "two"], "argument --iterations: not an integer: 'two'"),
     (["eval", "--max-steps", "0"], "argument --max-steps: must be a finite number > 0, got 0"),
     (["eval", "--temperature", "-1"], "argument --temperature: must be a finite number >= 0, got -1.0"),
+    (["train", "--env-workers", "lots"], "argument --env-workers: must be a count >= 0 or 'auto', got 'lots'"),
+    (["eval", "--env-workers", "-1"], "argument --env-workers: must be a count >= 0 or 'auto', got -1"),
+    (["train", "--tis-cap", "on"], "argument --tis-cap: must be a number > 0, 'auto' or None, got 'on'"),
 ])
 def test_a_value_its_field_refuses_alone_is_refused_at_parse_time_naming_the_flag(capsys, arguments, named):
     with pytest.raises(SystemExit) as exc:
         cli.main(arguments)
     assert exc.value.code == 2 and named in capsys.readouterr().err
+
+
+def test_count_or_word_flags(monkeypatch, tmp_path):
+    """A field that is a number or a word (``int | str``: a count or 'auto') is spelled either way; `none` sets an
+    optional one to None. A dict (the vLLM engine's options) comes from a --config file."""
+    from rlvmr_nb import trainer
+
+    seen = []
+    monkeypatch.setattr(trainer, "train", lambda config: seen.append(config) or [])
+    run = ["train", "--env", "toy", "--out", str(tmp_path / "run")]
+    settings = tmp_path / "engine.json"
+    settings.write_text(json.dumps({"vllm_engine_options": {"max_num_seqs": 64, "enforce_eager": True}}))
+    assert cli.main([*run, "--env-workers", "auto", "--tis-cap", "auto", "--config", str(settings)]) == 0
+    assert cli.main([*run, "--env-workers", "3", "--tis-cap", "2.5"]) == 0
+    assert cli.main([*run, "--env-workers", "none", "--tis-cap", "none"]) == 0
+    assert [(c.rollout.env_workers, c.update.tis_cap) for c in seen] == [("auto", "auto"), (3, 2.5), (None, None)]
+    assert seen[0].engine.vllm_engine_options == {"max_num_seqs": 64, "enforce_eager": True}
+    assert "--env-workers INT|WORD" in _subparser("train").format_help()
 
 
 def test_a_value_refused_with_other_settings_ends_in_the_one_error_line(capsys, tmp_path):

@@ -57,6 +57,14 @@ class EngineConfig:
     """vLLM during training: what the engine frees during the update (1: KV cache, weights offloaded; 2: both
     dropped, the next sync rewrites them; 0: nothing). A logged no-op where vLLM has no sleep mode (CPU); evaluation
     never sleeps."""
+    vllm_engine_options: dict = field(default_factory=dict)
+    """Further keyword arguments of ``vllm.LLM(...)`` on top of the platform's settings (CUDA: CUDA graphs and
+    chunked prefill; CPU: eager, whole-prompt prefill; `vllm_server.engine_kwargs`), e.g. ``{"enforce_eager": true}``
+    or ``{"max_num_seqs": 128}``; a key the installed vLLM's ``LLM``/``EngineArgs`` does not take stops the engine's
+    start with one line. Settings with a field of their own are refused here (`VLLM_OWN_SETTINGS`)."""
+    vllm_sync_dir: str | None = None
+    """vLLM during training: where a weight sync's file goes when /dev/shm lacks room for it (one warning; docs/gpu.md,
+    'Rollouts with vLLM'). None: the run folder."""
     generation_batch_size: int | None = None
     """Rows per generate call of the HF backend (`EngineSettings.max_batch_size`); None: 8 on a CPU, every active
     row on a GPU (where one decode step then serves them all, e.g. 128-row rollouts). vLLM schedules its own."""
@@ -74,16 +82,38 @@ class EngineConfig:
         require_choice(self, "vllm_sleep_level", SLEEP_LEVELS)
         if self.generation_batch_size is not None:
             require_positive(self, ["generation_batch_size"])
+        owned = {key: VLLM_OWN_SETTINGS[key] for key in self.vllm_engine_options if key in VLLM_OWN_SETTINGS}
+        if owned:
+            raise ValueError("EngineConfig.vllm_engine_options may not set " + "; ".join(
+                f"{key!r} ({why})" for key, why in owned.items()))
         self.engine_settings(seed=0, sleeps=False)  # EngineSettings checks the rest
 
-    def engine_settings(self, seed: int, sleeps: bool = True, live_model: bool = False) -> "EngineSettings":
+    def engine_settings(self, seed: int, sleeps: bool = True, live_model: bool = False,
+                        run_dir: str | None = None) -> "EngineSettings":
         """These settings for one engine: seeded with `seed`, asleep at `vllm_sleep_level` between rollouts when it
         `sleeps` (training; evaluation never does); `live_model`: sample from the given model object itself (LoRA),
-        not a copy in `rollout_dtype`."""
+        not a copy in `rollout_dtype`; `run_dir`: the run folder, where weight syncs go when `vllm_sync_dir` is
+        None and /dev/shm lacks room."""
         return EngineSettings(dtype=None if live_model else self.rollout_dtype,
                               gpu_memory_utilization=self.vllm_gpu_memory_utilization,
                               sleep_level=self.vllm_sleep_level if sleeps else 0, seed=seed,
-                              max_batch_size=self.generation_batch_size, options=dict(self.rollout_options))
+                              max_batch_size=self.generation_batch_size, options=dict(self.rollout_options),
+                              engine_options=dict(self.vllm_engine_options),
+                              sync_dir=self.vllm_sync_dir or run_dir)
+
+
+VLLM_OWN_SETTINGS: dict[str, str] = {
+    "model": "the model is the run's: TrainConfig.model / the evaluated model",
+    "tokenizer": "the engine loads the policy's own tokenizer",
+    "dtype": "set rollout_dtype",
+    "seed": "set seed",
+    "gpu_memory_utilization": "set vllm_gpu_memory_utilization",
+    "enable_sleep_mode": "set vllm_sleep_level",
+    "logprobs_mode": "the sampler's log-probs must be those of the distribution sampled from (docs/method.md, "
+                     "'Policy loss')",
+}
+"""`vllm.LLM` options that `EngineConfig.vllm_engine_options` may not set, and why: each has a setting of its own or
+is fixed by what the trainer reads from the engine."""
 
 
 @dataclass(frozen=True)
@@ -103,6 +133,11 @@ class EngineSettings:
     """Engine seed (vLLM); every generate call also carries its own per-row seeds."""
     max_batch_size: int | None
     """HF: rows per ``generate`` call (`EngineConfig.generation_batch_size`). vLLM schedules its own batches."""
+    engine_options: Mapping[str, Any]
+    """vLLM: further keyword arguments of ``vllm.LLM(...)`` (`EngineConfig.vllm_engine_options`). Ignored by 'hf'."""
+    sync_dir: str | None
+    """vLLM: where weight syncs go when /dev/shm lacks room (`EngineConfig.vllm_sync_dir`, else the run folder;
+    None: the system's temporary folder). Ignored by 'hf'."""
     options: Mapping[str, Any] = field(default_factory=dict)
     """Further keyword arguments for the backend's constructor (`EngineConfig.rollout_options`)."""
 
@@ -129,7 +164,8 @@ def _vllm_options(settings: EngineSettings) -> dict[str, Any]:
         raise ValueError("the 'vllm' backend samples from its own copy of the weights: give it a dtype "
                          f"({ENGINE_DTYPES}); sampling from a LoRA-wrapped model object needs the 'hf' backend")
     return {"dtype": settings.dtype, "gpu_memory_utilization": settings.gpu_memory_utilization,
-            "sleep_level": settings.sleep_level, "seed": settings.seed}
+            "sleep_level": settings.sleep_level, "seed": settings.seed,
+            "engine_options": dict(settings.engine_options), "sync_dir": settings.sync_dir}
 
 
 @dataclass(frozen=True)
@@ -143,6 +179,9 @@ class Backend:
     """`EngineSettings` → constructor keyword arguments."""
     samples_live_model: bool
     """Whether it can sample from the model object itself (``EngineSettings.dtype=None``), as LoRA needs."""
+    own_kernels: bool = False
+    """Whether it samples with kernels of its own, not the trainer's (vLLM): its log-probs then drift from the
+    trainer's, and `UpdateConfig.tis_cap` 'auto' corrects for that (`UpdateConfig.resolved_tis_cap`)."""
 
     def load(self) -> type:
         return getattr(importlib.import_module(self.module), self.class_name)
@@ -180,9 +219,6 @@ __all__ = [
     "BACKENDS",
     "ENGINE_DTYPES",
     "EVAL_SAMPLING",
-    own_kernels: bool = False
-    """Whether it samples with kernels of its own, not the trainer's (vLLM): its log-probs then drift from the
-    trainer's, and `UpdateConfig.tis_cap` 'auto' corrects for that (`UpdateConfig.resolved_tis_cap`)."""
     "FINISH_REASONS",
     "GREEDY_SAMPLING",
     "SAMPLING_PRESETS",

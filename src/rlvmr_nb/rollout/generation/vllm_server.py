@@ -111,17 +111,20 @@ def _load_weights(llm, path: str, sleep: _SleepState) -> dict:
 
     sleep.wake(["weights"])
     tensors = load_file(path)
+    reply = {"ok": True, "tensors": len(tensors), "method": "reload_weights"}
     try:
         # In-place reload through the worker: restores kernel-packed layers (the CPU build repacks
         # linear weights for oneDNN and empties the original parameters), loads, then repacks.
         llm.collective_rpc("reload_weights", kwargs={"weights_iterator": iter(tensors.items())})
-        method = "reload_weights"
-    except AttributeError:  # older vLLM without Worker.reload_weights: plain load_weights
+    except (AttributeError, TypeError) as e:
+        # AttributeError: a vLLM without Worker.reload_weights; TypeError: one whose reload_weights takes no
+        # weights_iterator (it reloads from the model folder). Both still have the model's own load_weights.
         llm.apply_model(lambda model: model.load_weights(iter(tensors.items())))
-        method = "load_weights"
+        reply |= {"method": "load_weights", "note": f"this vLLM's reload_weights(weights_iterator=...) failed "
+                  f"({type(e).__name__}: {e}); weights are loaded with the model's load_weights instead"}
     llm.reset_prefix_cache()  # cached KV blocks were computed with the old weights
     sleep.weights_lost = False
-    return {"ok": True, "tensors": len(tensors), "method": method}
+    return reply
 
 
 def _engine_sleep_mode(config: dict) -> tuple[bool, str]:
@@ -136,36 +139,93 @@ def _engine_sleep_mode(config: dict) -> tuple[bool, str]:
                    "the engine keeps its weights and KV cache between rollouts")
 
 
+def engine_kwargs(config: dict, cuda_alike: bool, sleep_mode: bool) -> dict:
+    """The keyword arguments of ``vllm.LLM(...)``: the client's settings, the platform's defaults, then the
+    user's `vllm_engine_options` (``config["engine_options"]``) on top.
+
+    On CUDA (and ROCm) the engine captures CUDA graphs (``enforce_eager=False``): a small model's decode step
+    is a few hundred short kernels, so without graphs the GPU waits on launches. Chunked prefill is on there
+    too, so that long prompts (up to 6,000 tokens here) are prefilled in slices between decode steps. On the
+    CPU build both stay off: graph capture costs 2+ minutes and does nothing on a CPU, and chunked prefill
+    rolls back the request's seeded generator, which only CUDA generators support ("CPU Generator does not
+    use offset"); the whole prompt then goes in one step (``max_num_batched_tokens`` = ``max_model_len``).
+    """
+    max_len = int(config.get("max_model_len", 8192))
+    kwargs = {
+        "model": config["model"],
+        "tokenizer": config.get("tokenizer") or config["model"],
+        "dtype": config.get("dtype", "bfloat16"),
+        "max_model_len": max_len,
+        "logprobs_mode": "processed_logprobs",  # after temperature/top-k/top-p = the sampler's distribution
+        "seed": int(config.get("seed", 0)),
+        "enable_prefix_caching": bool(config.get("enable_prefix_caching", True)),
+        "gpu_memory_utilization": float(config.get("gpu_memory_utilization", 0.5)),  # colocated with the trainer
+        "enable_sleep_mode": sleep_mode,
+    }
+    if cuda_alike:
+        kwargs |= {"enforce_eager": False, "enable_chunked_prefill": True}
+    else:
+        kwargs |= {"enforce_eager": True, "enable_chunked_prefill": False, "max_num_batched_tokens": max_len}
+    return kwargs | dict(config.get("engine_options") or {})
+
+
+class EngineOptionsError(ValueError):
+    """An engine option the installed vLLM does not take (reported to the client in one line, no traceback)."""
+
+
+def check_engine_options(options: dict, llm_class, engine_args_class=None, version: str = "?") -> None:
+    """Refuse `options` that neither ``LLM.__init__`` names nor, where it passes ``**kwargs`` on, the fields of
+    vLLM's ``EngineArgs`` dataclass (`engine_args_class`; None: keyword arguments cannot be checked here, so
+    vLLM itself refuses a wrong one when the engine is built)."""
+    import dataclasses
+    import difflib
+    import inspect
+
+    parameters = inspect.signature(llm_class.__init__).parameters.values()
+    known = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self"}
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        if engine_args_class is None:
+            return
+        known |= {f.name for f in dataclasses.fields(engine_args_class)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        hints = {name: difflib.get_close_matches(name, sorted(known), n=2) for name in unknown}
+        said = "; ".join(f"{name!r}" + (f" (did you mean {', '.join(close)}?)" if close else "")
+                         for name, close in hints.items())
+        raise EngineOptionsError(f"vllm_engine_options: vLLM {version} takes no option {said}")
+
+
+def _engine_args_class():
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+    except ImportError:
+        return None
+    return EngineArgs
+
+
 def main() -> None:
     config = json.loads(sys.argv[1])
     proto = _reply_stream()
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: simpler, no spawn
+    version = None
     try:
-        from vllm import LLM, SamplingParams
-
-        sleep_available, why_not = _engine_sleep_mode(config)
-        llm = LLM(
-            model=config["model"],
-            tokenizer=config.get("tokenizer") or config["model"],
-            dtype=config.get("dtype", "bfloat16"),
-            max_model_len=int(config.get("max_model_len", 8192)),
-            enforce_eager=bool(config.get("enforce_eager", True)),  # compile costs 2+ min on CPU
-            logprobs_mode="processed_logprobs",  # after temperature/top-k/top-p = the sampler's distribution
-            seed=int(config.get("seed", 0)),
-            enable_prefix_caching=bool(config.get("enable_prefix_caching", True)),
-            # Chunked prefill splits long prompts and then rolls back the request's seeded generator, which
-            # only CUDA generators support ("CPU Generator does not use offset"); the official runs keep it off.
-            enable_chunked_prefill=False,
-            max_num_batched_tokens=int(config.get("max_model_len", 8192)),
-            gpu_memory_utilization=float(config.get("gpu_memory_utilization", 0.5)),  # colocated with the trainer
-            enable_sleep_mode=sleep_available,
-        )
-        sleep = _SleepState(llm, sleep_available, why_not)
         import vllm
+        from vllm import LLM, SamplingParams
+        from vllm.platforms import current_platform
 
-        proto.write(json.dumps({"ok": True, "ready": True, "vllm_version": vllm.__version__}) + "\n")
+        version = vllm.__version__
+        check_engine_options(dict(config.get("engine_options") or {}), LLM, _engine_args_class(), version)
+        sleep_available, why_not = _engine_sleep_mode(config)
+        kwargs = engine_kwargs(config, current_platform.is_cuda_alike(), sleep_available)
+        llm = LLM(**kwargs)
+        sleep = _SleepState(llm, sleep_available, why_not)
+        settings = {k: kwargs.get(k) for k in ("enforce_eager", "enable_chunked_prefill")}
+        proto.write(json.dumps({"ok": True, "ready": True, "vllm_version": version, "engine": settings}) + "\n")
+    except EngineOptionsError as e:
+        proto.write(json.dumps({"ok": False, "error": str(e), "options_error": True, "vllm_version": version}) + "\n")
+        return
     except Exception:
-        proto.write(json.dumps({"ok": False, "error": traceback.format_exc()}) + "\n")
+        proto.write(json.dumps({"ok": False, "error": traceback.format_exc(), "vllm_version": version}) + "\n")
         return
     for line in sys.stdin:
         line = line.strip()

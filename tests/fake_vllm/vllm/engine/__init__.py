@@ -1,0 +1,1 @@
+"""`vllm.engine` of the stand-in: only `arg_utils.EngineArgs`."""
