@@ -117,6 +117,29 @@ def test_each_ablation_trains_one_iteration_from_the_command_line(name, tmp_path
     assert (out / "ckpt-00000").is_dir()
 
 
+@pytest.mark.parametrize("name", ["rlvmr_alfworld", "grpo_scienceworld"])
+def test_a_paper_run_steps_its_envs_in_worker_processes(name, tmp_path, monkeypatch):
+    """A paper config's rollouts start env workers even on a CPU (the file says 'auto'): on a 4-core machine the
+    trainer gets 3, here capped at the one task's 2 slots, and they are real processes, stopped with the run."""
+    from rlvmr_nb.envs import slots
+    from rlvmr_nb.envs.pool import EnvPool
+
+    monkeypatch.setattr(slots, "available_cores", lambda: 4)
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    made, real = [], slots.make_env_slots
+
+    def recording(env, workers=0, **overrides):
+        env_slots = real(env, workers, **overrides)
+        made.append((env_slots, env_slots.worker_pids() if isinstance(env_slots, EnvPool) else []))
+        return env_slots
+
+    monkeypatch.setattr(slots, "make_env_slots", recording)
+    assert main(["train", "--config", str(paper_run(name)), *TINY, "--out", str(tmp_path / "run")]) == 0
+    ((pool, pids),) = made
+    assert isinstance(pool, EnvPool) and len(set(pids)) == 2 and pool.closed
+    assert len(read_episodes(tmp_path / "run" / "episodes.jsonl")) == 2  # the run's rollouts came through them
+
+
 # ----- the --config mechanics ----------------------------------------------------------------------------
 def test_options_given_override_the_file_and_the_rest_keep_it(tmp_path):
     path = tmp_path / "run.json"
