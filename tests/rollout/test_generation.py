@@ -268,8 +268,37 @@ def test_vllm_seeded_n_samples_and_stop(vllm_tiny, smollm2_tokenizer):
 def test_vllm_follows_trainer_updates(vllm_tiny, smollm2_tokenizer):
     """After a trainer update + update_weights, the engine's logprobs for a fixed prompt are the
     updated model's own (weight sync proven)."""
+    _check_engine_follows_an_update(*vllm_tiny, smollm2_tokenizer)
+
+
+@pytest.mark.slow
+def test_vllm_follows_trainer_updates_synced_through_disk_when_dev_shm_is_full(vllm_tiny, smollm2_tokenizer,
+                                                                              monkeypatch, tmp_path, caplog):
+    """/dev/shm with no room (Docker's default 64 MB against a real model): the sync goes through the sync folder
+    on disk with one warning, and the real engine still follows the update; nothing is left in either folder."""
+    import logging
+    import shutil
+    from collections import namedtuple
+
+    from rlvmr_nb.rollout.generation import vllm_backend, weight_sync
+
     engine, model = vllm_tiny
-    tok = smollm2_tokenizer
+    shm, disk = tmp_path / "shm", tmp_path / "run"
+    shm.mkdir()
+    real_usage = shutil.disk_usage
+    full = namedtuple("Usage", "total used free")(64 * 2**20, 64 * 2**20, 0)
+    monkeypatch.setattr(weight_sync, "SHM_DIR", str(shm))
+    monkeypatch.setattr(weight_sync.shutil, "disk_usage", lambda p: full if str(p).startswith(str(shm)) else real_usage(p))
+    monkeypatch.setattr(engine, "sync_dir", disk)
+    monkeypatch.setattr(engine, "_said", set())
+    with caplog.at_level(logging.WARNING, logger=vllm_backend.__name__):
+        _check_engine_follows_an_update(engine, model, smollm2_tokenizer)
+    (said,) = [r.getMessage() for r in caplog.records]
+    assert said.startswith(f"weight sync: {shm} has 0.00 GiB free") and f"writing it to {disk} instead" in said
+    assert list(shm.iterdir()) == list(disk.iterdir()) == []
+
+
+def _check_engine_follows_an_update(engine, model, tok) -> None:
     trainer_model = copy.deepcopy(model)
     with torch.no_grad():
         for p in trainer_model.parameters():
