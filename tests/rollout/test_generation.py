@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import copy
+import logging
+import shutil
+from collections import namedtuple
 
 import pytest
 
@@ -24,6 +27,7 @@ from rlvmr_nb.rollout.generation import (  # noqa: E402
     make_generator,
     sampling_preset,
 )
+from rlvmr_nb.rollout.generation import vllm_backend, weight_sync  # noqa: E402
 from rlvmr_nb.rollout.prompts import to_chat  # noqa: E402
 
 BF16_MEAN_TOL, BF16_MAX_TOL = 0.15, 1.0
@@ -276,12 +280,6 @@ def test_vllm_follows_trainer_updates_synced_through_disk_when_dev_shm_is_full(v
                                                                               monkeypatch, tmp_path, caplog):
     """/dev/shm with no room (Docker's default 64 MB against a real model): the sync goes through the sync folder
     on disk with one warning, and the real engine still follows the update; nothing is left in either folder."""
-    import logging
-    import shutil
-    from collections import namedtuple
-
-    from rlvmr_nb.rollout.generation import vllm_backend, weight_sync
-
     engine, model = vllm_tiny
     shm, disk = tmp_path / "shm", tmp_path / "run"
     shm.mkdir()

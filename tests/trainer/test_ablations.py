@@ -12,6 +12,8 @@ pytest.importorskip("torch")
 
 from episode_builders import score_with, worked_example  # noqa: E402
 from rlvmr_nb.cli import main  # noqa: E402
+from rlvmr_nb.envs import slots  # noqa: E402
+from rlvmr_nb.envs.pool import EnvPool  # noqa: E402
 from rlvmr_nb.envs.slots import env_worker_count  # noqa: E402
 from rlvmr_nb.scoring.advantages import AdvantageConfig  # noqa: E402
 from rlvmr_nb.scoring.method import MethodConfig  # noqa: E402
@@ -121,9 +123,6 @@ def test_each_ablation_trains_one_iteration_from_the_command_line(name, tmp_path
 def test_a_paper_run_steps_its_envs_in_worker_processes(name, tmp_path, monkeypatch):
     """A paper config's rollouts start env workers even on a CPU (the file says 'auto'): on a 4-core machine the
     trainer gets 3, here capped at the one task's 2 slots, and they are real processes, stopped with the run."""
-    from rlvmr_nb.envs import slots
-    from rlvmr_nb.envs.pool import EnvPool
-
     monkeypatch.setattr(slots, "available_cores", lambda: 4)
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     made, real = [], slots.make_env_slots

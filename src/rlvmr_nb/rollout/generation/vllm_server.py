@@ -29,6 +29,9 @@ one is refused rather than sampling from garbage.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+import inspect
 import json
 import os
 import sys
@@ -177,10 +180,6 @@ def check_engine_options(options: dict, llm_class, engine_args_class=None, versi
     """Refuse `options` that neither ``LLM.__init__`` names nor, where it passes ``**kwargs`` on, the fields of
     vLLM's ``EngineArgs`` dataclass (`engine_args_class`; None: keyword arguments cannot be checked here, so
     vLLM itself refuses a wrong one when the engine is built)."""
-    import dataclasses
-    import difflib
-    import inspect
-
     parameters = inspect.signature(llm_class.__init__).parameters.values()
     known = {p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)} - {"self"}
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
