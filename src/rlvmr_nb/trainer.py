@@ -117,9 +117,8 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
     tasks = list(tasks if tasks is not None else get_env(rollout.env).tasks("train", rollout.level))
     if not tasks:
         raise ValueError(f"empty training task pool for {rollout.env} {rollout.level}")
-    rank_tasks = len(range(rank, min(run.tasks_per_iteration, len(tasks)), world))  # this rank's share of the B tasks
-    env_slots = make_env_slots() if make_env_slots else slots.rollout_env_slots(
-        rollout, rank_tasks * rollout.group_size, on_cuda=device.type == "cuda")
+    rank_slots = len(range(rank, min(run.tasks_per_iteration, len(tasks)), world)) * rollout.group_size  # its B·G share
+    env_slots = make_env_slots() if make_env_slots else slots.rollout_env_slots(rollout, rank_slots, device.type == "cuda")
     t_engine = time.perf_counter()
     # the policy (FSDP: HF gathers a whole copy, vLLM the shards at each sync); LoRA samples the adapted model itself
     generator = make_rollout_generator(config.engine.rollout_backend, policy, tokenizer, config.engine_settings)

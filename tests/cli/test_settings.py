@@ -296,7 +296,7 @@ def test_count_or_word_flags(monkeypatch, tmp_path):
 
     seen = []
     monkeypatch.setattr(trainer, "train", lambda config: seen.append(config) or [])
-    run = ["train", "--env", "toy", "--out", str(tmp_path / "run")]
+    run = ["train", "--env", "toy", "--out", str(tmp_path / "run"), "--allow-slow"]  # default size: slow on a CPU
     settings = tmp_path / "engine.json"
     settings.write_text(json.dumps({"vllm_engine_options": {"max_num_seqs": 64, "enforce_eager": True}}))
     assert cli.main([*run, "--env-workers", "auto", "--tis-cap", "auto", "--config", str(settings)]) == 0
