@@ -107,9 +107,11 @@ class TrainConfig:
 
     @property
     def rollout_for_run(self) -> RolloutConfig:
-        """`rollout` with its prompt style decided: the one given, else the method's (meta-think for RLVMR, think for
-        the baselines: `scoring.method.ALGORITHMS`)."""
-        return replace(self.rollout, prompt_style=self.rollout.prompt_style or self.method.prompt_style)
+        """`rollout` with its prompt style and branching decided: the ones given, else the method's (meta-think for
+        RLVMR and SPARK, think for the baselines; 4 roots for SPARK, none for the others: `scoring.method.ALGORITHMS`)."""
+        branch_roots = self.method.branch_roots if self.rollout.branch_roots is None else self.rollout.branch_roots
+        return replace(self.rollout, prompt_style=self.rollout.prompt_style or self.method.prompt_style,
+                       branch_roots=branch_roots)
 
     @property
     def engine_settings(self) -> EngineSettings:
