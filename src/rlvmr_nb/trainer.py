@@ -3,8 +3,9 @@
 
 One iteration:
     sync the rollout engine's weights (`TrainConfig.engine.rollout_backend`: hf | vllm)
-    → sample B training tasks → roll each out G times with the current policy (`rollout.run_rollouts`)
-    → score (`scoring.score_episodes`: drop aborted episodes, rewards, advantages by rlvmr | grpo | gigpo)
+    → sample B training tasks → roll each out G times with the current policy (`rollout.run_rollouts`; as a tree
+      of G leaves with branching rollouts, `rollout.branching`)
+    → score (`scoring.score_episodes`: drop aborted episodes, rewards, advantages by rlvmr | grpo | gigpo | spark)
     → one sample per scored step (`update.samples`)
     → old and reference log-probs (and their distance to the sampler's, `update.sampler_correction`)
     → PPO-clip update over shuffled mini-batches of micro-batches (`update.ppo`)
