@@ -11,6 +11,7 @@ torch = pytest.importorskip("torch")
 from model_fixtures import smollm2_tokenizer  # noqa: E402,F401  (fixture)
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec  # noqa: E402
 from rlvmr_nb.envs.local import LocalEnvs  # noqa: E402
+from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: E402,F401  (session fixtures)
 from rlvmr_nb.rollout import RolloutConfig, run_rollouts  # noqa: E402
 from rlvmr_nb.rollout.branching import Trigger, tree_edges  # noqa: E402
 from rlvmr_nb.rollout.generation import Generation  # noqa: E402
@@ -135,3 +136,86 @@ def test_random_trigger_branches_at_the_same_steps_again(smollm2_tokenizer):
     first, _ = roll(smollm2_tokenizer, explore_at=(), trigger="random:0.5", steps=4)
     again, _ = roll(smollm2_tokenizer, explore_at=(), trigger="random:0.5", steps=4)
     assert tree_edges(first) == tree_edges(again) and tree_edges(first), "seeded draws: the same tree twice"
+
+
+# ----- fork exactness through the rollout path, on the engines that replay ----------------------------------
+class Replay(Scripted):
+    """Plays `actions[t]` at step t in every episode, tagged <explore> at the steps in `explore_at`."""
+
+    def __init__(self, tokenizer, actions, explore_at) -> None:
+        super().__init__(tokenizer, explore_at)
+        self.actions = actions
+
+    def generate(self, prompts, sampling):
+        t = len(self.calls)
+        tag = "explore" if t in self.explore_at else "monitor"
+        text = f"<{tag}>Step {t}.</{tag}>\n<action>{self.actions[t]}</action>"
+        self.calls.append(len(prompts))
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return [Generation(text=text, token_ids=list(ids), logprobs=[-0.5] * len(ids), prompt_token_ids=[1, 2, 3],
+                           finish_reason="stop") for _ in prompts]
+
+
+def check_branch_replays_its_parent(tok, envs, env: str, task: TaskSpec, actions: list[str], fork_after: int):
+    """One root forked after step `fork_after` into one branch; both then play the same actions, so from the fork
+    on every step must see and answer the same in both (a fork standing elsewhere would show another observation,
+    list or feedback), and the parent must match a plain, unforked episode (the fork did not move it)."""
+    config = RolloutConfig(env=env, group_size=2, max_steps=len(actions), max_new_tokens=16,
+                           prompt_style="meta_think", branch_roots=1)
+    plain_config = RolloutConfig(env=env, group_size=1, max_steps=len(actions), max_new_tokens=16,
+                                 prompt_style="meta_think")
+    parent, branch = run_rollouts([task], envs, Replay(tok, actions, {fork_after}), tok, config)
+    (plain,) = run_rollouts([task], envs, Replay(tok, actions, set()), tok, plain_config)
+    assert branch.info["branch"] == {"kind": "branch", "root": parent.episode_id, "parent": parent.episode_id,
+                                     "shared_steps": fork_after + 1}
+
+    def seen(ep):
+        return [(s.observation, s.admissible_actions, s.admissible, s.extra.get("admissible_count"), s.feedback,
+                 s.done, s.won) for s in ep.steps]
+
+    assert len(branch.steps) == len(parent.steps) == len(actions)
+    assert seen(branch) == seen(parent) == seen(plain)
+    assert branch.steps[fork_after + 1].response_token_ids and not branch.steps[fork_after].response_token_ids
+
+
+def test_a_branch_in_another_pool_worker_stands_where_its_parent_stands(smollm2_tokenizer):
+    """The toy world in an `EnvPool` of 2 workers: the branch's slot lives in the other worker process."""
+    from rlvmr_nb.envs.pool import EnvPool
+    from rlvmr_nb.envs.toy import toy_expert_actions, toy_tasks
+
+    task = toy_tasks(1)[0]
+    actions = toy_expert_actions(task)
+    assert len(actions) >= 3
+    with EnvPool("toy", num_workers=2) as pool:
+        check_branch_replays_its_parent(smollm2_tokenizer, pool, "toy", task, actions, 1)
+
+
+@pytest.mark.envs
+def test_alfworld_branch_stands_where_its_parent_stands(smollm2_tokenizer, alfworld_data_root, alfworld_engine):
+    from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks
+    from rlvmr_nb.envs.alfworld_experts import alfworld_expert_actions
+
+    task = alfworld_tasks("valid_seen", task_types=[4], data_root=alfworld_data_root)[0]
+    actions = alfworld_expert_actions(task, data_root=alfworld_data_root)[:7]
+    envs = LocalEnvs(lambda: ALFWorldEnv(data_root=alfworld_data_root, accelerate=True))
+    check_branch_replays_its_parent(smollm2_tokenizer, envs, "alfworld", task, actions, 3)
+
+
+@pytest.mark.envs
+def test_scienceworld_branch_stands_where_its_parent_stands(smollm2_tokenizer):
+    import shutil
+
+    pytest.importorskip("scienceworld")
+    if shutil.which("java") is None:
+        pytest.skip("ScienceWorld needs Java")
+    from rlvmr_nb.envs.scienceworld import ScienceWorldEnv
+    from rlvmr_nb.envs.scienceworld_splits import make_task
+
+    task = make_task("chemistry-mix", 1)
+    with ScienceWorldEnv() as scout:  # a JVM of its own: generating the gold path leaves the world solved
+        actions = scout.gold_actions(task)[:6]
+    envs = LocalEnvs(ScienceWorldEnv)
+    try:
+        check_branch_replays_its_parent(smollm2_tokenizer, envs, "scienceworld", task, actions, 2)
+    finally:
+        envs.close()
