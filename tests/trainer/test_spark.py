@@ -88,3 +88,19 @@ def test_branching_is_a_rollout_option_of_any_algorithm():
     assert train_config(overrides={"algo": "spark_mr"}).method.estimator == "rlvmr"
     with pytest.raises(ValueError, match="branch_roots"):
         train_config(overrides={"algo": "spark", "group_size": 2})  # M = 4 roots cannot fit 2 leaves
+
+
+def test_validation_and_the_lab_play_each_game_once_without_a_tree(tmp_path):
+    """A spark run validates on plain single plays (a tree of 4 roots cannot fit a group of 1)."""
+    from rlvmr_nb.envs.toy import toy_tasks
+    from rlvmr_nb.lab.config import LabConfig
+    from rlvmr_nb.lab.experiment import eval_config
+    from rlvmr_nb.train_config import train_config
+    from rlvmr_nb.trainer_validation import Validator
+
+    config = train_config(overrides={"algo": "spark", "env": "toy", "validate_every": 1, "out_dir": str(tmp_path)})
+    validator = Validator.for_run(config, tmp_path, toy_tasks(4))
+    assert validator.eval_config.rollout.branch_roots == 0 and validator.eval_config.rollout.group_size == 1
+    lab = LabConfig()
+    lab = LabConfig(train=train_config(overrides={**lab.train.to_dict(), "branch_roots": 4}))
+    assert eval_config(lab, "L0", 0).rollout.branch_roots == 0
