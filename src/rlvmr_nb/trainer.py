@@ -46,6 +46,7 @@ from .runs.run_id import HF_EXPORT
 from .runs.reporters import open_reporters
 from .scoring.metrics import summarize
 from .scoring.scored import ScoredEpisodes, score_episodes
+from .rollout.branching import tree_stats
 from .rollout.loop import run_rollouts
 from .train_config import RESUMABLE_CHANGES, TrainConfig
 from .trainer_validation import Validator
@@ -196,6 +197,7 @@ def _metrics_row(iteration: int, episodes: Sequence[Episode], scored: ScoredEpis
         "iteration": iteration,
         **{k: summary[k] for k in ("success", "episode_length", "invalid", "invalid_malformed", "repetitive", "aborted")},
         "tag": summary["tag_distribution"], "mr_reward": summary["mr_reward_by_tag"], "samples": len(samples),
+        **tree_stats(episodes),
         **update,
         "rollout_s": t_rollout, "update_s": t_update,
         "generated_tokens_per_s": gen_tokens / max(t_rollout, 1e-9),

@@ -13,7 +13,7 @@ from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec  # noqa: E402
 from rlvmr_nb.envs.local import LocalEnvs  # noqa: E402
 from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: E402,F401  (session fixtures)
 from rlvmr_nb.rollout import RolloutConfig, run_rollouts  # noqa: E402
-from rlvmr_nb.rollout.branching import Trigger, tree_edges  # noqa: E402
+from rlvmr_nb.rollout.branching import Trigger, tree_edges, tree_stats  # noqa: E402
 from rlvmr_nb.rollout.generation import Generation  # noqa: E402
 from rlvmr_nb.rollout.prompts import PromptConfig  # noqa: E402
 from rlvmr_nb.scoring.method import MethodConfig  # noqa: E402
@@ -85,6 +85,8 @@ def test_explore_steps_fork_each_root_into_b_continuations_up_to_n_leaves(smollm
         assert [s.t for s in ep.steps] == [0, 1, 2]
         # the fork stood where its parent stood: every leaf counts down 10, 9, 8 from the same start
         assert [s.observation for s in ep.steps] == ["10 to go.", "9 to go.", "8 to go."]
+    # 8 leaves of 3 steps, 4 of them branches holding 1 copied step each
+    assert tree_stats(episodes) == {"branch/branched": 0.5, "branch/top_up": 0.0, "branch/shared_steps": 4 / 24}
     branch = episodes[4]
     assert branch.steps[0].response_token_ids is None and branch.steps[0].extra["prefix_of"] == "it2-g0-r0"
     assert branch.steps[0].output == EXPLORE and branch.steps[1].response_token_ids
@@ -107,6 +109,7 @@ def test_unspent_budget_is_filled_by_top_up_roots(smollm2_tokenizer):
     assert [e.episode_id for e in episodes] == [f"it2-g{g}-r{r}" for g in (0, 1) for r in range(8)]
     kinds = [e.info["branch"]["kind"] for e in episodes]
     assert kinds == (["root"] * 4 + ["top_up"] * 4) * 2
+    assert tree_stats(episodes)["branch/top_up"] == 0.5 and tree_stats(episodes[:0]) == {}
     assert gen.calls == [8, 8, 4, 8, 8, 4], "main wave: 8 roots, the count-2 ones end; then the 8 top-ups"
     assert all(e.steps[0].response_token_ids for e in episodes), "top-ups generate every step"
     assert {e.seed for e in episodes if e.info["branch"]["kind"] == "top_up"} != {3}

@@ -47,6 +47,8 @@ def test_spark_trains_trees_of_n_leaves_and_a_killed_run_resumes_to_the_same_tre
         assert [s.output for s in copied] == [s.output for s in by_id[parent].steps[:shared]]
         assert all(s.response_token_ids is None and s.extra["prefix_of"] for s in copied), "trained once"
     assert all(e.info["branch"]["kind"] in ("root", "branch", "top_up") for e in episodes)
+    rows = read_metrics(ref)
+    assert all(0 <= r["branch/shared_steps"] < 1 for r in rows) and any(r["branch/branched"] > 0 for r in rows)
 
     run = tmp_path / "run"
     proc = subprocess.Popen([sys.executable, "-m", "rlvmr_nb.cli", *ARGS, "--out", str(run)])

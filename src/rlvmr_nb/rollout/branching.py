@@ -191,6 +191,19 @@ def tree_edges(episodes: Sequence[Episode]) -> list[tuple[str, str, int]]:
             for ep in episodes if ep.info.get("branch", {}).get("parent")]
 
 
+def tree_stats(episodes: Sequence[Episode]) -> dict[str, float]:
+    """An iteration's trees in three shares (empty without branching, so plain runs log what they always did):
+    ``branch/branched`` leaves that are branches, ``branch/top_up`` leaves that are top-up roots, and
+    ``branch/shared_steps`` leaf steps that are copies of a parent's, i.e. generation the tree saved against as many
+    independent rollouts of the same lengths."""
+    kinds = [ep.info["branch"]["kind"] for ep in episodes if "branch" in ep.info]
+    if not kinds:
+        return {}
+    steps = [s for ep in episodes for s in ep.steps]
+    return {"branch/branched": kinds.count("branch") / len(kinds), "branch/top_up": kinds.count("top_up") / len(kinds),
+            "branch/shared_steps": sum("prefix_of" in s.extra for s in steps) / max(len(steps), 1)}
+
+
 def is_view(result: Any) -> bool:
     """Whether a fork answered with a state to play from (else the pool's abort record)."""
     return isinstance(result, Reset)
