@@ -42,7 +42,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from ..envs.base import Reset, TaskSpec
-from ..records import Episode, Step, episode_id, group_id
+from ..records import Episode, Step, episode_id, group_id, parse_episode_id
+from .tags import META_TAGS
 
 RANDOM_TRIGGER = "random:"
 """Prefix of the ablation trigger ``random:P``."""
@@ -67,8 +68,6 @@ class Trigger:
             if not 0 < p <= 1:
                 raise ValueError(f"branch_trigger {text!r}: P must lie in (0, 1]")
             return cls(frozenset(), p)
-        from .tags import META_TAGS
-
         tags = frozenset(t.strip() for t in text.split(",") if t.strip())
         unknown = sorted(tags - set(META_TAGS))
         if not tags or unknown:
@@ -173,15 +172,11 @@ def top_up(tasks: Sequence[TaskSpec], grower: TreeGrower, roll: Callable[..., li
 
 
 def _group_of(episode: Episode) -> int:
-    from ..records import parse_episode_id
-
     return parse_episode_id(episode.episode_id)[1]
 
 
 def tree_order(episodes: Sequence[Episode]) -> list[Episode]:
     """Episodes task-major, leaves in order (what `run_rollouts` returns)."""
-    from ..records import parse_episode_id
-
     return sorted(episodes, key=lambda ep: parse_episode_id(ep.episode_id)[1:])
 
 

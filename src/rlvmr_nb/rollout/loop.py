@@ -99,8 +99,6 @@ class RolloutConfig:
             require_positive(self, ["max_prompt_tokens"])
         require_non_negative(self, ["env_workers", "temperature"])
         if self.branch_roots:  # refused at configuration time rather than at the first rollout
-            from .branching import TreeGrower
-
             TreeGrower(self.branch_roots, self.branch_factor, self.group_size, self.branch_trigger, seed=0,
                        iteration=0, group_indices=())
 
