@@ -195,11 +195,10 @@ def test_a_branch_in_another_pool_worker_stands_where_its_parent_stands(smollm2_
 
 @pytest.mark.envs
 def test_alfworld_branch_stands_where_its_parent_stands(smollm2_tokenizer, alfworld_data_root, alfworld_engine):
-    from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks
-    from rlvmr_nb.envs.alfworld_experts import alfworld_expert_actions
+    from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks, walkthrough_actions
 
     task = alfworld_tasks("valid_seen", task_types=[4], data_root=alfworld_data_root)[0]
-    actions = alfworld_expert_actions(task, data_root=alfworld_data_root)[:7]
+    actions = walkthrough_actions(task, alfworld_data_root)[:7]
     envs = LocalEnvs(lambda: ALFWorldEnv(data_root=alfworld_data_root, accelerate=True))
     check_branch_replays_its_parent(smollm2_tokenizer, envs, "alfworld", task, actions, 3)
 
