@@ -24,7 +24,7 @@ from pathlib import Path
 
 from rlvmr_nb.cli import main
 from rlvmr_nb.records import read_episodes
-from rlvmr_nb.runs import read_metrics
+from rlvmr_nb.runs.logs import read_metrics
 
 RESULTS = Path(__file__).parent / "results" / "branching_generation.json"
 ARGS = ["train", "--algo", "spark", "--env", "toy", "--model", "tiny-random:llama", "--tasks", "4", "--group-size", "8",

@@ -18,7 +18,7 @@ pytest.importorskip("torch")
 from rlvmr_nb.cli import main  # noqa: E402
 from rlvmr_nb.records import read_episodes  # noqa: E402
 from rlvmr_nb.rollout.branching import tree_edges  # noqa: E402
-from rlvmr_nb.runs import read_metrics  # noqa: E402
+from rlvmr_nb.runs.logs import read_metrics  # noqa: E402
 
 N, ITERATIONS = 4, 3
 ARGS = ["train", "--algo", "spark", "--env", "toy", "--model", "tiny-random:llama", "--tasks", "2", "--group-size",
