@@ -57,13 +57,15 @@
 # Batch use: `rlvmr_nb.notebooks.run_notebook("02_rl_training", "configs/02_rl_training.json")`.
 
 # %% tags=["parameters"]
-algo = "rlvmr"  # rlvmr | grpo | gigpo
+algo = "rlvmr"  # rlvmr | grpo | gigpo | spark (SPARK's branching rollouts) | spark_mr (RLVMR on SPARK's trees)
 env = "alfworld"  # alfworld | scienceworld | toy (the tiny pure-Python test game)
 level = "L0"  # whose training split is sampled: L0, L1 or L2
 model = "embedded:smollm2-135m-instruct"  # model spec, saved model folder (e.g. the 01 SFT output) or hub id
 iterations = 2  # RL iterations (paper: 100)
 tasks_per_iteration = 1  # distinct tasks per iteration (paper: 16)
-group_size = 4  # rollouts per task (paper: 8)
+group_size = 4  # rollouts per task (paper: 8); with branching, the leaves of each task's tree
+branch_roots = None  # tree rollouts: M roots grown to group_size leaves (SPARK: 4 of 8); None: spark's 4, else none
+branch_trigger = "explore"  # steps that fork in 2: tag name(s) ('explore', SPARK's) or 'random:P' (an ablation)
 max_steps = 5  # environment steps per episode (paper: 30)
 max_new_tokens = 48  # response tokens per step (paper: 1024; one tag sentence + action fits in ~48)
 max_prompt_tokens = 2048  # prompt budget (paper: 6000); the oldest history is dropped beyond it
@@ -108,7 +110,8 @@ model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-
 # every setting by its field name; TrainConfig files and `rlvmr-nb train` name them the same way (train_config)
 config = train_config(overrides=dict(
     algo=algo, env=env, level=level, model=model, out_dir=str(run_dir), seed=seed, iterations=iterations,
-    tasks_per_iteration=tasks_per_iteration, group_size=group_size, max_steps=max_steps, max_new_tokens=max_new_tokens,
+    tasks_per_iteration=tasks_per_iteration, group_size=group_size, branch_roots=branch_roots,
+    branch_trigger=branch_trigger, max_steps=max_steps, max_new_tokens=max_new_tokens,
     max_prompt_tokens=max_prompt_tokens, lr=lr, device=device, validate_every=validate_every,
     validation_tasks=validation_tasks, rollout_backend=rollout_backend, rollout_dtype=rollout_dtype, tis_cap=tis_cap,
     **train_overrides))
@@ -204,6 +207,22 @@ last = [ep for ep in episodes if ep.info.get("iteration") == history[-1]["iterat
 ranked = sorted(last, key=lambda ep: (ep.won, -ep.length))
 for ep in (ranked[-1], ranked[0]):
     display(casestudy.display_episode(ep, feedback_chars=160))
+
+# %% [markdown]
+# With branching rollouts (`algo = "spark"`, or `branch_roots` set), each task's group is a tree:
+# roots from the reset, branches forked after a step that fired the trigger (sharing its parent's
+# steps up to there, trained once), top-ups where the budget was left unspent. The last iteration's
+# trees, one line per leaf: `parent -> leaf @ shared steps` (docs/method.md, 'Branching rollouts (SPARK)').
+
+# %%
+branched = [ep for ep in last if "branch" in ep.info]
+for ep in branched:
+    tree = ep.info["branch"]
+    came_from = f"{tree['parent']} -> " if tree["parent"] else ""
+    print(f"{ep.group_id}: {came_from}{ep.episode_id} ({tree['kind']}, {tree['shared_steps']} shared steps, "
+          f"won={ep.won})")
+trees = len({ep.group_id for ep in branched})
+print(f"{len(branched)} leaves in {trees} trees" if branched else "no branching in this run")
 
 # %% [markdown]
 # Next: evaluate the trained policy on L0/L1/L2 with notebook 03 (`model = "<run folder>"`

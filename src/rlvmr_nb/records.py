@@ -136,7 +136,8 @@ class Episode:
     aborted: bool = False
     """The episode was cut by an infrastructure fault (dead worker, timeout): exclude it, never count it as failure."""
     info: dict[str, Any] = field(default_factory=dict)
-    """Free-form metadata (model, temperature, iteration, abort reason...)."""
+    """Free-form metadata (model, temperature, iteration, abort reason...; ``"branch"``: the episode's place in its
+    task's tree under branching rollouts, `rollout.branching`)."""
 
     @property
     def length(self) -> int:

@@ -102,14 +102,18 @@ class TrainConfig:
         if self.update.lora and not get_backend(self.engine.rollout_backend).samples_live_model:
             raise ValueError(f"rollout_backend={self.engine.rollout_backend!r} cannot sample from a LoRA-adapted "
                              "model; use rollout_backend='hf' with lora=True")
+        self.rollout_for_run  # noqa: B018  (the method's branching must fit the group: refused here, not mid-run)
         if not self.rollout.temperature > 0:
             raise ValueError(f"training samples: RolloutConfig.temperature must be > 0, got {self.rollout.temperature}")
 
     @property
     def rollout_for_run(self) -> RolloutConfig:
-        """`rollout` with its prompt style decided: the one given, else the method's (meta-think for RLVMR, think for
-        the baselines: `scoring.method.ALGORITHMS`)."""
-        return replace(self.rollout, prompt_style=self.rollout.prompt_style or self.method.prompt_style)
+        """`rollout` with its prompt style and branching decided: the ones given, else the method's (meta-think for
+        RLVMR and SPARK, think for the baselines; 4 roots for SPARK, none for the others:
+        `scoring.method.ALGORITHMS`)."""
+        branch_roots = self.method.branch_roots if self.rollout.branch_roots is None else self.rollout.branch_roots
+        return replace(self.rollout, prompt_style=self.rollout.prompt_style or self.method.prompt_style,
+                       branch_roots=branch_roots)
 
     @property
     def update_for_run(self) -> UpdateConfig:

@@ -3,8 +3,9 @@
 
 One iteration:
     sync the rollout engine's weights (`TrainConfig.engine.rollout_backend`: hf | vllm)
-    → sample B training tasks → roll each out G times with the current policy (`rollout.run_rollouts`)
-    → score (`scoring.score_episodes`: drop aborted episodes, rewards, advantages by rlvmr | grpo | gigpo)
+    → sample B training tasks → roll each out G times with the current policy, or grow a tree of G leaves
+      (`rollout.run_rollouts`)
+    → score (`scoring.score_episodes`: drop aborted episodes, rewards, advantages by rlvmr | grpo | gigpo | spark)
     → one sample per scored step (`update.samples`)
     → old and reference log-probs (and their distance to the sampler's, `update.sampler_correction`)
     → PPO-clip update over shuffled mini-batches of micro-batches (`update.ppo`)
@@ -45,6 +46,7 @@ from .runs.run_id import HF_EXPORT
 from .runs.reporters import open_reporters
 from .scoring.metrics import summarize
 from .scoring.scored import ScoredEpisodes, score_episodes
+from .rollout.branching import tree_stats
 from .rollout.loop import run_rollouts
 from .train_config import RESUMABLE_CHANGES, TrainConfig
 from .trainer_validation import Validator
@@ -196,7 +198,7 @@ def _metrics_row(iteration: int, episodes: Sequence[Episode], scored: ScoredEpis
         "iteration": iteration,
         **{k: summary[k] for k in ("success", "episode_length", "invalid", "invalid_malformed", "repetitive", "aborted")},
         "tag": summary["tag_distribution"], "mr_reward": summary["mr_reward_by_tag"], "samples": len(samples),
-        **update,
+        **tree_stats(episodes), **update,
         "rollout_s": t_rollout, "update_s": t_update,
         "generated_tokens_per_s": gen_tokens / max(t_rollout, 1e-9),
         "trained_tokens_per_s": update.get("trained_tokens", 0.0) / max(t_update, 1e-9),

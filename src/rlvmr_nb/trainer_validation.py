@@ -133,12 +133,13 @@ class Validator:
     def for_run(cls, config: Any, out_dir: Path, pool: Sequence[TaskSpec] | None = None,
                 make_env_slots: Callable[[], Any] | None = None, rank: int = 0, world: int = 1) -> "Validator | None":
         """The validator of a `trainer.TrainConfig` (None when `validate_every` is 0). Episodes use the run's
-        rollout settings (env, level, budgets, prompt) once per game, at `validation_temperature`, with the HF
-        engine (a vLLM engine is the trainer's; validation samples the policy object itself)."""
+        rollout settings (env, level, budgets, prompt) once per game, without branching, at `validation_temperature`,
+        with the HF engine (a vLLM engine is the trainer's; validation samples the policy object itself)."""
         validation = config.validation
         if not validation.validate_every:
             return None
-        rollout = replace(config.rollout_for_run, temperature=validation.validation_temperature, group_size=1)
+        rollout = replace(config.rollout_for_run, temperature=validation.validation_temperature, group_size=1,
+                          branch_roots=0)  # a validation game is played once: no tree
         eval_config = EvalConfig(seed=config.seed, device=config.device, rollout=rollout,
                                  batch_tasks=config.run.tasks_per_iteration * config.rollout.group_size)
         return cls(validation.validate_every, config.run.iterations, validation_task_list(config, pool), eval_config,

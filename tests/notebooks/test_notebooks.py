@@ -317,3 +317,16 @@ def test_html_tables_state_their_alignment_for_jupyterlab():
     assert tables and all("table-layout:auto" in t and "margin:4px 0 0 0" in t for t in tables)
     steps = re.findall(r'<td style="[^"]*text-align:right;[^"]*" title="t = (\d+)">(\d+)</td>', markup)
     assert steps[:2] == [("0", "1"), ("1", "2")]
+
+
+@pytest.mark.slow
+def test_training_notebook_grows_spark_trees(tmp_path):
+    """02 with `algo = "spark"`: 2 roots grown to 4 leaves per task (the tiny model never writes <explore>, so the
+    seeded 'random:P' trigger forks), and the trees cell draws them."""
+    executed = _run("02_rl_training", tmp_path, algo="spark", group_size=4, branch_roots=2,
+                    branch_trigger="random:0.5", validate_every=0)
+    from rlvmr_nb.records import read_episodes
+
+    episodes = read_episodes(tmp_path / "runs" / "spark_toy_L0_seed0" / "episodes.jsonl")
+    assert len(episodes) == 2 * 2 * 4 and all("branch" in ep.info for ep in episodes)
+    assert "8 leaves in 2 trees" in _stdout(executed) and " -> it1-g" in _stdout(executed)

@@ -172,7 +172,7 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
     first = config.sft_epochs // 2
     checkpoint = train_coldstart_policy(replace(config, sft_epochs=first, coldstart_dagger_rounds=0), data,
                                         root / "demos", progress)
-    play_rollout = replace(config.train.rollout, group_size=1)
+    play_rollout = replace(config.train.rollout, group_size=1, branch_roots=0)  # one play per task: no tree
     demos = read_samples(data)
     demo_tasks = {s["task_id"] for s in demos}
     tasks = [t for t in level_tasks("train", "L0") if t.task_id in demo_tasks]
@@ -264,7 +264,8 @@ def eval_config(config: LabConfig, level: str, seed: int) -> EvalConfig:
     """The `evaluate.EvalConfig` of one (level, seed): the arms' rollout settings at `level` and the evaluation
     temperature, the same seeded task subset for every arm, all of it in one batch."""
     return EvalConfig(seed=seed, max_tasks=config.eval_tasks, batch_tasks=config.eval_tasks,
-                      rollout=replace(config.train.rollout, level=level, temperature=config.eval_temperature, group_size=1),
+                      rollout=replace(config.train.rollout, level=level, temperature=config.eval_temperature, group_size=1,
+                                      branch_roots=0),
                       engine=EngineConfig(generation_batch_size=config.eval_tasks))
 
 

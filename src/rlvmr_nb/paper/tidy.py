@@ -39,7 +39,7 @@ ALFWORLD_TASK_TYPES = {
 
 _METHOD_ALIASES = {
     "vanilla": "Vanilla", "react": "ReAct", "sft": "SFT", "eto": "ETO", "grpo": "GRPO",
-    "gigpo": "GiGPO", "rlvmr": "RLVMR", "sft+rl": "SFT+RL",
+    "gigpo": "GiGPO", "rlvmr": "RLVMR", "sft+rl": "SFT+RL", "spark": "SPARK", "spark_mr": "SPARK-MR",
 }
 # Figures 1/3 call the prompting-only baseline "Vanilla", Table 1 calls it "ReAct": one method.
 _SAME_METHOD = {"Vanilla": "ReAct"}

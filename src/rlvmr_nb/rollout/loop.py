@@ -21,13 +21,14 @@ only its length in ``Step.extra["admissible_count"]``.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol, Sequence
 
 from ..envs.base import Reset, StepResult, TaskSpec
 from ..envs.lazy import LazyActionList, StaleActionsError
 from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
 from ..envs.slots import check_env_workers
+from .branching import TreeGrower, is_view, top_up, tree_order
 from .generation.base import Generator, SamplingConfig, stop_strings
 from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, render_chat_prompt
 from .tags import parse_output
@@ -79,6 +80,15 @@ class RolloutConfig:
     'auto' takes this machine's cores minus one, shared among the ranks on it, at most one per env slot; None
     (default) is 'auto' when the run computes on CUDA and 0 on a CPU, whose cores the policy needs
     (`envs.slots.env_worker_count`)."""
+    branch_roots: int | None = None
+    """M: grow each task's group as a tree from M roots (`rollout.branching`; SPARK, arXiv 2601.20209: M = 4),
+    to exactly `group_size` leaves. 0: G independent rollouts. None in training: the method's (4 for 'spark' and
+    'spark_mr', else 0; `scoring.method.ALGORITHMS`); evaluation plays plain rollouts."""
+    branch_factor: int = 2
+    """B: continuations a trajectory forks into at a step that fires `branch_trigger` (SPARK: B = 2)."""
+    branch_trigger: str = "explore"
+    """When a step branches: tag name(s), comma-separated ('explore', SPARK's), or 'random:P' (each step with
+    probability P, the ablation that ignores the policy's own signal)."""
 
     def __post_init__(self) -> None:
         from ..envs.registry import check_level
@@ -95,6 +105,9 @@ class RolloutConfig:
         require_non_negative(self, ["temperature"])
         if self.env_workers is not None:
             check_env_workers(self.env_workers, "RolloutConfig.env_workers")
+        if self.branch_roots:  # refused at configuration time rather than at the first rollout
+            TreeGrower(self.branch_roots, self.branch_factor, self.group_size, self.branch_trigger, seed=0,
+                       iteration=0, group_indices=())
 
     def prompt(self) -> PromptConfig:
         """The prompt this rollout renders: the env's prompt family in `prompt_style`, within `max_prompt_tokens`."""
@@ -148,11 +161,13 @@ def run_rollouts(
     """
     prompt_config = prompt or config.prompt()
     sampling = sampling or config.sampling()
-    G = config.group_size
     if group_indices is None:
         group_indices = range(len(tasks))
     if len(group_indices) != len(tasks):
         raise ValueError(f"{len(group_indices)} group indices for {len(tasks)} tasks")
+    tree = TreeGrower(config.branch_roots, config.branch_factor, config.group_size, config.branch_trigger, seed=seed,
+                      iteration=iteration, group_indices=group_indices) if config.branch_roots else None
+    G = tree.roots if tree else config.group_size  # slots that start from a reset: M roots, or the G rollouts
     slot_groups = [g for g in group_indices for _ in range(G)]
     slot_tasks = [task for task in tasks for _ in range(G)]
     episodes = [
@@ -164,7 +179,7 @@ def run_rollouts(
             group_id=group_id(iteration, slot_groups[i]),
             episode_id=episode_id(iteration, slot_groups[i], i % G),
             seed=seed,
-            info={"iteration": iteration},
+            info={"iteration": iteration, **({"branch": tree.root_info(slot_groups[i], i % G)} if tree else {})},
         )
         for i, task in enumerate(slot_tasks)
     ]
@@ -248,11 +263,24 @@ def run_rollouts(
                 del state[slot]
             else:
                 state[slot] = result
+        if tree:  # forks after this step: new slots that play on from their parent's state
+            for episode, memory, view in tree.grow(t, episodes, memories, sorted(state), envs):
+                episodes.append(episode)
+                memories.append(memory)
+                if is_view(view):
+                    state[len(episodes) - 1] = view
+                else:
+                    _abort(episode, view, f"fork after step {t}")
         if bar:
             bar.update(1)
             bar.set_postfix(active=len(state))
     if bar:
         bar.close()
+    if tree:
+        episodes += top_up(tasks, tree, lambda tasks_, groups, seed_: run_rollouts(
+            tasks_, envs, generator, tokenizer, replace(config, group_size=1, branch_roots=0), seed=seed_,
+            iteration=iteration, group_indices=groups, prompt=prompt, sampling=sampling))
+        return tree_order(episodes)
     return episodes
 
 

@@ -233,11 +233,14 @@ ESTIMATORS: dict[str, Estimator] = {
     "rlvmr": lambda episodes, cfg: grpo_mr_advantages(episodes, cfg),
     "grpo": lambda episodes, cfg: outcome_advantage(episodes, cfg.outcome_unit, cfg.outcome_scope, cfg.std_norm,
                                                     cfg.eps),
+    "spark": lambda episodes, cfg: outcome_advantage(episodes, "trajectory", "group", cfg.std_norm, cfg.eps),
     "gigpo": lambda episodes, cfg: gigpo_advantages(episodes, cfg.gamma, cfg.step_weight, cfg.std_norm, cfg.eps,
                                                     unit=cfg.outcome_unit),
 }
-"""Algorithm name -> advantage estimator ``(episodes, config) -> one value per step``: GRPO-MR (RLVMR) and the
-two Table 1 baselines. (The format penalty is already in the rewards, `rewards.RewardConfig`.)"""
+"""Algorithm name -> advantage estimator ``(episodes, config) -> one value per step``: GRPO-MR (RLVMR), the
+two Table 1 baselines, and SPARK's (arXiv 2601.20209): each leaf's R(τ) normalised over its task's N leaves (one
+value per trajectory, whatever the preset's outcome unit: a tree's group is its leaves; shared prefixes are then
+settled by `trees.shared_prefix_advantages`). (The format penalty is already in the rewards, `rewards.RewardConfig`.)"""
 
 
 def compute_advantages(algo: str, episodes: Sequence[Episode], config: AdvantageConfig) -> np.ndarray:

@@ -52,12 +52,19 @@ class Algorithm:
     """The output format its runs use unless told otherwise (official scripts: meta-think for RLVMR, think for the
     baselines, which have no meta-reasoning channel to reward)."""
     about: str
+    branch_roots: int = 0
+    """M of its branching rollouts unless a run says otherwise (`rollout.RolloutConfig.branch_roots`; 0: none)."""
 
 
 ALGORITHMS: dict[str, Algorithm] = {
     "rlvmr": Algorithm("rlvmr", "meta_think", "GRPO-MR: outcome and meta-reasoning advantages (paper §3.4)"),
     "grpo": Algorithm("grpo", "think", "outcome-only group-relative advantages (paper Table 1's GRPO)"),
     "gigpo": Algorithm("gigpo", "think", "GRPO plus anchor-state step advantages (paper Table 1's GiGPO)"),
+    "spark": Algorithm("spark", "meta_think", "SPARK (arXiv 2601.20209): branching rollouts, M = 4 roots forked at "
+                       "<explore> steps into B = 2 up to N = group_size leaves, outcome advantages over each task's "
+                       "leaves", branch_roots=4),
+    "spark_mr": Algorithm("rlvmr", "meta_think", "GRPO-MR on SPARK's branching rollouts: RLVMR's outcome and "
+                          "meta-reasoning advantages over each task's N leaves", branch_roots=4),
 }
 """`MethodConfig.algo` -> what it runs."""
 assert all(a.estimator in ESTIMATORS for a in ALGORITHMS.values())
@@ -69,7 +76,9 @@ class MethodConfig:
     receives it whole (`scored.score_episodes`)."""
 
     algo: str = "rlvmr"
-    """Advantage estimator (`ALGORITHMS`): 'rlvmr' (GRPO-MR), 'grpo' (outcome only) or 'gigpo' (Table 1 baselines)."""
+    """Advantage estimator (`ALGORITHMS`): 'rlvmr' (GRPO-MR), 'grpo' (outcome only) or 'gigpo' (Table 1 baselines);
+    'spark' (SPARK's branching rollouts, outcome over the leaves) or 'spark_mr' (GRPO-MR on them; docs/method.md,
+    'Branching rollouts (SPARK)')."""
     preset: str = "official_code"
     """GRPO-MR's semantics (`PRESETS`): 'official_code' (the released code's, the default) or 'paper' (paper Eqs.
     2-4). It sets the format penalty's channel and the advantage's shape together (docs/method.md, 'Paper vs
@@ -106,6 +115,11 @@ class MethodConfig:
     @property
     def estimator(self) -> str:
         return ALGORITHMS[self.algo].estimator
+
+    @property
+    def branch_roots(self) -> int:
+        """M of the branching rollouts this algorithm's runs use unless a run says otherwise (0: none)."""
+        return ALGORITHMS[self.algo].branch_roots
 
     @property
     def prompt_style(self) -> str:
