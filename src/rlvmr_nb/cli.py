@@ -179,6 +179,24 @@ def _cmd_figures(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_notebook(args: argparse.Namespace) -> int:
+    from .notebooks import NotebookFailed, notebook_parameters, notebook_path, parameter_value, run_notebook
+
+    defaults = notebook_parameters(args.name)
+    given = {}
+    for key, text in args.parameters:
+        if key not in defaults:
+            raise ValueError(f"{notebook_path(args.name).stem} has no parameter {key!r}; it takes: {', '.join(defaults)}")
+        given[key] = parameter_value(text, defaults[key])
+    try:
+        executed = run_notebook(args.name, args.parameters_file, args.out, parameters=given, progress=args.progress)
+    except NotebookFailed as failed:  # the notebook's own error, not this command's: its message and rc 1
+        print(f"rlvmr-nb notebook: {failed}", file=sys.stderr)
+        return 1
+    print(f"executed notebook: {executed}")
+    return 0
+
+
 def _cmd_model(args: argparse.Namespace) -> int:
     from .models import ensure_embedded_model
 
@@ -379,6 +397,23 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--update-figures", action="store_true",
                    help="rewrite the checked-in figures/ (default: the same files under runs/figures/)")
     p.set_defaults(func=_cmd_figures)
+
+    p = sub.add_parser("notebook", help="run one notebook headless with papermill-style parameters "
+                                        "(e.g. notebook 02_rl_training -p algo grpo); the executed copy goes to --out",
+                       description="The papermill entry point of the shipped notebooks: converts notebooks/NAME.py "
+                                   "(jupytext) to .ipynb in --out, writes the parameters into its parameters cell "
+                                   "and executes it (docs/notebooks.md, 'Batch runs').")
+    p.add_argument("name", help="notebook name or number: 02_rl_training, 02, or a .py path")
+    p.add_argument("-p", "--parameter", dest="parameters", nargs=2, action="append", default=[],
+                   metavar=("KEY", "VALUE"), help="set a parameter of the notebook's parameters cell (repeatable); "
+                   "VALUE is taken as text for string parameters, else as JSON or a Python literal")
+    p.add_argument("-f", "--parameters-file", default=None, metavar="FILE.json",
+                   help="a JSON object of parameters, e.g. configs/ci/02_rl_training.json (the tests' tiny size); "
+                        "-p values override it")
+    p.add_argument("--out", default="runs/notebooks", help="folder of the converted and executed notebooks "
+                                                           "(default: %(default)s)")
+    p.add_argument("--progress", action="store_true", help="a progress bar over cells and their output in this log")
+    p.set_defaults(func=_cmd_notebook)
 
     # Listed for --help only: main() hands "coldstart ..." to the cold-start parser before this one runs.
     sub.add_parser("coldstart", add_help=False,
