@@ -345,6 +345,7 @@ def make_figures(
     progress: bool = False,
     update_figures: bool = False,
     gallery: str | os.PathLike | None = "runs/gallery",
+    parameters: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Path]:
     """Run the figure notebooks with their ``configs/`` parameter files; returns name -> executed copy.
 
@@ -364,6 +365,8 @@ def make_figures(
             by default they go to the same paths under ``runs/`` (`figure_dir`).
         gallery: folder for the HTML export of the executed notebooks and its ``index.html``
             (`build_gallery`; relative to `cwd`); None: no gallery.
+        parameters: per notebook, values over its parameter file's (``{"04_paper_figures": {"ours_results":
+            "runs/eval/results.json", "ours_method": "RLVMR"}}``: our run beside the paper's numbers).
     """
     from tqdm.auto import tqdm
 
@@ -374,8 +377,8 @@ def make_figures(
         params = config_path(name, ci=ci, configs_dir=configs_dir)
         if not params.is_file():
             raise FileNotFoundError(f"no parameter file {params} for notebook {name}")
-        done[name] = run_notebook(name, params, out, parameters=_batch_parameters(params, update_figures), cwd=base,
-                                  progress=False)
+        given = {**_batch_parameters(params, update_figures), **(parameters or {}).get(name, {})}
+        done[name] = run_notebook(name, params, out, parameters=given, cwd=base, progress=False)
     if gallery is not None:
         build_gallery(done, gallery if Path(gallery).is_absolute() else base / gallery)
     return done
