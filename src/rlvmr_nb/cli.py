@@ -432,7 +432,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
     # Listed for --help only: main() hands "coldstart ..." to the cold-start parser before this one runs.
     sub.add_parser("coldstart", add_help=False,
-                   help="build a tagged cold-start dataset offline (e.g. -n 200 --seed 0); `coldstart --help` for options")
+                   help="the cold start: --config configs/paper/coldstart_alfworld.json runs dataset, SFT and "
+                        "measurement; without --config the tagged dataset only (e.g. -n 200); `coldstart --help`")
 
     p = sub.add_parser("model", help="convert the embedded SmolLM2 GGUF once into the safetensors cache")
     p.set_defaults(func=_cmd_model)
