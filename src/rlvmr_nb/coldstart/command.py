@@ -14,6 +14,7 @@ import argparse
 import dataclasses
 from typing import Any, Sequence
 
+from ..rollout.generation.base import STOP_POLICIES
 from ..settings import add_setting_flags, given_settings, positive_float, setting_flags
 from .config import (
     LEVELS,
@@ -25,8 +26,10 @@ from .config import (
     make_config_teacher,
     run_coldstart,
 )
+from .dataset import read_manifest
 from .experts import coldstart_envs
 from .sft_config import BACKENDS
+from .teachers import make_teacher
 
 FLAG_NAMES = {"out_dir": "--out", "n_trajectories": "--trajectories"}
 """Flags not named ``--field-name`` (the names the dataset builder had; the field's own name works too)."""
@@ -38,8 +41,6 @@ DATASET_SETTINGS = frozenset({"env", "level", "n_trajectories", "teacher", "expe
 def build_parser(parser_class: type = argparse.ArgumentParser) -> tuple[argparse.ArgumentParser, list[Any]]:
     """The parser and the settings flags it holds. `parser_class`: the command line's own (`cli.SuggestingParser`,
     which names the closest option to a misspelled one)."""
-    from ..rollout.generation.base import STOP_POLICIES
-
     p = parser_class(
         prog="rlvmr-nb coldstart",
         description="Build a tagged cold-start dataset, or with --config FILE the whole cold start: the dataset, the "
@@ -70,16 +71,12 @@ def _teacher(args: argparse.Namespace, config: ColdStartConfig, parser: argparse
         return make_config_teacher(config)
     if not args.llm_model:
         parser.error("--teacher llm needs --llm-model")
-    from .teachers import make_teacher
-
     return make_teacher("llm", model=args.llm_model, base_url=args.llm_base_url, api_key_env=args.llm_api_key_env,
                         timeout_s=args.llm_timeout, retry_budget_s=args.llm_timeout)
 
 
 def main(argv: Sequence[str] | None = None, parser_class: type = argparse.ArgumentParser) -> int:
     """``rlvmr-nb coldstart``: the dataset alone, or with --config the whole cold start; prints where it went."""
-    from .dataset import read_manifest
-
     parser, flags = build_parser(parser_class)
     args = parser.parse_args(argv)
     given = given_settings(args, flags)

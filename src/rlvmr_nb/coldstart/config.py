@@ -19,16 +19,18 @@ The shipped files ``configs/paper/coldstart_<env>.json`` hold the paper's settin
 
 from __future__ import annotations
 
+import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..envs.registry import LEVELS
+from ..envs.registry import LEVELS, get_env
 from ..rollout.generation.base import STOP_POLICIES
 from ..settings import build_config, read_settings_file, require_non_negative, require_positive
-from .dataset import MIN_TAG_SHARE
+from .dataset import MIN_TAG_SHARE, build_coldstart_dataset, read_manifest
 from .layout import DATA_FOLDER, MODEL_FOLDER, RESULTS_FILE, coldstart_folder
 from .sft_config import SFTConfig
+from .teachers import make_teacher
 
 TEACHERS: tuple[str, ...] = ("rule", "llm")
 """Who writes the tag and sentence of each step (`teachers.make_teacher`)."""
@@ -140,8 +142,6 @@ def coldstart_config(path: str | Path | None = None, overrides: Mapping[str, Any
 
 def trajectories(config: ColdStartConfig) -> int:
     """The number of trajectories asked for (the world's default when the config leaves it open)."""
-    from ..envs.registry import get_env
-
     data = config.data
     return data.n_trajectories if data.n_trajectories is not None else get_env(data.env).coldstart().default_trajectories
 
@@ -157,8 +157,6 @@ def folder(config: ColdStartConfig) -> Path:
 def make_config_teacher(config: ColdStartConfig) -> Any:
     """The rule teacher of `config` (its seed and error rate). The LLM teacher needs its endpoint, which is no
     setting: build it with `teachers.make_teacher('llm', model=...)` and pass it."""
-    from .teachers import make_teacher
-
     if config.data.teacher != "rule":
         raise ValueError(f"teacher {config.data.teacher!r} needs its endpoint: pass a Teacher object "
                          "(rlvmr-nb coldstart: --llm-model and --llm-base-url)")
@@ -177,9 +175,6 @@ def coldstart_dataset(config: ColdStartConfig, teacher: Any = None, out: str | P
     """The tagged dataset of `config` in `out` (default ``<folder>/data``). With `reuse`, a finished dataset there
     is kept when its manifest says it was built with these settings, and refused when it says otherwise; without,
     it is built again. `teacher`: a Teacher object (default: `make_config_teacher`)."""
-    from ..envs.registry import get_env
-    from .dataset import build_coldstart_dataset, read_manifest
-
     data, seed = config.data, config.sft.seed
     teacher = teacher if teacher is not None else make_config_teacher(config)
     kit = get_env(data.env).coldstart()
@@ -223,8 +218,6 @@ def run_coldstart(config: ColdStartConfig, teacher: Any = None, progress: bool =
     """The whole cold start: the dataset (`coldstart_dataset`), then SFT and the measurement before and after
     (`experiment.coldstart_sft_experiment`). Returns the results document (also in ``<folder>/results.json``, with
     the settings in ``<folder>/coldstart_config.json``); the model is in ``<folder>/sft``."""
-    import json
-
     from .experiment import coldstart_sft_experiment
 
     dataset = coldstart_dataset(config, teacher, progress=progress)
