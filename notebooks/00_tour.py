@@ -46,8 +46,8 @@
 # is step 6") and the paper's transcripts do. The data field `t` (`Step.t`, the `t` columns of the
 # DataFrames below, the parameter `focus_step`) counts from 0: step = t + 1.
 #
-# Batch use: `make figures` (or `rlvmr_nb.notebooks.run_notebook("00_tour", "configs/00_tour.json")`);
-# paths are relative to the working directory.
+# Batch use: `make figures`, or this notebook alone: `rlvmr-nb notebook 00_tour -f configs/00_tour.json -p KEY VALUE`
+# (papermill's `-p` convention; the executed copy goes to runs/notebooks/); paths are relative to the working directory.
 
 # %% tags=["parameters"]
 out_dir = "figures"  # where tour_*.png are written

@@ -56,7 +56,9 @@
 # larger optimiser steps and measure on 4 games; to reproduce the README, put the values of
 # `configs/demo/01_cold_start.json` into the parameters of your run copy.
 #
-# Batch use: `rlvmr_nb.notebooks.run_notebook("01_cold_start", "configs/01_cold_start.json")`.
+# Batch use: `rlvmr-nb notebook 01_cold_start -f configs/01_cold_start.json -p env scienceworld` (papermill's `-p`
+# convention; the executed copy goes to runs/notebooks/). The same cold start without the notebook, from a settings
+# file: `rlvmr-nb coldstart --config configs/paper/coldstart_alfworld.json` (the paper's).
 
 # %% tags=["parameters"]
 env = "alfworld"  # alfworld | scienceworld
@@ -69,6 +71,8 @@ max_sample_tokens = 2048  # drop samples longer than this (prompt + response tok
 epochs = 2  # SFT epochs (paper: 5)
 lr = 1e-4  # peak learning rate (paper: 1e-5 over ~80 optimiser steps; this CPU demo takes 8)
 batch_size = 8  # samples per optimiser step (paper: 128)
+micro_batch_size = 1  # samples per forward/backward, accumulated to batch_size (paper: 16 per GPU); 1 fits ~2k tokens in a few GB
+gradient_checkpointing = True  # recompute activations in the backward pass: less memory, ~30 % more time
 sft_backend = "transformers"  # transformers (CPU or GPU) | unsloth (CUDA GPU with `pip install unsloth`)
 device = "auto"  # auto (CUDA when available, else CPU) | cpu | cuda | cuda:N; CUDA asked for without a GPU is an error
 eval_games = 4  # held-out games evaluated before and after SFT
@@ -92,32 +96,38 @@ import pandas as pd
 from IPython.display import Image, display
 
 from rlvmr_nb import casestudy, plots
-from rlvmr_nb.coldstart import build_coldstart_dataset, read_manifest, read_samples, read_trajectories
-from rlvmr_nb.coldstart.experiment import ColdStartExperimentConfig, coldstart_sft_experiment
-from rlvmr_nb.plots import plot_coldstart
+from rlvmr_nb.coldstart import read_manifest, read_samples, read_trajectories
+from rlvmr_nb.coldstart.config import coldstart_config, coldstart_dataset, experiment_config
+from rlvmr_nb.coldstart.experiment import coldstart_sft_experiment
+from rlvmr_nb.coldstart.layout import coldstart_folder
 from rlvmr_nb.runs.policy import model_label
-from rlvmr_nb.coldstart.sft import SFTConfig
 
-run_dir = Path(runs_root) / "coldstart" / f"{env}-{level}-n{n_trajectories}-seed{seed}"
-dataset_dir = run_dir / "data"
+run_dir = coldstart_folder(env, level, n_trajectories, seed, runs_root=runs_root)
+# the settings by field name, as configs/paper/coldstart_*.json and `rlvmr-nb coldstart --config` name them
+config = coldstart_config(overrides=dict(
+    model=model, out_dir=str(run_dir), env=env, level=level, n_trajectories=n_trajectories, seed=seed,
+    min_tag_share=min_tag_share, max_samples=max_samples, max_sample_tokens=max_sample_tokens, epochs=epochs, lr=lr,
+    batch_size=batch_size, micro_batch_size=micro_batch_size, gradient_checkpointing=gradient_checkpointing,
+    max_length=max(2048, max_sample_tokens or 0),  # every sample that max_sample_tokens keeps fits
+    backend=sft_backend, device=device, eval_games=eval_games, eval_max_steps=eval_max_steps,
+    eval_max_new_tokens=eval_max_new_tokens, eval_stop=eval_stop))
 model_dir = run_dir / "sft"
 results_file = run_dir / "results.json"
 out_path = Path(out_dir)
 stem = f"coldstart_{env}_{level}"
-print(f"dataset: {dataset_dir.resolve()}\nmodel:   {model_dir.resolve()}")
+print(f"dataset: {(run_dir / 'data').resolve()}\nmodel:   {model_dir.resolve()}")
 
 # %% [markdown]
 # ## 1. Build the tagged dataset
 #
 # Deterministic for a seed: the same trajectories, mistakes and sentences every time, so a
-# finished dataset is reused. Each trajectory is replayed in the real engine; every step becomes
-# one (prompt, response) pair whose prompt is rendered by the same code as the RL rollouts
-# (history, plan memory, admissible commands).
+# finished dataset built with the same settings is reused (one built with others is refused).
+# Each trajectory is replayed in the real engine; every step becomes one (prompt, response) pair
+# whose prompt is rendered by the same code as the RL rollouts (history, plan memory, admissible
+# commands).
 
 # %%
-if not (dataset_dir / "manifest.json").is_file():
-    build_coldstart_dataset(env, level, n_trajectories, seed, teacher="rule", out_dir=dataset_dir,
-                            min_tag_share=min_tag_share)
+dataset_dir = coldstart_dataset(config)
 manifest = read_manifest(dataset_dir)
 print(json.dumps({k: manifest[k] for k in ("env", "level", "seed", "source") if k in manifest}, indent=1))
 
@@ -157,16 +167,7 @@ print("\n--- response ---\n" + sample["response"])
 # one action, in order), the **admissible-action rate** and the success rate.
 
 # %%
-config = ColdStartExperimentConfig(
-    model=model, dataset=str(dataset_dir), env=env, level=level, n_trajectories=n_trajectories, seed=seed,
-    max_samples=max_samples, max_sample_tokens=max_sample_tokens,
-    # one sample per forward/backward and recomputed activations: ~2k-token samples then fit in a few GB
-    sft=SFTConfig(epochs=epochs, lr=lr, batch_size=batch_size, micro_batch_size=1, gradient_checkpointing=True,
-                  max_length=max(2048, max_sample_tokens or 0), seed=seed, backend=sft_backend, device=device),
-    eval_games=eval_games, eval_max_steps=eval_max_steps, eval_max_new_tokens=eval_max_new_tokens, eval_stop=eval_stop,
-    results_path=str(results_file), model_out_dir=str(model_dir),
-)
-results = coldstart_sft_experiment(config)
+results = coldstart_sft_experiment(experiment_config(config, dataset_dir))
 print(json.dumps(results["seconds"], indent=1))
 
 # %%

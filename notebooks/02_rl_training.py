@@ -54,7 +54,8 @@
 # **Step numbers.** The episode tables at the end number steps from 1, as the prompt does; the
 # x axis of the curves is the training iteration, counted from 0 as the trainer logs it.
 #
-# Batch use: `rlvmr_nb.notebooks.run_notebook("02_rl_training", "configs/02_rl_training.json")`.
+# Batch use: `rlvmr-nb notebook 02_rl_training -f configs/02_rl_training.json -p algo grpo` (papermill's `-p`
+# convention; the executed copy goes to runs/notebooks/).
 
 # %% tags=["parameters"]
 algo = "rlvmr"  # rlvmr | grpo | gigpo | spark (SPARK's branching rollouts) | spark_mr (RLVMR on SPARK's trees)

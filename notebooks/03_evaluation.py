@@ -58,7 +58,8 @@
 #
 # **Step numbers.** The episode tables number steps from 1, as the prompt does ("This is step N").
 #
-# Batch use: `rlvmr_nb.notebooks.run_notebook("03_evaluation", "configs/03_evaluation.json")`.
+# Batch use: `rlvmr-nb notebook 03_evaluation -f configs/03_evaluation.json -p levels '["L2"]'` (papermill's `-p`
+# convention; the executed copy goes to runs/notebooks/).
 
 # %% tags=["parameters"]
 model = "embedded:smollm2-135m-instruct"  # model spec, saved model folder, trainer run folder or ckpt-XXXXX folder

@@ -21,7 +21,8 @@
 # ("Table 1", "Fig. 3(a)", ...) and how it was read: typed table cells, bar labels read from the
 # rendered figure, or, for Fig. 6, approximate readings of the training curves.
 #
-# Give it a results file of your own run (`ours_results`) and each figure shows the paper and
+# Give it a results file of your own run (`ours_results`: what `rlvmr-nb eval` or notebook 03
+# writes; several files, e.g. one per level, as a list) and each figure shows the paper and
 # your run side by side: hatched bars in the method's colour (beside the paper's bars when your
 # model is one the paper reports, else in a row of their own titled with your model's size), an
 # "ours" panel beside each Fig. 6 panel your run has curves for, yellow rows in the tables.
@@ -35,12 +36,14 @@
 # PNG only; kernel already started) 3.6 s; these defaults (PNG and PDF) as `make figures` runs them
 # (kernel start included, machine under heavy load) 44 s.
 #
-# Batch use: `papermill 04_paper_figures.ipynb out.ipynb -f ../configs/figures.json`
-# (after `jupytext --to ipynb 04_paper_figures.py`).
+# Batch use: `rlvmr-nb figures --ours runs/eval/results.json --ours-method RLVMR` (this notebook with the tour
+# and the case studies), or this notebook alone: `rlvmr-nb notebook 04_paper_figures -f configs/figures.json
+# -p ours_results runs/eval/results.json -p ours_method RLVMR`.
 
 # %% tags=["parameters"]
 out_dir = "figures"  # where paper_fig*.png/pdf and paper_table*.md/png/pdf are written
-ours_results = None  # JSON file of our results ({method: {level: metrics}} or records), or None
+ours_results = None  # our results: a JSON file or a list of them (rlvmr-nb eval files, {method: {level: metrics}}, records), or None
+ours_method = None  # the method behind rlvmr-nb eval files, which do not record it: RLVMR, GRPO, GiGPO, SFT, ReAct
 ours_model = "ours"  # model name shown for our rows
 ours_env = "alfworld"  # environment of a results file that is not keyed by env
 ours_scale = 100.0  # rlvmr_nb.scoring.metrics writes rates as fractions; the paper uses percent
@@ -59,7 +62,7 @@ from rlvmr_nb import paper, plots
 
 out_path = Path(out_dir)
 ours = (
-    paper.load_ours(ours_results, env=ours_env, model=ours_model, scale=ours_scale)
+    paper.load_ours(ours_results, method=ours_method, env=ours_env, model=ours_model, scale=ours_scale)
     if ours_results
     else None
 )

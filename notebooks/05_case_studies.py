@@ -43,7 +43,8 @@
 # **Step numbers.** The tables number steps from 1, as the paper's transcripts and the prompt
 # ("This is step N") do; the `describe()` lines of the search print the 0-based `t` (step = t + 1).
 #
-# Batch use: `rlvmr_nb.notebooks.run_notebook("05_case_studies", "configs/05_case_studies.json")`.
+# Batch use: `rlvmr-nb notebook 05_case_studies -f configs/05_case_studies.json` (`-p KEY VALUE` sets a
+# parameter, as papermill's `-p`; the executed copy goes to runs/notebooks/).
 
 # %% tags=["parameters"]
 runs_dir = "runs"  # folder searched for episode files written by training (02) and evaluation (03)

@@ -73,7 +73,7 @@
 # Whatever comes out is reported as it is; the world was not tuned to make it come out.
 #
 # Batch use: `rlvmr-nb lab --config configs/lab/classroom.json` runs the same stages, or
-# `rlvmr_nb.notebooks.run_notebook("06_metacognition_lab", "configs/06_metacognition_lab.json")`.
+# `rlvmr-nb notebook 06_metacognition_lab -f configs/06_metacognition_lab.json` (`-p KEY VALUE` as papermill's).
 
 # %% tags=["parameters"]
 config_file = "configs/lab/classroom.json"  # a LabConfig file: classroom, recorded (more seeds), recorded_ni (the amended rule) or ci (tiny)

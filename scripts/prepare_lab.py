@@ -8,8 +8,9 @@ play with the notebooks without ever rewriting the tracked sources.
    keeps ``language_info`` out of the ``.py`` (it names the Python patch version, a per-machine
    diff), so the ``.ipynb`` is the one place it can be found.
 2. ``runs/lab/<name>.ipynb``: a run copy of every notebook with the ``configs/ci/<name>.json``
-   parameters injected under its parameters cell (papermill's ``injected-parameters`` cell), so a
-   first run takes seconds and parameter edits stay out of the tracked sources. A copy is
+   values written into its parameters cell (`rlvmr_nb.notebooks.with_parameters`; no second cell
+   overrides it, so an edit there takes effect), so a first run takes seconds and parameter edits
+   stay out of the tracked sources. A copy is
    refreshed when its notebook or CI parameters changed, unless you changed the copy (then a
    line says so; delete the copy for a fresh one). Its kernel starts in ``runs/lab/``, so
    everything it writes (``figures/``, ``runs/``) stays under ``runs/lab/``.
@@ -29,9 +30,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 from ipykernel.ipkernel import IPythonKernel
-from papermill.parameterize import parameterize_notebook
 
-from rlvmr_nb.notebooks import NOTEBOOKS, load_parameters
+from rlvmr_nb.notebooks import NOTEBOOKS, load_parameters, with_parameters
 
 COPIES = Path("runs") / "lab"
 _LEDGER = ".copies.json"  # per copy: hash of what we wrote and of the notebook + parameters it came from
@@ -58,22 +58,15 @@ def pair_with_outputs_file(source: Path) -> bool:
 
 
 def run_copy(source: Path, parameters_file: Path, notebooks_dir: Path) -> nbformat.NotebookNode:
-    """`source` as a plain ``.ipynb`` (no jupytext pairing: saving it writes no ``.py``) with the values
-    of `parameters_file` in an injected cell below its parameters cell."""
+    """`source` as a plain ``.ipynb`` (no jupytext pairing: saving it writes no ``.py``) whose parameters cell
+    holds the values of `parameters_file`."""
     parameters = load_parameters(parameters_file, source.stem, notebooks_dir=notebooks_dir)
     notebook = jupytext.read(source)
     notebook.metadata.pop("jupytext", None)
     notebook.metadata["language_info"] = dict(IPythonKernel.language_info)
-    notebook.metadata["papermill"] = {}
-    for cell in notebook.cells:  # papermill looks the parameters cell up by tag and expects the key on every cell
-        cell.metadata.setdefault("tags", [])
-    comment = (f"Run copy of notebooks/{source.name} with the CI-size parameters of configs/ci/{parameters_file.name}."
-               "\n# Edit them here: this copy is yours (git-ignored); what it writes goes under runs/lab/.")
-    notebook = parameterize_notebook(notebook, parameters, comment=comment)
-    for cell in notebook.cells:
-        if not cell.metadata["tags"]:
-            del cell.metadata["tags"]
-    return notebook
+    note = (f"Run copy of notebooks/{source.name} with the CI-size parameters of configs/ci/{parameters_file.name}.\n"
+            "Edit them here: this copy is yours (git-ignored); what it writes goes under runs/lab/.")
+    return with_parameters(notebook, parameters, note)
 
 
 def write_run_copies(repo: Path) -> list[str]:

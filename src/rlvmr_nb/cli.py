@@ -12,6 +12,8 @@ from typing import Any, Callable, NoReturn
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
+from .batch.command import add_batch_commands  # noqa: E402  (standard library only; loads no torch)
+
 # --------------------------------------------------------------------------------------------------
 # One error handler for every command: a wrong input or a run stopped by the user or the machine ends in
 # one line naming what to change, not a traceback (RLVMR_DEBUG=1 shows the traceback). Only errors that
@@ -166,17 +168,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     report, ok = CHECKS[args.what](args)
     print(json.dumps(report, indent=2, default=str))
     return 0 if ok else 1
-
-
-def _cmd_figures(args: argparse.Namespace) -> int:
-    from .notebooks import FIGURE_NOTEBOOKS, NOTEBOOKS, make_figures
-
-    executed = make_figures(args.runs, notebooks=NOTEBOOKS if args.all else FIGURE_NOTEBOOKS, progress=True,
-                            update_figures=args.update_figures)
-    for name, path in executed.items():
-        print(f"{name}: {path}")
-    print(f"figures: {'figures/' if args.update_figures else 'runs/figures/'}; gallery: runs/gallery/index.html")
-    return 0
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
@@ -373,16 +364,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--per-task", type=positive_int, default=1, help="ScienceWorld variations per task")
     p.set_defaults(func=_cmd_check)
 
-    p = sub.add_parser("figures", help="run the figure notebooks with papermill (paper figures/tables, tour, case studies)")
-    p.add_argument("--runs", default="runs/notebooks", help="where executed notebook copies go (not the repo)")
-    p.add_argument("--all", action="store_true", help="also rerun the cold-start, training and evaluation CPU demos")
-    p.add_argument("--update-figures", action="store_true",
-                   help="rewrite the checked-in figures/ (default: the same files under runs/figures/)")
-    p.set_defaults(func=_cmd_figures)
+    add_batch_commands(sub)  # figures, notebook: the notebooks run headless (batch/command.py)
 
     # Listed for --help only: main() hands "coldstart ..." to the cold-start parser before this one runs.
     sub.add_parser("coldstart", add_help=False,
-                   help="build a tagged cold-start dataset offline (e.g. -n 200 --seed 0); `coldstart --help` for options")
+                   help="the cold start: --config configs/paper/coldstart_alfworld.json runs dataset, SFT and "
+                        "measurement; without --config the tagged dataset only (e.g. -n 200); `coldstart --help`")
 
     p = sub.add_parser("model", help="convert the embedded SmolLM2 GGUF once into the safetensors cache")
     p.set_defaults(func=_cmd_model)

@@ -249,7 +249,11 @@ def checkpoint_source(spec: str) -> Path | str:
 
 def _check_not_missing_path(spec: str) -> None:
     if _looks_like_path(spec):
-        raise ModelLoadError(f"model directory {spec!r} does not exist. {ALTERNATIVES_HINT}")
+        from .coldstart.layout import build_command
+
+        command = build_command(spec)  # the RL configs start from a cold start's model folder
+        hint = f"It is a cold start's model: build it with `{command}`." if command else ALTERNATIVES_HINT
+        raise ModelLoadError(f"model directory {spec!r} does not exist. {hint}")
 
 
 def _from_hub(cls: Any, spec: str, cache_dir: str | os.PathLike | None = None, **kwargs: Any) -> Any:

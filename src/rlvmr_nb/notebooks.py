@@ -2,8 +2,12 @@
 
 Batch reproduction: every notebook in ``notebooks/`` is a jupytext ``py:percent`` file with
 one papermill ``parameters`` cell. `run_notebook` converts it to ``.ipynb`` in a runs folder,
-executes it there with a JSON parameter file from ``configs/`` and returns the executed copy, so
-executed notebooks never land in the repository. `make_figures` runs the notebooks that draw the
+writes the chosen values (a JSON parameter file from ``configs/``, single overrides) into that
+cell (`with_parameters`), executes it there and returns the executed copy, so executed notebooks
+never land in the repository; ``rlvmr-nb notebook NAME -p key value`` calls it. The values go
+into the parameters cell itself rather than into a second cell after it (papermill's
+``injected-parameters``), so a copy holds one place where a parameter is set: a reader sees the
+value that ran, and a student who edits that cell in a run copy changes what runs. `make_figures` runs the notebooks that draw the
 checked-in figures (the paper's figures and tables, the tour, the case studies) and exports them as
 a browsable HTML gallery (`build_gallery`); ``rlvmr-nb figures`` and ``make figures`` call it.
 
@@ -19,6 +23,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import sys
 from pathlib import Path
@@ -172,8 +177,100 @@ def load_parameters(params_file: str | os.PathLike | None, name: str | os.PathLi
 
 
 # --------------------------------------------------------------------------------------------
+# Writing values into the parameters cell
+# --------------------------------------------------------------------------------------------
+
+
+def python_literal(value: Any) -> str:
+    """`value` (what a JSON parameter file or ``-p`` holds: None, bools, numbers, strings, lists, dicts) as Python
+    source that `ast.literal_eval` reads back equal: the parameters cell must stay ``name = literal`` lines
+    (`notebook_parameters`). Strings are written with double quotes, as the notebooks write them."""
+    if value is None or isinstance(value, (bool, int)):
+        text = repr(value)
+    elif isinstance(value, float):
+        if not math.isfinite(value):
+            raise ValueError(f"{value!r} has no literal form; a parameter must be a finite number")
+        text = repr(value)
+    elif isinstance(value, str):
+        text = json.dumps(value, ensure_ascii=False)
+    elif isinstance(value, list):
+        text = "[" + ", ".join(python_literal(v) for v in value) + "]"
+    elif isinstance(value, dict):
+        text = "{" + ", ".join(f"{python_literal(k)}: {python_literal(v)}" for k, v in value.items()) + "}"
+    else:
+        raise ValueError(f"a parameter holds None, booleans, numbers, strings, lists and dicts; got {type(value).__name__}")
+    if ast.literal_eval(text) != value:  # e.g. a string that JSON escapes differently from Python
+        raise ValueError(f"cannot write {value!r} as a Python literal")
+    return text
+
+
+def _trailing_comment(line: str, end_col_bytes: int) -> str:
+    """The ``  # explanation`` after an assignment's value on its last line ('' when there is none); ast gives
+    columns in UTF-8 bytes."""
+    rest = line.encode("utf-8")[end_col_bytes:].decode("utf-8")
+    return f"  {rest.strip()}" if rest.strip().startswith("#") else ""
+
+
+def assign_parameters(source: str, values: Mapping[str, Any]) -> str:
+    """The source of a parameters cell with each name in `values` assigned its new value in place: the line
+    keeps its position and its explanatory comment, the other lines stay as they were."""
+    lines = source.splitlines()
+    found: set[str] = set()
+    assignments = [node for node in ast.parse(source).body
+                   if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name)]
+    for node in reversed(assignments):  # bottom up: the line numbers above stay valid
+        name = node.targets[0].id  # type: ignore[attr-defined]
+        if name not in values:
+            continue
+        first, last = node.lineno - 1, (node.end_lineno or node.lineno) - 1
+        comment = _trailing_comment(lines[last], node.end_col_offset or 0)
+        lines[first:last + 1] = [f"{name} = {python_literal(values[name])}{comment}"]
+        found.add(name)
+    missing = sorted(set(values) - found)
+    if missing:
+        raise ValueError(f"the parameters cell assigns no {', '.join(missing)}")
+    return "\n".join(lines)
+
+
+def parameter_value(text: str, default: Any) -> Any:
+    """A value typed on the command line (``-p key value``) for a parameter whose default is `default`: the text
+    itself for a string parameter (``-p level L1``, ``-p model runs/x/sft``); otherwise JSON (``-p lr 1e-5``,
+    ``-p formats '["png"]'``, ``-p tis_cap null``) or a Python literal (``-p tis_cap None``), and the text itself
+    when it is neither (``-p ours_results runs/eval/results.json`` for a parameter that defaults to None)."""
+    if isinstance(default, str):
+        return text
+    for parse in (json.loads, ast.literal_eval):
+        try:
+            return parse(text)
+        except (ValueError, SyntaxError, TypeError):
+            continue
+    return text
+
+
+def with_parameters(notebook: Any, values: Mapping[str, Any], note: str = "") -> Any:
+    """A copy of `notebook` (an nbformat notebook) whose one ``parameters`` cell assigns `values` in place of its
+    defaults, under the comment lines of `note`. No cell is added: the tagged cell is the one place a parameter is
+    set, so what a reader sees there is what runs, and an edit there takes effect."""
+    import copy
+
+    out = copy.deepcopy(notebook)
+    cells = [c for c in out.cells if "parameters" in c.metadata.get("tags", [])]
+    if len(cells) != 1:
+        raise ValueError(f"expected one cell tagged 'parameters', found {len(cells)}")
+    source = assign_parameters(cells[0].source, values)
+    header = "".join(f"# {line}\n" if line else "#\n" for line in note.splitlines())
+    cells[0].source = header + source
+    return out
+
+
+# --------------------------------------------------------------------------------------------
 # Executing
 # --------------------------------------------------------------------------------------------
+
+
+class NotebookFailed(RuntimeError):
+    """A cell of a batch-run notebook raised; the message names the error and the executed copy that holds the
+    traceback."""
 
 
 def run_notebook(
@@ -189,9 +286,10 @@ def run_notebook(
 ) -> Path:
     """Execute one notebook with papermill and return the executed ``.ipynb``.
 
-    The jupytext source is converted to ``out_dir/<name>.input.ipynb`` and executed into
-    ``out_dir/<name>.ipynb``. Relative paths inside the notebook (``out_dir="figures"``...) resolve
-    against `cwd` (default: the current directory, the repository root under ``make``).
+    The jupytext source is converted to ``out_dir/<name>.input.ipynb`` with the parameters written
+    into its parameters cell (`with_parameters`) and executed into ``out_dir/<name>.ipynb``.
+    Relative paths inside the notebook (``out_dir="figures"``...) resolve against `cwd` (default:
+    the current directory, the repository root under ``make``).
 
     Args:
         name: notebook name (``'02_rl_training'``), number (``'02'``) or ``.py`` path.
@@ -204,7 +302,7 @@ def run_notebook(
             a terminal.
 
     Raises:
-        RuntimeError: a cell failed; the message names the cell's error and the executed copy.
+        NotebookFailed: a cell failed; the message names the cell's error and the executed copy.
     """
     import jupytext
     import papermill
@@ -216,18 +314,23 @@ def run_notebook(
     out.mkdir(parents=True, exist_ok=True)
     converted = out / f"{source.stem}.input.ipynb"
     executed = out / f"{source.stem}.ipynb"
-    jupytext.write(jupytext.read(source), converted)
+    given = [str(params_file)] if params_file is not None else []
+    given += sorted(parameters or {})
+    note = (f"Parameters of this run ({', '.join(given)}), written into this cell by rlvmr_nb.notebooks.run_notebook."
+            if given else "")
+    jupytext.write(with_parameters(jupytext.read(source), params, note), converted)
     # OMP_WAIT_POLICY must reach the kernel before it imports torch (spinning OpenMP threads slow
     # decoding ~17x); the kernel inherits this process's environment.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
+        # no `parameters=`: papermill would add a second cell after the parameters cell overriding it
         papermill.execute_notebook(
-            str(converted), str(executed), parameters=params, kernel_name=kernel_name,
+            str(converted), str(executed), kernel_name=kernel_name,
             cwd=str(Path(cwd) if cwd is not None else Path.cwd()), log_output=progress,
             progress_bar=progress and sys.stderr.isatty(),  # a bar redraws its line: in a log every redraw stays
         )
     except PapermillExecutionError as err:
-        raise RuntimeError(f"{source.name} failed in cell {err.exec_count}: {err.ename}: {err.evalue}\n"
+        raise NotebookFailed(f"{source.name} failed in cell {err.exec_count}: {err.ename}: {err.evalue}\n"
                            f"executed copy with the traceback: {executed}") from err
     return executed
 
@@ -242,6 +345,7 @@ def make_figures(
     progress: bool = False,
     update_figures: bool = False,
     gallery: str | os.PathLike | None = "runs/gallery",
+    parameters: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Path]:
     """Run the figure notebooks with their ``configs/`` parameter files; returns name -> executed copy.
 
@@ -261,6 +365,8 @@ def make_figures(
             by default they go to the same paths under ``runs/`` (`figure_dir`).
         gallery: folder for the HTML export of the executed notebooks and its ``index.html``
             (`build_gallery`; relative to `cwd`); None: no gallery.
+        parameters: per notebook, values over its parameter file's (``{"04_paper_figures": {"ours_results":
+            "runs/eval/results.json", "ours_method": "RLVMR"}}``: our run beside the paper's numbers).
     """
     from tqdm.auto import tqdm
 
@@ -271,8 +377,8 @@ def make_figures(
         params = config_path(name, ci=ci, configs_dir=configs_dir)
         if not params.is_file():
             raise FileNotFoundError(f"no parameter file {params} for notebook {name}")
-        done[name] = run_notebook(name, params, out, parameters=_batch_parameters(params, update_figures), cwd=base,
-                                  progress=False)
+        given = {**_batch_parameters(params, update_figures), **(parameters or {}).get(name, {})}
+        done[name] = run_notebook(name, params, out, parameters=given, cwd=base, progress=False)
     if gallery is not None:
         build_gallery(done, gallery if Path(gallery).is_absolute() else base / gallery)
     return done

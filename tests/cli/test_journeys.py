@@ -139,3 +139,52 @@ def test_eval_of_a_grpo_run_uses_the_think_prompt_it_trained_with(tmp_path, caps
     doc = json.loads(overridden.read_text())
     assert doc["run_settings"]["overridden"] == {"prompt_style": {"run": "think", "given": "meta_think"}}
     assert "<planning>" in _prompt_text(overridden.with_suffix(".episodes.jsonl"))
+
+
+# ------------------------------------------------------------------------------------------ a GPU owner's path
+
+ROOT = Path(__file__).resolve().parents[2]
+TINY_COLDSTART = ["--model", "tiny-random:llama", "-n", "2", "--min-tag-share", "0", "--max-samples", "4",
+                  "--epochs", "1", "--batch-size", "2", "--micro-batch-size", "1", "--eval-games", "1",
+                  "--eval-max-steps", "2", "--eval-max-new-tokens", "8"]
+"""The paper's cold start shrunk to seconds: a tiny random model, 2 trajectories, 4 samples, 2 optimiser steps."""
+
+
+@pytest.mark.slow
+@pytest.mark.envs
+def test_gpu_owner_path_from_the_cold_start_to_the_papers_figure(tmp_path, monkeypatch, capsys, alfworld_data_root,
+                                                                 alfworld_engine):
+    """The shipped paper files, shrunk through options only: `coldstart --config configs/paper/coldstart_alfworld.json`
+    writes the folder `train --config configs/paper/rlvmr_alfworld.json` starts from (its model path untouched), the
+    run is evaluated, and the evaluation is drawn beside the paper's numbers."""
+    monkeypatch.setenv("ALFWORLD_DATA", str(alfworld_data_root))
+    (tmp_path / "configs").symlink_to(ROOT / "configs")
+    monkeypatch.chdir(tmp_path)  # a checkout: relative paths as a user runs them from the repository root
+    cold = Path("runs/coldstart/alfworld-L0-n200-seed0")  # the paper file's folder (-n 2 would name another)
+    assert main(["coldstart", "--config", "configs/paper/coldstart_alfworld.json", *TINY_COLDSTART,
+                 "--out", str(cold)]) == 0
+    results = json.loads((cold / "results.json").read_text())
+    sft = results["sft"]
+    assert (sft["config"]["micro_batch_size"], sft["config"]["lr"], sft["optimizer_steps"]) == (1, 1e-5, 2)
+    assert (cold / "sft" / "config.json").is_file() and len(results["eval"]["tasks"]) == 1
+    assert f"model: {cold / 'sft'}" in capsys.readouterr().out
+
+    assert main(["train", "--config", "configs/paper/rlvmr_alfworld.json", "--iterations", "1", "--tasks", "1",
+                 "--group-size", "2", "--max-steps", "2", "--max-new-tokens", "8", "--mini-batch-size", "4",
+                 "--micro-batch-size", "2", "--out", "runs/rl"]) == 0
+    config = json.loads(Path("runs/rl/config.json").read_text())
+    assert (config["model"], config["method"]["algo"], config["update"]["lr"]) == (str(cold / "sft"), "rlvmr", 1e-6)
+
+    assert main(["eval", "--model", "runs/rl", "--env", "alfworld", "--level", "L0", "--prompt-style", "meta_think",
+                 "--max-tasks", "1", "--max-steps", "2", "--max-new-tokens", "8",
+                 "--out", "runs/eval/rlvmr_alfworld_L0.json"]) == 0
+    success = json.loads(Path("runs/eval/rlvmr_alfworld_L0.json").read_text())["metrics"]["success"]
+
+    assert main(["notebook", "04_paper_figures", "-f", "configs/ci/04_paper_figures.json", "-p", "ours_results",
+                 "runs/eval/rlvmr_alfworld_L0.json", "-p", "ours_method", "RLVMR", "-p", "ours_model",
+                 "tiny-random"]) == 0
+    assert not Path("figures").exists()  # a batch run leaves the checked-in figures/ alone: runs/figures instead
+    table = Path("runs/figures/paper_table1_vs_ours.md").read_text()
+    assert f"| *tiny-random (ours)* | *RLVMR* | *{100 * success:.1f}* | – |" in table
+    assert "| Qwen2.5-1.5B-Instruct | RLVMR | 89.1 |" in table  # the paper's row beside ours
+    assert {f"paper_fig{i}_vs_ours.png" for i in (1, 3, 5)} <= {p.name for p in Path("runs/figures").iterdir()}

@@ -55,6 +55,29 @@ def test_every_setting_is_declared_once_in_one_tree():
     assert typing.get_type_hints(LabConfig)["train"] is TrainConfig  # the lab is a training configuration plus its own
 
 
+def test_the_cold_start_is_a_tree_of_its_own_with_one_home_and_one_flag_per_setting():
+    """`rlvmr-nb coldstart --config` names settings as `train` does: each field once in its tree, one flag each, the
+    help the field's docstring (its SFT `lr` and `seed` are not training's: another tree, another command)."""
+    from rlvmr_nb.coldstart.command import build_parser
+    from rlvmr_nb.coldstart.config import ColdStartConfig
+
+    assert _redeclared((ColdStartConfig,)) == []
+    parser, flags = build_parser()
+    helps = {option: action.help for action in parser._actions for option in action.option_strings}
+    by_setting = {flag.setting: flag for flag in flags}
+    unflagged = set()
+    for klass in tree_classes(ColdStartConfig):
+        hints, docs = typing.get_type_hints(klass), field_docs(klass)
+        for f in fields(klass):
+            if branch_type(hints[f.name]) is None and f.name not in by_setting:
+                unflagged.add(f.name)
+            elif branch_type(hints[f.name]) is None:
+                flag = by_setting[f.name]
+                shown = helps[flag.options[-1]].replace("%%", "%")  # argparse's escape of a per cent sign
+                assert shown.startswith(first_sentence(docs[f.name])), f.name
+    assert unflagged == {"betas"}  # AdamW's pair of floats: set in a file (no flag spells a pair)
+
+
 @dataclass
 class _Optimiser:
     lr: float = 1e-6

@@ -226,14 +226,14 @@ def test_tour_opens_runs_and_closes_without_rewriting_its_source(lab, browser):
 
 
 def test_ci_size_run_copy_opens_runs_and_keeps_its_outputs_under_runs_lab(lab, browser):
-    """The one-click fast first run: runs/lab/00_tour.ipynb, the CI parameters injected below the defaults."""
+    """The one-click fast first run: runs/lab/00_tour.ipynb, the CI parameters written into its parameters cell."""
     if not browser.driver.current_url.startswith(lab.base):
         browser.driver.get(f"{lab.base}/lab?reset&token={lab.token}")
     tab = open_notebook(browser, ("runs", "lab"), "00_tour.ipynb")
     assert "jp-mod-dirty" not in tab.get_attribute("class"), "opening the run copy marked it unsaved"
-    injected = browser.driver.find_elements(By.XPATH, "//div[contains(@class,'jp-CodeCell')]"
+    ci_cells = browser.driver.find_elements(By.XPATH, "//div[contains(@class,'jp-CodeCell')]"
                                                       "[.//*[contains(text(),'CI-size parameters')]]")
-    assert len(injected) == 1, "no injected CI parameters cell"
+    assert len(ci_cells) == 1, "no parameters cell with the CI-size parameters"
     browser.screenshot("run_copy_opened")
     run_all(browser, "run_copy")
     close_and_save(browser, "00_tour.ipynb", "run_copy")

@@ -319,11 +319,23 @@ def _prepare_lab(root: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, check=True, timeout=300)
 
 
-def _injected_values(copy_path: Path) -> tuple[int, dict]:
+def _parameters_cell(copy_path: Path) -> tuple[int, dict]:
+    """(index, {name: value}) of a run copy's one cell tagged 'parameters'."""
     cells = json.loads(copy_path.read_text())["cells"]
-    index = next(i for i, c in enumerate(cells) if "injected-parameters" in c["metadata"].get("tags", []))
-    values = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse("".join(cells[index]["source"])).body}
-    return index, values
+    tagged = [i for i, c in enumerate(cells) if "parameters" in c["metadata"].get("tags", [])]
+    assert len(tagged) == 1, f"{copy_path.name}: {len(tagged)} cells tagged parameters"
+    values = {n.targets[0].id: ast.literal_eval(n.value) for n in ast.parse("".join(cells[tagged[0]]["source"])).body}
+    return tagged[0], values
+
+
+def _assigned_names(source: str) -> set[str]:
+    """Names a code cell binds at its top level (a later cell binding a parameter would override the cell above)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:  # IPython magics
+        return set()
+    return {t.id for node in tree.body if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+            for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
 
 
 def test_make_lab_pairs_each_notebook_and_writes_ci_size_run_copies(tmp_path):
@@ -343,18 +355,21 @@ def test_make_lab_pairs_each_notebook_and_writes_ci_size_run_copies(tmp_path):
         metadata = json.loads(paired.read_text())["metadata"]
         assert metadata["language_info"] == IPythonKernel.language_info
         assert paired.stat().st_mtime_ns == source.stat().st_mtime_ns
-        # the run copy: plain .ipynb (no pairing), the CI values injected right below the parameters cell
+        # the run copy: plain .ipynb (no pairing), the CI values written into its one parameters cell and
+        # assigned nowhere after it, so what that cell says is what runs
         copy_path = root / "runs" / "lab" / f"{name}.ipynb"
         copy_nb = json.loads(copy_path.read_text())
         assert "jupytext" not in copy_nb["metadata"]
-        index, values = _injected_values(copy_path)
-        assert "parameters" in copy_nb["cells"][index - 1]["metadata"]["tags"]
+        index, values = _parameters_cell(copy_path)
         assert values == json.loads(nbs.config_path(name, ci=True).read_text())
+        later = [c for c in copy_nb["cells"][index + 1:] if c["cell_type"] == "code"]
+        assert not [n for c in later for n in _assigned_names("".join(c["source"])) if n in values], name
+        assert not [c for c in copy_nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
 
     # An edit to a source refreshes its untouched copy; a copy the user changed is left alone, and said so.
     tour_copy, cases_copy = root / "runs" / "lab" / "00_tour.ipynb", root / "runs" / "lab" / "05_case_studies.ipynb"
     edited = json.loads(tour_copy.read_text())
-    edited["cells"][_injected_values(tour_copy)[0]]["source"] = "focus_step = 2\n"
+    edited["cells"][_parameters_cell(tour_copy)[0]]["source"] = "focus_step = 2\n"
     tour_copy.write_text(json.dumps(edited))
     for name in ("00_tour", "05_case_studies"):
         with (root / "notebooks" / f"{name}.py").open("a") as f:

@@ -97,6 +97,77 @@ def test_a_failing_cell_names_the_error_and_the_copy(tmp_path):
     assert str(tmp_path / "out" / "97_broken.ipynb") in str(err.value)
 
 
+# ------------------------------------------------------------------------------------------ parameters cell
+
+
+_TWO_CELLS = '# %% tags=["parameters"]\nscale = 1  # multiplies\nname = "a"\nsizes = [1, 2]\n\n# %%\nprint(scale * 10, name)\n'
+
+
+def test_values_are_written_into_the_one_parameters_cell(tmp_path):
+    """A parameterised copy keeps one tagged cell, holding the values with their comments, and no cell after it
+    assigns them; a value that has no literal form, or a name the cell lacks, is refused."""
+    source = tmp_path / "96_two.py"
+    source.write_text(_TWO_CELLS)
+    notebook = jupytext.read(source)
+    copy = nbs.with_parameters(notebook, {"scale": 5, "sizes": [3, None], "name": 'say "hi"'}, note="from a test")
+    tagged = [c for c in copy.cells if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1 and len(copy.cells) == len(notebook.cells)
+    assert tagged[0].source == '# from a test\nscale = 5  # multiplies\nname = "say \\"hi\\""\nsizes = [3, None]'
+    assert "scale = 1" in notebook.cells[0].source  # the input is left as it was
+    assert "scale" not in copy.cells[1].source.split("print")[0]
+    with pytest.raises(ValueError, match="assigns no missing"):
+        nbs.with_parameters(notebook, {"missing": 1})
+    with pytest.raises(ValueError, match="finite number"):
+        nbs.with_parameters(notebook, {"scale": float("nan")})
+
+
+def test_an_edit_of_the_parameters_cell_takes_effect(tmp_path):
+    """What a student sees in the parameters cell of a copy is what runs: edit it, run the copy, the edit counts
+    (papermill's injected cell after it would have set the old value again)."""
+    import nbformat
+
+    source = tmp_path / "95_edit.py"
+    source.write_text(_TWO_CELLS)
+    copy = nbs.with_parameters(jupytext.read(source), {"scale": 5})
+    copy.cells[0].source = copy.cells[0].source.replace("scale = 5", "scale = 7")  # the student's edit
+    nbformat.write(copy, tmp_path / "copy.ipynb")
+    papermill.execute_notebook(str(tmp_path / "copy.ipynb"), str(tmp_path / "ran.ipynb"), kernel_name="python3",
+                               progress_bar=False)
+    assert _stdout(tmp_path / "ran.ipynb") == "70 a\n"
+
+
+def test_command_line_values_take_the_type_of_the_parameter():
+    assert nbs.parameter_value("grpo", "rlvmr") == "grpo"
+    assert nbs.parameter_value("1", "L0") == "1"  # a string parameter keeps the text
+    assert nbs.parameter_value("1e-5", 1e-6) == 1e-5 and nbs.parameter_value("3", 2) == 3
+    assert nbs.parameter_value('["png", "pdf"]', ["png"]) == ["png", "pdf"]
+    assert nbs.parameter_value("null", 2.0) is None and nbs.parameter_value("None", 2.0) is None
+    assert nbs.parameter_value("runs/eval/results.json", None) == "runs/eval/results.json"
+
+
+@pytest.mark.slow
+def test_notebook_command_runs_a_shipped_notebook_with_parameters(tmp_path, monkeypatch, capsys):
+    """`rlvmr-nb notebook 02_rl_training -p algo grpo` at the CI size: the executed copy under --out, its
+    parameters cell says grpo, and the run it trained is a grpo run."""
+    from rlvmr_nb.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    assert main(["notebook", "02_rl_training", "-f", str(nbs.config_path("02_rl_training", ci=True)),
+                 "-p", "algo", "grpo", "-p", "iterations", "1", "--out", "runs/notebooks"]) == 0
+    executed = tmp_path / "runs" / "notebooks" / "02_rl_training.ipynb"
+    assert f"executed notebook: {Path('runs/notebooks/02_rl_training.ipynb')}" in capsys.readouterr().out
+    cells = json.loads(executed.read_text())["cells"]
+    tagged = [c for c in cells if "parameters" in c["metadata"].get("tags", [])]
+    assert len(tagged) == 1 and 'algo = "grpo"' in "".join(tagged[0]["source"])
+    assert not [o for o in _outputs(executed) if o.get("output_type") == "error"]
+    assert "grpo_toy_L0_seed0" in _stdout(executed)
+    config = json.loads((tmp_path / "runs" / "grpo_toy_L0_seed0" / "config.json").read_text())
+    assert config["method"]["algo"] == "grpo" and config["run"]["iterations"] == 1
+    # a name the notebook does not take ends in one line naming what it takes
+    assert main(["notebook", "02_rl_training", "-p", "algorithm", "grpo"]) == 2
+    assert "has no parameter 'algorithm'; it takes: algo, env" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------------------------------ helpers
 
 

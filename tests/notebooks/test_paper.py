@@ -188,6 +188,31 @@ def test_ours_bad_input_says_how_to_fix(tmp_path):
     assert paper.load_ours(path, scale=100)[0]["value"] == pytest.approx(10.0)
 
 
+def _evaluation(env: str, level: str, success: float) -> dict:
+    """The shape of what `rlvmr-nb eval` writes: flat metrics of one level and the config it ran."""
+    return {"metrics": {"success": success, "format_valid_rate": 1.0},
+            "config": {"rollout": {"env": env, "level": level}}, "provenance": {"seed": 0}}
+
+
+def test_evaluation_files_are_read_with_the_method_named_and_several_at_once(tmp_path):
+    """`rlvmr-nb eval` files hold one level and no method: world and level come from their config, the method from
+    the caller (rlvmr-nb figures --ours-method), and a list of files gives all their records."""
+    files = []
+    for level, success in (("L0", 0.5), ("L2", 0.25)):
+        files.append(tmp_path / f"rlvmr_{level}.json")
+        files[-1].write_text(json.dumps(_evaluation("scienceworld", level, success)))
+    records = paper.load_ours([str(f) for f in files], method="RLVMR", scale=100, model="tiny")
+    success = {r["level"]: r["value"] for r in records if r["metric"] == "success"}
+    assert success == {"L0": pytest.approx(50.0), "L2": pytest.approx(25.0)}
+    assert {(r["env"], r["method"], r["model"]) for r in records} == {("scienceworld", "RLVMR", "tiny")}
+    with pytest.raises(ValueError, match="does not say which method.*--ours-method"):
+        paper.load_ours(files[0])
+    toy = tmp_path / "toy.json"
+    toy.write_text(json.dumps(_evaluation("toy", "L0", 1.0)))
+    with pytest.raises(ValueError, match="evaluates 'toy'; the paper reports numbers for alfworld"):
+        paper.load_ours(toy, method="RLVMR")
+
+
 def test_ours_for_model_matches_falls_back_or_refuses():
     a = paper.ours_records({"RLVMR": {"L0": {"success": 1}}}, model="A")
     b = paper.ours_records({"RLVMR": {"L0": {"success": 2}}}, model="B")

@@ -4,7 +4,8 @@ expert trajectories (`experts`) -> one tag + one sentence per step (`teachers`: 
 `LLMTeacher` for any OpenAI-compatible endpoint) -> step-level SFT pairs with the rollout prompt code
 (`dataset`) -> SFT and the before/after measurement (`experiment`).
 
-Command line: ``rlvmr-nb coldstart ...`` = `main`.
+Settings of a whole cold start: `config.ColdStartConfig` (``configs/paper/coldstart_<env>.json``); its folder
+and the command that builds a missing one: `layout`. Command line: ``rlvmr-nb coldstart ...`` = `command.main`.
 """
 
 from .dataset import (
@@ -12,11 +13,11 @@ from .dataset import (
     build_coldstart_dataset,
     check_tag_shares,
     load_coldstart_samples,
-    main,
     read_manifest,
     read_samples,
     read_trajectories,
 )
+from .command import main
 from .experts import LeakageError, assert_no_heldout, heldout_task_types, training_tasks
 from .chat_transport import EndpointError
 from .teachers import AnnotationRejected, LLMTeacher, RuleTeacher, TeacherUnavailable, make_teacher

@@ -21,7 +21,6 @@ dataset without a manifest is incomplete: the manifest is written last.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -36,12 +35,10 @@ from ..rollout.prompts import AgentMemory, PromptConfig
 from ..rollout.tags import META_TAGS
 from ..records import Episode, read_episodes, write_episodes
 from ..runs.lock import RunFolderLock
-from ..settings import positive_float
 from .experts import (
     MAX_TRAJECTORY_STEPS,
     assert_no_heldout,
     candidate_order,
-    coldstart_envs,
     expert_episode,
     heldout_task_types,
     TrajectoryTooLong,
@@ -337,49 +334,3 @@ def load_coldstart_samples(path: str | os.PathLike, tokenizer: Any) -> list:
     return [SFTSample(prompt=to_chat(tokenizer, r["prompt"]), response=r["response"],
                       meta={k: v for k, v in r.items() if k not in ("prompt", "response")})
             for r in read_samples(path)]
-
-
-# ------------------------------------------------------------------------------------------- command line
-
-
-def main(argv: Sequence[str] | None = None, parser_class: type = argparse.ArgumentParser) -> int:
-    """``rlvmr-nb coldstart``: build a tagged cold-start dataset and print its manifest summary. `parser_class`: the
-    command line's own (`cli.SuggestingParser`, which names the closest option to a misspelled one)."""
-    p = parser_class(prog="rlvmr-nb coldstart", description=__doc__.split("\n\n")[0])
-    p.add_argument("--env", choices=coldstart_envs(), default="alfworld")
-    p.add_argument("--level", default="L0", choices=["L0", "L1", "L2"])
-    p.add_argument("-n", "--trajectories", type=int, default=None,
-                   help="trajectories to keep (default: 200 ALFWorld, 60 ScienceWorld)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--teacher", choices=["rule", "llm"], default="rule")
-    p.add_argument("--expert", default=None,
-                   help="ALFWorld: mixed (default) | walkthrough | handcoded; ScienceWorld: gold (the only one)")
-    p.add_argument("--error-rate", type=float, default=0.8, help="rule teacher: share of trajectories with a mistake")
-    p.add_argument("--no-admissible", action="store_true",
-                   help="official cold-start prompts without the admissible list (default: the RL prompt format)")
-    p.add_argument("--min-tag-share", type=float, default=MIN_TAG_SHARE)
-    p.add_argument("--llm-model", help="LLM teacher: model name at the endpoint")
-    p.add_argument("--llm-base-url", help="LLM teacher: OpenAI-compatible base URL (default $OPENAI_BASE_URL or OpenAI)")
-    p.add_argument("--llm-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the API key")
-    p.add_argument("--llm-timeout", type=positive_float, default=60.0,
-                   help="LLM teacher: seconds to wait for one answer, and at most as long again retrying an "
-                        "unreachable or hung endpoint before giving up (default 60)")
-    p.add_argument("--out", help="output folder (default runs/coldstart/<env>-<level>-<teacher>-n<N>-seed<S>)")
-    args = p.parse_args(argv)
-    if args.teacher == "llm":
-        if not args.llm_model:
-            p.error("--teacher llm needs --llm-model")
-        teacher: Any = make_teacher("llm", model=args.llm_model, base_url=args.llm_base_url,
-                                    api_key_env=args.llm_api_key_env, timeout_s=args.llm_timeout,
-                                    retry_budget_s=args.llm_timeout)
-    else:
-        teacher = make_teacher("rule", seed=args.seed, error_rate=args.error_rate)
-    out = build_coldstart_dataset(
-        args.env, args.level, args.trajectories, args.seed, teacher, args.out, expert=args.expert,
-        show_admissible=not args.no_admissible, min_tag_share=args.min_tag_share,
-    )
-    m = read_manifest(out)
-    print(f"cold-start dataset: {out}")
-    print(f"trajectories {m['counts']['trajectories']}, samples {m['counts']['samples']}, tag shares "
-          + ", ".join(f"{t} {s:.1%}" for t, s in m["tags"]["shares"].items()))
-    return 0

@@ -167,13 +167,15 @@ def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, pr
     manifest = read_manifest(dataset)
     # the SFT backend decides the loader: models.load_model, or Unsloth's on a CUDA GPU (config.sft.backend)
     model, tokenizer = load_sft_model(config.model, config.sft, seed=config.seed)
-    eval_cfg = EvalConfig(seed=config.seed, device=config.sft.device, max_tasks=config.eval_games,
+    # without the held-out evaluation (run_eval False, e.g. eval_games 0) no game is drawn
+    eval_cfg = EvalConfig(seed=config.seed, device=config.sft.device,
+                          max_tasks=config.eval_games if config.run_eval else None,
                           batch_tasks=config.eval_batch_tasks,
                           rollout=RolloutConfig(env=config.env, level=config.level, group_size=1,
                                                 max_steps=config.eval_max_steps, stop=config.eval_stop,
                                                 max_new_tokens=config.eval_max_new_tokens, prompt_style="meta_think",
                                                 temperature=config.eval_temperature))
-    tasks = eval_tasks(eval_cfg)
+    tasks = eval_tasks(eval_cfg) if config.run_eval else []
 
     samples, sample_stats = select_samples(load_coldstart_samples(dataset, tokenizer), tokenizer,
                                            config.max_samples, config.max_sample_tokens, config.seed,

@@ -50,7 +50,8 @@ class SFTConfig:
     gradient_checkpointing: bool = False
     """Trade compute for activation memory."""
     seed: int = 0
-    """Shuffling and init seed."""
+    """Shuffling and init seed; in a `config.ColdStartConfig` the cold start's one seed, which also draws its
+    trajectories, sample subset and held-out games."""
     backend: str = "transformers"
     """'transformers' (CPU and GPU) or 'unsloth' (CUDA only; optional dependency, `sft_unsloth`)."""
     load_in_4bit: bool = False

@@ -226,13 +226,41 @@ def ours_for_model(ours: Iterable[Mapping[str, Any]], model: str | None) -> list
     )
 
 
-def load_ours(path: str | os.PathLike, **kwargs: Any) -> list[dict[str, Any]]:
-    """Read our results from a JSON file (any form `ours_records` accepts; a ``"metrics"`` key is unwrapped)."""
+def load_ours(path: str | os.PathLike | Sequence[str | os.PathLike], *, method: str | None = None,
+              **kwargs: Any) -> list[dict[str, Any]]:
+    """Read our results from a JSON file, or several (their records together): any form `ours_records` accepts
+    (a ``"metrics"`` key is unwrapped), or the file ``rlvmr-nb eval`` writes: one policy on one level, whose world
+    and level are in its ``config`` and whose method (RLVMR, GRPO, SFT...) is `method` unless the file names it."""
+    if not isinstance(path, (str, os.PathLike)):
+        return [r for one in path for r in load_ours(one, method=method, **kwargs)]
     with open(path, encoding="utf-8") as f:
         data = json.load(f)
-    if isinstance(data, Mapping) and "metrics" in data and "records" not in data:
+    if _one_evaluation(data):
+        data = _as_nested(data, method, str(path))
+    elif isinstance(data, Mapping) and "metrics" in data and "records" not in data:
         data = data["metrics"]
     return ours_records(data, **kwargs)
+
+
+def _one_evaluation(data: Any) -> bool:
+    """Whether `data` is an ``rlvmr-nb eval`` results file: flat metrics of one level and the rollout they ran."""
+    metrics = data.get("metrics") if isinstance(data, Mapping) else None
+    config = data.get("config") if isinstance(data, Mapping) else None
+    return (isinstance(metrics, Mapping) and isinstance(metrics.get("success"), (int, float))
+            and isinstance(config, Mapping) and isinstance(config.get("rollout"), Mapping))
+
+
+def _as_nested(data: Mapping[str, Any], method: str | None, source: str) -> dict[str, Any]:
+    """An evaluation file as ``{env: {method: {level: metrics}}}``."""
+    env, level = data["config"]["rollout"]["env"], data["config"]["rollout"]["level"]
+    name = method or data.get("method")
+    if not name:
+        raise ValueError(f"{source} is one evaluation ({env} {level}) and does not say which method trained its "
+                         "policy: name it (load_ours(method=...); notebook 04: ours_method; rlvmr-nb figures "
+                         "--ours-method RLVMR)")
+    if env not in ENVS:
+        raise ValueError(f"{source} evaluates {env!r}; the paper reports numbers for {', '.join(ENVS)} only")
+    return {env: {name: {level: data["metrics"]}}}
 
 
 def _expect_mapping(value: Any, what: str) -> Mapping[str, Any]:
