@@ -79,7 +79,9 @@ def rehearse(config: Any, *, config_path: str = "", tokenizer: str = DEFAULT_TOK
                    "gradient_checkpointing": config.update.gradient_checkpointing,
                    "rollout_backend": config.engine.rollout_backend, "sharding": config.placement.sharding,
                    "reference_device": config.placement.reference_device,
-                   "env_workers": rollout.env_workers, "env_workers_set": rollout.env_workers > 0},
+                   "env_workers": rollout.env_workers,
+                   # None and 'auto' both step the envs in worker processes on a GPU (envs.slots.env_worker_count)
+                   "env_workers_set": rollout.env_workers != 0},
         "stand_in": {
             "tokenizer": tokenizer, "vocabulary": len(tok),
             "tokenizer_note": ("the paper's Qwen2.5 tokenizer is not available offline; token counts are the "

@@ -26,7 +26,7 @@ from typing import Any, Mapping, Sequence
 
 from ..envs.base import Reset, StepResult, TaskSpec
 from ..envs.registry import EnvSpec, get_env
-from ..envs.slots import make_env_slots
+from ..envs.slots import env_worker_count, make_env_slots
 from ..records import Episode
 from ..rollout.generation.base import Prompt, SamplingConfig
 from ..rollout.generation.scripted import ResponseLengths, ScriptedGenerator, write_step
@@ -163,7 +163,8 @@ def play_iteration(config: TrainConfig, tokenizer: Any, lengths: ResponseLengths
     per_wave = wave_tasks or wave_size(spec, len(batch), G, available_memory_mib())
     clock = Clock()
     started = time.perf_counter()
-    inner = make_env_slots(rollout.env, rollout.env_workers)
+    # played on this CPU: 'auto' takes its cores, None (a GPU's default) steps in-process here
+    inner = make_env_slots(rollout.env, env_worker_count(rollout.env_workers, per_wave * G, on_cuda=False))
     clock.add("env_setup_s", time.perf_counter() - started)
     player = ScriptedPlayer(tokenizer, rollout.prompt_style, lengths, config.seed, spec.commitment_actions, clock)
     generator = ScriptedGenerator(tokenizer, player.respond)
