@@ -13,6 +13,30 @@ from typing import Any, Callable, NoReturn
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
 from .batch.command import add_batch_commands  # noqa: E402  (standard library only; loads no torch)
+from .coldstart import main as coldstart_main
+from .coldstart.chat_transport import EndpointError
+from .coldstart.dataset import TooFewTrajectories
+from .coldstart.teachers import TeacherUnavailable
+from .demo import DEMO_OUT, format_summary, run_demo, step_table
+from .envs.alfworld_data import default_source, install_alfworld_data
+from .envs.alfworld_experts import replay_all_walkthroughs
+from .envs.registry import LEVELS, env_names, get_env
+from .envs.scienceworld_gold import replay_gold_sample
+from .envs.split_overlap import OVERLAP_MEASURES, write_overlap
+from .notebooks import run_demo_chain
+from .paper.verify import REPRODUCTIONS, format_checks, verify
+from .rollout.generation import BACKENDS, ENGINE_DTYPES, SLEEP_LEVELS
+from .rollout.generation.base import STOP_POLICIES
+from .rollout.generation.vllm_backend import VLLMUnavailableError
+from .rollout.prompts import STYLES
+from .runs.cost import check_cpu_cost
+from .runs.export import export_policy
+from .runs.lock import RunFolderBusy, results_lock
+from .runs.policy import load_policy
+from .runs.progress import quiet_library_bars
+from .scoring.method import ALGORITHMS, PRESETS, MethodConfig
+from .settings import add_setting_flags, given_settings, positive_int, setting_flags
+from .update.config import OLD_LOGPROBS, REFERENCE_DEVICES, SHARDINGS
 
 # --------------------------------------------------------------------------------------------------
 # One error handler for every command: a wrong input or a run stopped by the user or the machine ends in
@@ -26,13 +50,8 @@ INTERRUPTED_RC = 130
 
 def _expected_errors() -> tuple[type[BaseException], ...]:
     # imported here: `rlvmr-nb --help` must not load torch
-    from .coldstart.chat_transport import EndpointError
-    from .coldstart.dataset import TooFewTrajectories
-    from .coldstart.teachers import TeacherUnavailable
     from .models import ModelLoadError
-    from .rollout.generation.vllm_backend import VLLMUnavailableError
     from .runs.checkpoints import CheckpointError
-    from .runs.lock import RunFolderBusy
 
     return (ValueError, FileNotFoundError, OSError, ModelLoadError, CheckpointError, RunFolderBusy,
             TeacherUnavailable, EndpointError, TooFewTrajectories, VLLMUnavailableError)
@@ -95,16 +114,12 @@ def _subcommand_parser(parser: argparse.ArgumentParser, name: str) -> argparse.A
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import DEMO_OUT, format_summary, run_demo, step_table
-
     result = run_demo(out_dir=args.out or ("figures" if args.update_figures else DEMO_OUT), preset=args.preset)
     print(step_table(result.episodes))
     print(format_summary(result.summary))
     if result.figure:
         print(f"figure: {result.figure}")
     if args.train:
-        from .envs.alfworld_data import default_source, install_alfworld_data
-        from .notebooks import run_demo_chain
 
         os.environ["ALFWORLD_DATA"] = str(install_alfworld_data(default_source()))  # no-op when cached
         for name, info in run_demo_chain(progress=True, update_figures=args.update_figures).items():
@@ -122,6 +137,7 @@ LAB_DEMO_OUT = "runs/metalab/demo"
 
 
 def _run_lab_demo(config_file: str, out: str, figures: str) -> None:
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .lab import load_lab_config
     from .lab.learning_demo import describe, run_learning_demo
 
@@ -136,8 +152,6 @@ def _cmd_lab_demo(args: argparse.Namespace) -> int:
 
 
 def _cmd_data(args: argparse.Namespace) -> int:
-    from .envs.registry import get_env
-
     spec = get_env(args.env)
     path = spec.install_data(args.source, dest=args.dest, force=args.force)
     print(f"{args.env} data ready at {path}")
@@ -147,15 +161,11 @@ def _cmd_data(args: argparse.Namespace) -> int:
 
 
 def _check_alfworld_walkthroughs(args: argparse.Namespace) -> tuple[dict, bool]:
-    from .envs.alfworld_experts import replay_all_walkthroughs
-
     report = replay_all_walkthroughs()
     return report, report["won"] == report["games"]
 
 
 def _check_scienceworld_gold(args: argparse.Namespace) -> tuple[dict, bool]:
-    from .envs.scienceworld_gold import replay_gold_sample
-
     report = replay_gold_sample(per_task=args.per_task)
     return report, report["n_ok"] == report["n"]
 
@@ -171,6 +181,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 
 def _cmd_model(args: argparse.Namespace) -> int:
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .models import ensure_embedded_model
 
     print(ensure_embedded_model())
@@ -185,13 +196,6 @@ tree of the same name (`settings.setting_flags`): ``--lr`` sets ``update.lr``.""
 
 def _setting_choices() -> dict[str, Any]:
     """The allowed values argparse checks and --help shows, for the settings that have a fixed list."""
-    from .envs.registry import LEVELS, env_names
-    from .rollout.generation import BACKENDS, ENGINE_DTYPES, SLEEP_LEVELS
-    from .rollout.generation.base import STOP_POLICIES
-    from .rollout.prompts import STYLES
-    from .scoring.method import ALGORITHMS, PRESETS
-    from .update.config import OLD_LOGPROBS, REFERENCE_DEVICES, SHARDINGS
-
     return {"algo": list(ALGORITHMS), "env": env_names(), "level": LEVELS, "prompt_style": STYLES,
             "stop": sorted(STOP_POLICIES), "reference_device": REFERENCE_DEVICES, "sharding": SHARDINGS,
             "rollout_backend": list(BACKENDS), "rollout_dtype": ENGINE_DTYPES, "vllm_sleep_level": SLEEP_LEVELS,
@@ -199,8 +203,8 @@ def _setting_choices() -> dict[str, Any]:
 
 
 def _add_train_settings(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .train_config import TrainConfig
-    from .settings import add_setting_flags, setting_flags
 
     p.add_argument("--config", default=None, metavar="FILE.json",
                    help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
@@ -210,9 +214,9 @@ def _add_train_settings(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) 
 
 
 def _add_eval_settings(p: argparse.ArgumentParser) -> None:
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .evaluate import RESULTS_PATH, EvalConfig
     from .train_config import TrainConfig
-    from .settings import add_setting_flags, setting_flags
 
     p.add_argument("--model", default=TrainConfig.model,
                    help="model spec, saved model folder, trainer checkpoint ckpt-XXXXX or run folder (default: the "
@@ -231,9 +235,8 @@ def _add_eval_settings(p: argparse.ArgumentParser) -> None:
 
 
 def _cmd_train(args: argparse.Namespace) -> int:
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .devices import resolve_device
-    from .runs.cost import check_cpu_cost
-    from .settings import given_settings
     from .train_config import train_config
     from .trainer import train
 
@@ -249,16 +252,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_rehearse(args: argparse.Namespace) -> int:
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .rehearsal.command import run_rehearse
 
     return run_rehearse(args)
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .evaluate import eval_config_for, evaluate_seeds, summary_table, table_row, write_seed_results
-    from .runs.policy import load_policy
-    from .runs.lock import results_lock
-    from .settings import given_settings
 
     given = given_settings(args, args.flags)
     if args.seeds:  # the task subset is the first seed's for all of them
@@ -282,8 +284,6 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from .runs.export import export_policy
-
     path = export_policy(args.model, args.to)
     print(f"exported {args.model} to {path} (Hugging Face format): "
           f"AutoModelForCausalLM.from_pretrained({str(path)!r}) loads it")
@@ -291,7 +291,7 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_overlap(args: argparse.Namespace) -> int:
-    from .envs.split_overlap import OVERLAP_MEASURES, write_overlap
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .evaluate import provenance
 
     options = {"alfworld": {"data_root": args.data_root}, "scienceworld": {"descriptions": args.descriptions}}
@@ -303,6 +303,7 @@ def _cmd_overlap(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
     from .lab import load_lab_config, run_lab
     from .lab.report import write_lab_report
 
@@ -319,8 +320,6 @@ def _cmd_lab(args: argparse.Namespace) -> int:
 
 
 def _cmd_verify(args: argparse.Namespace) -> int:
-    from .paper.verify import format_checks, verify
-
     checks = verify(args.names or None, record=args.record)
     if args.record:
         return 0
@@ -330,12 +329,6 @@ def _cmd_verify(args: argparse.Namespace) -> int:
 
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The `rlvmr-nb` parser; `command` ("train", "eval"): with that command's settings flags."""
-    from .envs.registry import env_names, get_env
-    from .envs.split_overlap import OVERLAP_MEASURES
-    from .scoring.method import PRESETS, MethodConfig
-    from .settings import positive_int
-    from .paper.verify import REPRODUCTIONS
-
     parser = SuggestingParser(prog="rlvmr-nb", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -466,12 +459,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from .runs.progress import quiet_library_bars
-
     argv = list(sys.argv[1:] if argv is None else argv)
     quiet_library_bars()  # in a log (not a terminal) a library's bar would leave every redraw behind
     if argv[:1] == ["coldstart"]:  # its own parser owns every option, --help included
-        from .coldstart import main as coldstart_main
 
         return run_command("coldstart", lambda: coldstart_main(argv[1:], parser_class=SuggestingParser))
     parser = build_parser(argv[0] if argv else None)

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from .rollout.tags import parse_output
+from .plots import plot_episode_group
 from .records import Episode, read_episodes
+from .rollout.tags import parse_output
 from .scoring.method import MethodConfig
 from .scoring.metrics import summarize
 from .scoring.scored import score_episodes
@@ -41,7 +42,7 @@ def reparse(episodes: list[Episode], mode: str = "strict") -> list[Episode]:
 class DemoResult:
     episodes: list[Episode]
     summary: dict
-    figure: Path | None
+    figure: Path
 
 
 def step_table(episodes: list[Episode]) -> str:
@@ -68,15 +69,9 @@ def run_demo(out_dir: str | Path = DEMO_OUT, path: str | Path | None = None, pre
     episodes = reparse(read_episodes(path or example_group_path()))
     scored = score_episodes(episodes, MethodConfig(algo="rlvmr", preset=preset))
     episodes = scored.episodes
-    figure = None
-    try:
-        from .plots import plot_episode_group
-    except ImportError:  # plotting is optional for the library; the demo still prints its table
-        plot_episode_group = None
-    if plot_episode_group is not None:
-        out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
-        figure = Path(plot_episode_group(episodes, out_path=out / "demo_example_group.png"))
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    figure = Path(plot_episode_group(episodes, out_path=out / "demo_example_group.png"))
     return DemoResult(episodes=episodes, summary=summarize(episodes, scored.steps), figure=figure)
 
 

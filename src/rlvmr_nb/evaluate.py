@@ -25,19 +25,24 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from tqdm.auto import tqdm
+
+from .atomic_io import atomic_write_text
+from .devices import check_device_spec, place
 from .envs import slots
 from .envs.alfworld import seeded_subset  # light import; the same nested-subset rule for every env
 from .envs.base import TaskSpec
-from .devices import check_device_spec, place
 from .envs.registry import get_env
+from .records import Episode, write_episodes
 from .rollout.generation import EngineConfig, EngineSettings, Generator, make_rollout_generator
 from .rollout.loop import RolloutConfig, run_rollouts
+from .runs.machine import machine_facts
+from .runs.policy import training_run_settings
+from .runs.reporters import check_report_to, report_once
+from .scoring.method import MethodConfig
 from .scoring.metrics import metric_intervals, summarize
 from .scoring.stats import spread
-from .records import Episode, write_episodes
-from .scoring.method import MethodConfig
-from .settings import build_config
-from .runs.machine import machine_facts
+from .settings import build_config, require_positive
 
 RESULTS_PATH = "runs/eval/results.json"
 """Where `rlvmr-nb eval` writes its results file unless told (--out)."""
@@ -69,10 +74,7 @@ class EvalConfig:
     """The rollout engine."""
 
     def __post_init__(self) -> None:
-        from .settings import require_positive
-
         if self.report_to:  # imported only when used: the runs package loads torch
-            from .runs.reporters import check_report_to
 
             self.report_to = check_report_to(self.report_to)
         self.report_to = tuple(self.report_to)
@@ -138,8 +140,6 @@ def eval_config_for(model: str | os.PathLike, given: Mapping[str, Any], *, overr
     one line, unless `override_run`: then it is used and `warn` gets one line. The record, for the results file:
     ``{"from": the run's settings file or None, "taken": {setting: value} used from the run, "overridden":
     {setting: {"run": ..., "given": ...}}}``."""
-    from .runs.policy import training_run_settings
-
     path, run = training_run_settings(model)
     taken = settings_from_run(run)
     clashes = {k: (taken[k], given[k]) for k in RUN_SETTINGS if k in taken and k in given and given[k] != taken[k]}
@@ -194,8 +194,6 @@ def evaluate_policy(
         rollout, min(config.batch_tasks, len(tasks)) * rollout.group_size, on_cuda=device.type == "cuda")
     episodes: list[Episode] = []
     try:
-        from tqdm.auto import tqdm
-
         bar = tqdm(total=len(tasks), desc=f"eval {rollout.env} {rollout.level}", disable=None if progress else True)
         for i in range(0, len(tasks), config.batch_tasks):
             chunk = tasks[i : i + config.batch_tasks]
@@ -212,8 +210,6 @@ def evaluate_policy(
         ep.info["eval"] = {"level": rollout.level, "temperature": rollout.temperature}
     summary = summarize(episodes)
     if config.report_to:
-        from .runs.reporters import report_once
-
         report_once(config.report_to, summary, run_name=f"eval-{rollout.env}-{rollout.level}", config=asdict(config))
     return episodes, summary
 
@@ -336,8 +332,6 @@ def write_results(path: str | Path, summary: dict, config: Any, episodes: Sequen
     file or the new one, never a partial one. The episodes are written first, so a results file never
     points at episodes that are not there yet.
     """
-    from .atomic_io import atomic_write_text
-
     path = Path(path)
     cfg = asdict(config) if hasattr(config, "__dataclass_fields__") else dict(config)
     if intervals is None and episodes is not None:

@@ -31,6 +31,10 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaConfig, Qwen2Config
+
+from .coldstart.layout import build_command
+from .devices import place
 
 EMBEDDED_PREFIX = "embedded:"
 TINY_PREFIX = "tiny-random:"
@@ -121,8 +125,6 @@ def _atomic_publish(tmp: Path, final: Path) -> None:
 
 
 def _load_gguf_tokenizer(gguf: Path) -> Any:
-    from transformers import AutoTokenizer
-
     return AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name, local_files_only=True)
 
 
@@ -166,7 +168,6 @@ def ensure_embedded_model(name: str = DEFAULT_EMBEDDED, *, verbose: bool = True)
         if verbose:
             print(f"[rlvmr-nb] converting {gguf.name} to safetensors in {out} (once, ~40 s)...", flush=True)
         t0 = time.perf_counter()
-        from transformers import AutoModelForCausalLM
 
         tokenizer = _load_gguf_tokenizer(gguf)
         quantized = AutoModelForCausalLM.from_pretrained(
@@ -207,8 +208,6 @@ def resolve_tokenizer(spec: str, cache_dir: str | os.PathLike | None = None) -> 
     Tiny random models use the real SmolLM2 tokenizer; pad defaults to eos when the tokenizer has
     none (SmolLM2 already pads with ``<|im_end|>``), and padding is on the left for generation.
     """
-    from transformers import AutoTokenizer
-
     if spec.startswith(TINY_PREFIX):
         _tiny_arch(spec)  # validate the arch early
         source: str = str(ensure_embedded_tokenizer(DEFAULT_EMBEDDED))
@@ -249,8 +248,6 @@ def checkpoint_source(spec: str) -> Path | str:
 
 def _check_not_missing_path(spec: str) -> None:
     if _looks_like_path(spec):
-        from .coldstart.layout import build_command
-
         command = build_command(spec)  # the RL configs start from a cold start's model folder
         hint = f"It is a cold start's model: build it with `{command}`." if command else ALTERNATIVES_HINT
         raise ModelLoadError(f"model directory {spec!r} does not exist. {hint}")
@@ -296,8 +293,6 @@ def tiny_random_model(
     a peaked distribution (greedy ties, temperature effects) can pass ``init_std=0.3`` (~8 nats).
     vLLM's CPU attention needs head_dim >= 32: pass ``num_heads=2, num_kv_heads=1`` for it.
     """
-    from transformers import AutoModelForCausalLM, LlamaConfig, Qwen2Config
-
     config_cls = {"llama": LlamaConfig, "qwen2": Qwen2Config}[arch]
     config = config_cls(
         vocab_size=len(tokenizer),
@@ -344,8 +339,6 @@ def load_model(
         ModelLoadError: unknown spec, missing directory/package, or an unreachable hub id; the
             message lists the offline alternatives.
     """
-    from transformers import AutoModelForCausalLM
-
     if not isinstance(spec, str) or not spec.strip():
         raise ModelLoadError(f"model spec must be a non-empty string, got {spec!r}. {ALTERNATIVES_HINT}")
     spec = spec.strip()
@@ -369,8 +362,6 @@ def load_model(
 
 def _placed(model: Any, device: str | torch.device | None) -> Any:
     if device is not None:
-        from .devices import place
-
         place(model, device)
     return model
 

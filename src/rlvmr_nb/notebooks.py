@@ -22,12 +22,18 @@ where it belongs: policies from run folders in `runs` (`load_policy`, `model_lab
 from __future__ import annotations
 
 import ast
+import copy
+import html
 import json
 import math
 import os
 import sys
+import time
+import warnings
 from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from tqdm.auto import tqdm
 
 NOTEBOOKS: tuple[str, ...] = (
     "00_tour", "01_cold_start", "02_rl_training", "03_evaluation", "04_paper_figures", "05_case_studies",
@@ -79,9 +85,6 @@ def setup_notebook() -> Path:
       (``out_dir="figures"``, ``runs_root="runs"``) are meant from the repository root, as under
       ``make figures`` / ``make demo``. Inside a checkout's ``notebooks/`` folder this changes to the root.
     """
-    import sys
-    import warnings
-
     if "torch" in sys.modules and os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":
         warnings.warn("torch was imported before OMP_WAIT_POLICY=PASSIVE was set: restart the kernel and run "
                       "this cell first, or decoding may be ~17x slower", RuntimeWarning, stacklevel=2)
@@ -136,6 +139,7 @@ def notebook_parameters(name: str | os.PathLike, notebooks_dir: str | os.PathLik
     Raises if there is not exactly one such cell or it holds anything but ``name = literal`` lines,
     the contract papermill's injection relies on.
     """
+    # jupytext (the 'notebooks' extra) is loaded here only: importing notebooks needs none of it
     import jupytext
 
     path = notebook_path(name, notebooks_dir)
@@ -251,8 +255,6 @@ def with_parameters(notebook: Any, values: Mapping[str, Any], note: str = "") ->
     """A copy of `notebook` (an nbformat notebook) whose one ``parameters`` cell assigns `values` in place of its
     defaults, under the comment lines of `note`. No cell is added: the tagged cell is the one place a parameter is
     set, so what a reader sees there is what runs, and an edit there takes effect."""
-    import copy
-
     out = copy.deepcopy(notebook)
     cells = [c for c in out.cells if "parameters" in c.metadata.get("tags", [])]
     if len(cells) != 1:
@@ -304,6 +306,8 @@ def run_notebook(
     Raises:
         NotebookFailed: a cell failed; the message names the cell's error and the executed copy.
     """
+    # jupytext (the 'notebooks' extra) and papermill (the 'notebooks' extra) are loaded here only: importing notebooks
+    # needs none of it
     import jupytext
     import papermill
     from papermill.exceptions import PapermillExecutionError
@@ -368,8 +372,6 @@ def make_figures(
         parameters: per notebook, values over its parameter file's (``{"04_paper_figures": {"ours_results":
             "runs/eval/results.json", "ours_method": "RLVMR"}}``: our run beside the paper's numbers).
     """
-    from tqdm.auto import tqdm
-
     base = Path(cwd) if cwd is not None else project_root()
     out = Path(out_dir) if Path(out_dir).is_absolute() else base / out_dir
     done: dict[str, Path] = {}
@@ -402,8 +404,6 @@ def run_demo_chain(
     purpose. A second call resumes: the trainer continues from its last checkpoint, and a finished
     run only redraws.
     """
-    import time
-
     base = Path(cwd) if cwd is not None else project_root()
     folder = Path(configs_dir) if configs_dir else base / "configs" / "demo"
     out = Path(out_dir) if Path(out_dir).is_absolute() else base / out_dir
@@ -445,8 +445,8 @@ def build_gallery(executed: Mapping[str, str | os.PathLike], out_dir: str | os.P
     The pages hold the outputs as run (figures embedded), so a class can read them in a browser
     without a kernel. Returns the index path.
     """
-    import html
-
+    # nbformat (the 'notebooks' extra) and nbconvert (the 'notebooks' extra) are loaded here only: importing notebooks
+    # needs none of it
     import nbformat
     from nbconvert import HTMLExporter
     from nbconvert.filters.markdown import markdown2html

@@ -34,28 +34,28 @@ from .devices import fused_adamw, process_group_backend, resolve_device, use_dev
 from .envs import slots
 from .envs.base import TaskSpec
 from .envs.registry import get_env
-from .rollout.generation import make_rollout_generator
+from .models import load_model, resolve_tokenizer
 from .records import Episode, append_episodes
+from .rollout.branching import tree_stats
+from .rollout.generation import make_rollout_generator
+from .rollout.loop import run_rollouts
 from .runs.checkpoints import restore_run, save_checkpoint
+from .runs.export import export_policy
 from .runs.logs import MetricsLog, truncate_logs
 from .runs.policy import wrap_lora, write_config
-from .runs.session import owns_run_folder
-from .runs.export import export_policy
 from .runs.progress import iteration_progress
-from .runs.run_id import HF_EXPORT
 from .runs.reporters import open_reporters
+from .runs.run_id import HF_EXPORT
+from .runs.session import owns_run_folder
 from .scoring.metrics import summarize
 from .scoring.scored import ScoredEpisodes, score_episodes
-from .rollout.branching import tree_stats
-from .rollout.loop import run_rollouts
 from .train_config import RESUMABLE_CHANGES, TrainConfig
 from .trainer_validation import Validator
 from .update import distributed as dist
 from .update.ppo import ppo_update, with_old_and_ref_logprobs
-from .update.samples import StepSample, episodes_to_samples
 from .update.sampler_correction import sampler_mismatch
+from .update.samples import StepSample, episodes_to_samples
 from .update.sharding import place_models
-
 
 # --------------------------------------------------------------------------------------------------
 # The loop
@@ -91,8 +91,6 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
 
     sharded = config.placement.sharding == "fsdp" and world > 1
     if policy is None or tokenizer is None:
-        from .models import load_model, resolve_tokenizer
-
         if sharded and rank != 0:  # FSDP: rank 0 alone reads the weights and sends each rank its shards
             policy, tokenizer = None, resolve_tokenizer(config.model)
         else:

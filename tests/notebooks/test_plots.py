@@ -223,7 +223,7 @@ def test_episode_group_needs_episodes():
 
 
 def test_sizes_and_captions_name_the_model():
-    from rlvmr_nb.plots.captions import size_from_name
+    from rlvmr_nb.runs.describe import size_from_name
 
     assert [plots.size_label(n) for n in (134_515_008, 1_543_714_304, 7_615_616_512, 3_209_280, None)] == [
         "135M", "1.5B", "7.6B", "3.2M", None]

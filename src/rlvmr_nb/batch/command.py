@@ -14,10 +14,20 @@ import os
 import sys
 from typing import Any
 
+from ..notebooks import (
+    FIGURE_NOTEBOOKS,
+    NOTEBOOKS,
+    NotebookFailed,
+    figure_dir,
+    make_figures,
+    notebook_parameters,
+    notebook_path,
+    parameter_value,
+    run_notebook,
+)
+
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from ..notebooks import FIGURE_NOTEBOOKS, NOTEBOOKS, make_figures
-
     ours = {"04_paper_figures": {"ours_results": [os.path.abspath(p) for p in args.ours], "ours_method": args.ours_method,
                                  "ours_model": args.ours_model}} if args.ours else None
     executed = make_figures(args.runs, notebooks=NOTEBOOKS if args.all else FIGURE_NOTEBOOKS, progress=True,
@@ -29,8 +39,6 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 
 def _cmd_notebook(args: argparse.Namespace) -> int:
-    from ..notebooks import NotebookFailed, figure_dir, notebook_parameters, notebook_path, parameter_value, run_notebook
-
     defaults = notebook_parameters(args.name)
     from_file: dict[str, Any] = {}
     if args.parameters_file:

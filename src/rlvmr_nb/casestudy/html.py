@@ -215,6 +215,7 @@ def matches_html(matches: Sequence[Loop | Recovery], limit: int | None = 20) -> 
 
 def _display(markup: str) -> Any:
     try:
+        # IPython, present only in a notebook is loaded here only: importing casestudy.html needs none of it
         from IPython.display import HTML
     except ImportError:  # plain Python: the caller gets the markup itself
         return markup

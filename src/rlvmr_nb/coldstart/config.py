@@ -201,6 +201,7 @@ def coldstart_dataset(config: ColdStartConfig, teacher: Any = None, out: str | P
 def experiment_config(config: ColdStartConfig, dataset: str | Path) -> Any:
     """The `experiment.ColdStartExperimentConfig` that fine-tunes ``config.model`` on `dataset` and measures it,
     writing ``<folder>/sft`` and ``<folder>/results.json``."""
+    # torch (the 'train' extra) is loaded here only: importing coldstart.config needs none of it
     from .experiment import ColdStartExperimentConfig
 
     data, measure, out = config.data, config.measure, folder(config)
@@ -218,6 +219,7 @@ def run_coldstart(config: ColdStartConfig, teacher: Any = None, progress: bool =
     """The whole cold start: the dataset (`coldstart_dataset`), then SFT and the measurement before and after
     (`experiment.coldstart_sft_experiment`). Returns the results document (also in ``<folder>/results.json``, with
     the settings in ``<folder>/coldstart_config.json``); the model is in ``<folder>/sft``."""
+    # torch (the 'train' extra) is loaded here only: importing coldstart.config needs none of it
     from .experiment import coldstart_sft_experiment
 
     dataset = coldstart_dataset(config, teacher, progress=progress)

@@ -28,20 +28,22 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from tqdm.auto import tqdm
+
 from ..atomic_io import atomic_open
 from ..envs.base import TaskSpec
 from ..envs.registry import get_env
-from ..rollout.prompts import AgentMemory, PromptConfig
-from ..rollout.tags import META_TAGS
 from ..records import Episode, read_episodes, write_episodes
+from ..rollout.prompts import AgentMemory, PromptConfig, to_chat
+from ..rollout.tags import META_TAGS
 from ..runs.lock import RunFolderLock
 from .experts import (
     MAX_TRAJECTORY_STEPS,
+    TrajectoryTooLong,
     assert_no_heldout,
     candidate_order,
     expert_episode,
     heldout_task_types,
-    TrajectoryTooLong,
     make_expert_env,
     training_tasks,
 )
@@ -184,8 +186,6 @@ def _collect(
     env: str, level: str, candidates: Sequence[TaskSpec], n: int, seed: int, teacher: Teacher, expert: str,
     handcoded_share: float, env_instance: Any, progress: bool,
 ) -> tuple[list[Episode], Counter, Counter]:
-    from tqdm.auto import tqdm
-
     engine = env_instance if env_instance is not None else make_expert_env(env, expert)
     episodes: list[Episode] = []
     rejected: Counter = Counter()
@@ -255,6 +255,7 @@ def _manifest(
     prompt_config: PromptConfig, episodes: Sequence[Episode], samples: Sequence[dict], tag_counts: Counter,
     shares: dict[str, float], min_tag_share: float, rejected: Counter, experts_used: Counter, out: Path,
 ) -> dict[str, Any]:
+    # torch (the 'train' extra) is loaded here only: importing coldstart.dataset needs none of it
     from ..evaluate import provenance
 
     per_type: dict[str, dict[str, int]] = {}
@@ -328,7 +329,7 @@ def load_coldstart_samples(path: str | os.PathLike, tokenizer: Any) -> list:
 
     CPU-sized subsets are chosen afterwards by `experiment.select_samples` (token cap, tag-stratified).
     """
-    from ..rollout.prompts import to_chat
+    # torch (the 'train' extra) is loaded here only: importing coldstart.dataset needs none of it
     from .sft import SFTSample
 
     return [SFTSample(prompt=to_chat(tokenizer, r["prompt"]), response=r["response"],

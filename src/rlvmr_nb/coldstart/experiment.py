@@ -20,7 +20,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from .sft import SFTConfig, SFTSample, tokenize_sample
+from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
+from ..models import describe_model
+from ..records import write_episodes
+from ..rollout.generation.base import SamplingConfig
+from ..rollout.generation.hf import HFGenerator
+from ..rollout.loop import RolloutConfig
+from ..rollout.tags import parse_output
+from .dataset import build_coldstart_dataset, load_coldstart_samples, read_manifest
+from .sft import SFTConfig, SFTSample, load_sft_model, tokenize_sample, train_sft
 
 
 @dataclass
@@ -124,10 +132,6 @@ def _stratified(samples: Sequence[SFTSample], pool: Sequence[int], n: int, rng: 
 def format_valid_rate(model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int = 96,
                       mode: str = "strict", batch_size: int = 8) -> float:
     """Share of greedy responses to chat-formatted `prompts` that are format-valid (docs/method.md, 'Validity rules')."""
-    from ..rollout.generation.base import SamplingConfig
-    from ..rollout.generation.hf import HFGenerator
-    from ..rollout.tags import parse_output
-
     generator = HFGenerator(model, tokenizer)
     try:
         valid = 0
@@ -154,12 +158,6 @@ def policy_figures(summary: dict[str, Any]) -> dict[str, float]:
 def coldstart_sft_experiment(config: ColdStartExperimentConfig | None = None, progress: bool = True) -> dict[str, Any]:
     """Evaluate -> SFT -> evaluate; returns (and writes to `config.results_path`) the results document."""
     config = config or ColdStartExperimentConfig()
-    from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
-    from ..rollout.loop import RolloutConfig
-    from ..models import describe_model
-    from .sft import load_sft_model, train_sft
-    from ..records import write_episodes
-    from .dataset import build_coldstart_dataset, load_coldstart_samples, read_manifest
 
     t_start, cpu_start = time.time(), time.process_time()
     dataset = Path(config.dataset) if config.dataset else build_coldstart_dataset(

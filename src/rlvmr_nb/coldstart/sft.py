@@ -27,6 +27,7 @@ from typing import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from tqdm.auto import tqdm
 
 from ..devices import autocast_context, place, upcast
 from ..models import load_model
@@ -150,6 +151,7 @@ def _prepare_for_training(model, config: SFTConfig):
     if asked."""
     place(model, config.device)
     if config.lora:
+        # peft, needed only with LoRA is loaded here only: importing coldstart.sft needs none of it
         from peft import LoraConfig, get_peft_model
 
         model = get_peft_model(
@@ -183,11 +185,7 @@ def run_sft_loop(
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: cosine_with_warmup(s, total, warmup))
     records: list[dict] = []
     rng = random.Random(config.seed)
-    try:
-        from tqdm.auto import tqdm
-    except ImportError:  # pragma: no cover
-        tqdm = None
-    bar = tqdm(total=total, desc="SFT", disable=None if progress else True) if tqdm else None
+    bar = tqdm(total=total, desc="SFT", disable=None if progress else True)
     step = 0
     for epoch in range(config.epochs):
         order = list(range(len(data)))
@@ -219,12 +217,10 @@ def run_sft_loop(
             records.append(rec)
             if log:
                 log(rec)
-            if bar:
-                bar.update(1)
-                bar.set_postfix(loss=f"{rec['loss']:.3f}")
+            bar.update(1)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}")
             step += 1
-    if bar:
-        bar.close()
+    bar.close()
     return records
 
 

@@ -9,6 +9,9 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from ..runs.policy import write_config, write_jsonl
+
+
 @dataclass
 class SFTConfig:
     """Cold-start SFT hyper-parameters (paper App. A.2; docs/method.md, 'Cold start')."""
@@ -66,6 +69,7 @@ BACKENDS: tuple[str, ...] = ("transformers", "unsloth")
 
 def check_config(config: SFTConfig) -> None:
     """Reject backend/option combinations that cannot work, before any model work."""
+    # torch (the 'train' extra) is loaded here only: importing coldstart.sft_config needs none of it
     from ..devices import check_device_spec
 
     if config.prompt_loss_weight < 0:
@@ -83,8 +87,6 @@ def check_config(config: SFTConfig) -> None:
 
 def write_sft_run_files(out: str | os.PathLike, config: SFTConfig, records: list[dict]) -> Path:
     """``sft_config.json`` and ``sft_log.jsonl`` next to the saved weights."""
-    from ..runs.policy import write_config, write_jsonl
-
     out = Path(out)
     write_config(out, asdict(config), "sft_config.json")
     write_jsonl(out / "sft_log.jsonl", records)

@@ -57,6 +57,7 @@ def import_fast_language_model() -> Any:
             "use SFTConfig(backend='transformers'), which trains on CPU and GPU."
         )
     try:
+        # Unsloth, its own CUDA environment is loaded here only: importing coldstart.sft_unsloth needs none of it
         import unsloth
     except ImportError as err:
         raise UnslothUnavailable(

@@ -229,14 +229,16 @@ def walkthrough_actions(task: TaskSpec, data_root: str | os.PathLike | None = No
 
 
 def _make_engine(handcoded_expert: bool) -> Any:
+    # TextWorld (the 'envs' extra) and ALFWorld (the 'envs' extra) are loaded here only: importing envs.alfworld needs
+    # none of it
     import textworld
+    from textworld.envs import PddlEnv
     from alfworld.agents.environment.alfred_tw_env import (
         AlfredDemangler,
         AlfredExpert,
         AlfredExpertType,
         AlfredInfos,
     )
-    from textworld.envs import PddlEnv
 
     infos = textworld.EnvInfos(won=True, admissible_commands=True, extras=["gamefile"])
     engine = AlfredInfos(AlfredDemangler(PddlEnv(infos), shuffle=False))

@@ -84,6 +84,8 @@ def enable(sas_cache_games: int = 8, parse_cache_size: int = 8192) -> None:
     with _lock:
         if _originals:
             return
+        # fast-downward (built with ALFWorld) and TextWorld (the 'envs' extra) are loaded here only: importing
+        # envs.alfworld_accel needs none of it
         import fast_downward
         import textworld.envs.pddl.textgen as textgen
         from textworld.logic import Rule
@@ -157,6 +159,8 @@ def disable() -> None:
     with _lock:
         if not _originals:
             return
+        # fast-downward (built with ALFWorld) and TextWorld (the 'envs' extra) are loaded here only: importing
+        # envs.alfworld_accel needs none of it
         import fast_downward
         import textworld.envs.pddl.textgen as textgen
         from textworld.logic import Rule

@@ -124,6 +124,7 @@ _LOGGED_READS = ("admissible_actions", "available_actions_text", "goal_progress"
 
 def _import_scienceworld() -> Any:
     try:
+        # ScienceWorld (the 'envs' extra) is loaded here only: importing envs.scienceworld needs none of it
         import scienceworld
     except ImportError as e:
         raise ImportError(

@@ -9,6 +9,8 @@ from __future__ import annotations
 import os
 from typing import Any
 
+from .local import LocalEnvs
+from .pool import EnvPool
 from .registry import get_env
 
 AUTO_WORKERS = "auto"
@@ -63,10 +65,7 @@ def make_env_slots(name: str, workers: int = 0, **env_overrides: Any) -> Any:
     check_env_workers(workers)
     spec = get_env(name)
     if workers == 0:
-        from .local import LocalEnvs
-
         return LocalEnvs(spec.env_factory(**env_overrides))
-    from .pool import EnvPool
 
     return EnvPool(spec.env_factory(**env_overrides), num_workers=workers, prefetch_admissible=True)
 

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..notebooks import project_root
 from ..rollout.loop import RolloutConfig
 from ..runs.config import RunConfig
 from ..scoring.method import MethodConfig
@@ -25,7 +26,6 @@ from ..settings import build_config, read_settings_file, require_choice, require
 from ..train_config import TrainConfig
 from ..update.config import UpdateConfig
 from ..update.loss_terms import LossConfig
-
 
 PRIMARY_ENDPOINTS = ("repetitive", "avoidable")
 """`LabConfig.primary_endpoint`'s choices."""
@@ -252,8 +252,6 @@ def load_lab_config(path: str | os.PathLike, **overrides: Any) -> LabConfig:
     looked up in the repository (``configs/lab/...`` from a notebook run in another folder)."""
     path = Path(path)
     if not path.is_file() and not path.is_absolute():
-        from ..notebooks import project_root
-
         path = project_root() / path
     data = read_settings_file(path, "LabConfig")
     if not isinstance(data, dict):

@@ -7,7 +7,6 @@ folder and is skipped when they exist, so an interrupted run resumes (the traine
 its last checkpoint).
 
 Layout of a run folder::
-
     coldstart/data/        the tagged expert set (samples.jsonl, trajectories.jsonl, manifest.json)
     coldstart/init/        the freshly initialised policy and its word-level tokenizer
     coldstart/sft/         the cold-start checkpoint every arm starts from
@@ -18,21 +17,51 @@ Layout of a run folder::
 
 from __future__ import annotations
 
+import hashlib
 import json
+import multiprocessing
 import os
 import resource
+import shutil
 import time
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from ..evaluate import EvalConfig
+import torch
+
+from ..coldstart import build_coldstart_dataset, load_coldstart_samples, read_samples
+from ..coldstart.lab_dagger import dagger_samples, draw_samples
+from ..coldstart.sft import SFTConfig, train_sft
+from ..envs.lab_world import level_tasks
+from ..evaluate import EvalConfig, evaluate_policy, write_results
+from ..evaluate import eval_tasks as eval_task_list
+from ..models import load_model
 from ..rollout.generation import EngineConfig
+from ..rollout.tags import META_TAGS
+from ..runs.lock import RunFolderLock
+from ..runs.logs import read_metrics
+from ..runs.ownership import refuse_leftover_workers, start_owned_worker
+from ..runs.policy import load_policy
+from ..scoring.metrics import summarize
 from ..train_config import TrainConfig
+from ..trainer import train
 from .config import LabConfig
-from .layout import (COLDSTART_ARM, HELDIN, REFERENCE_LEVEL, REFERENCE_SEED, arm_label, coldstart_dir,  # noqa: F401
-                     eval_path)  # (re-exported)
+from .layout import (  # noqa: F401
+    COLDSTART_ARM,
+    HELDIN,
+    REFERENCE_LEVEL,
+    REFERENCE_SEED,
+    arm_label,
+    coldstart_dir,
+    eval_path,  # (re-exported)
+)
+from .policy import LabPolicyConfig, build_lab_policy
+from .reference import reference_result
+from .report import preregistered_markdown
+from .stats import lab_summary
 
 
 def _cpu_seconds() -> float:
@@ -81,8 +110,6 @@ of them changes the cache key, so a stale checkpoint is never reused."""
 
 def coldstart_key(config: LabConfig) -> str:
     """A hash of the cold-start settings and of the code that makes a cold start (`COLDSTART_SOURCES`)."""
-    import hashlib
-
     package = Path(__file__).resolve().parents[1]
     values = {f: getattr(config, f) for f in COLDSTART_FIELDS}
     if config.coldstart_dagger_rounds:
@@ -110,8 +137,6 @@ def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = Fa
     checkpoint folder; skipped when it exists. A cold start is cached per configuration and code
     (`coldstart_cache_dir`): a rerun, the notebook and the tests copy it (a few MB) instead of rebuilding it
     (minutes of the classroom's 20)."""
-    import shutil
-
     root = Path(out) / "coldstart"
     sft_dir = root / "sft"
     if _coldstart_done(root):
@@ -134,8 +159,6 @@ def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = Fa
 
 
 def _build_coldstart(config: LabConfig, root: Path, progress: bool) -> None:
-    from ..coldstart import build_coldstart_dataset
-
     data = build_coldstart_dataset("lab", "L0", config.coldstart_trajectories, seed=0, out_dir=root / "data",
                                    progress=progress)
     if not config.coldstart_dagger_rounds:
@@ -157,17 +180,6 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
     training temperature, its steps labelled by the expert (`root`/dagger-r<k>, a dataset folder with its counts in
     dagger.json), and SFT over demonstrations + every labelled step so far for an equal share of the other half's
     samples (`coldstart.lab_dagger.draw_samples`). The last round's checkpoint is `root`/sft (returned)."""
-    import shutil
-    from dataclasses import replace
-
-    from ..coldstart import load_coldstart_samples, read_samples
-    from ..coldstart.lab_dagger import dagger_samples, draw_samples
-    from ..coldstart.sft import train_sft
-    from ..envs.lab_world import level_tasks
-    from ..evaluate import evaluate_policy
-    from ..models import load_model
-    from ..rollout.tags import META_TAGS
-
     rounds = config.coldstart_dagger_rounds
     first = config.sft_epochs // 2
     checkpoint = train_coldstart_policy(replace(config, sft_epochs=first, coldstart_dagger_rounds=0), data,
@@ -202,8 +214,6 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
 
 def coldstart_sft_config(config: LabConfig, epochs: int | None = None) -> Any:
     """The cold start's `SFTConfig` (`epochs` overrides `config.sft_epochs`)."""
-    from ..coldstart.sft import SFTConfig
-
     return SFTConfig(epochs=config.sft_epochs if epochs is None else epochs, lr=config.sft_lr,
                      batch_size=config.sft_batch_size, micro_batch_size=config.sft_batch_size, weight_decay=0.0,
                      bf16_autocast=False, max_length=512, prompt_loss_weight=config.sft_prompt_loss_weight)
@@ -213,11 +223,6 @@ def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: 
     """A fresh lab policy with the vocabulary of the dataset folder `data` (`root`/init), trained on its samples
     with the configuration's SFT settings (`root`/sft, returned). `_build_coldstart`'s second half; the benchmarks
     that train a cold start on other data (`benchmarks/lab_coldstart_epochs.py`) call it too."""
-    from ..coldstart import load_coldstart_samples
-    from ..coldstart.sft import train_sft
-    from ..models import load_model
-    from .policy import LabPolicyConfig, build_lab_policy
-
     init = build_lab_policy(data, root / "init", LabPolicyConfig(layers=config.policy_layers,
                                                                   hidden_size=config.policy_hidden))
     model, tokenizer = load_model(str(init))
@@ -241,8 +246,6 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
 
 def training_pool(config: LabConfig) -> list:
     """The layouts every RL arm draws its tasks from (`LabConfig.train_pool`), the same for all arms."""
-    from ..envs.lab_world import level_tasks
-
     pool = level_tasks("train", "L0")
     if config.train_pool > len(pool):
         raise ValueError(f"train_pool {config.train_pool} exceeds the lab's {len(pool)} training layouts")
@@ -251,9 +254,6 @@ def training_pool(config: LabConfig) -> list:
 
 def run_arm(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Path:
     """Train one arm from the cold-start checkpoint (resumes; a finished run returns at once)."""
-    from ..runs.logs import read_metrics
-    from ..trainer import train
-
     cfg = train_config(config, out, algo, seed)
     if len(read_metrics(cfg.run.out_dir)) < cfg.run.iterations:
         train(cfg, tasks=training_pool(config))
@@ -286,13 +286,6 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
     """Evaluate one policy on `levels` (default: every level of the configuration and the held-in training
     layouts, `HELDIN`), skipping what is written. Every arm of a seed plays the same tasks with the same sampling
     seed, so arms pair episode by episode."""
-    from dataclasses import replace
-
-    from ..evaluate import eval_tasks as eval_task_list
-    from ..evaluate import evaluate_policy, write_results
-    from ..runs.policy import load_policy
-    from ..scoring.metrics import summarize
-
     levels = (*config.levels, HELDIN) if levels is None else tuple(levels)
     todo = [level for level in levels if not eval_path(out, arm, seed, level).is_file()]
     if todo:
@@ -320,12 +313,6 @@ def run_evaluation(config: LabConfig, out: str | os.PathLike, arm: str, seed: in
 def play_reference(config: LabConfig, folder: Path) -> list:
     """Every L0 test layout played `config.reference_plays` times by the policy in `folder` (`lab.reference`): the
     lab's evaluation settings at `REFERENCE_SEED`'s sampling seeds, the whole split rather than a seed's subset."""
-    from dataclasses import replace
-
-    from ..evaluate import eval_tasks as eval_task_list
-    from ..evaluate import evaluate_policy
-    from ..runs.policy import load_policy
-
     cfg = replace(eval_config(config, REFERENCE_LEVEL, REFERENCE_SEED), max_tasks=None)
     tasks = eval_task_list(cfg)
     cfg = replace(cfg, batch_tasks=len(tasks), engine=replace(cfg.engine, generation_batch_size=len(tasks)))
@@ -342,7 +329,6 @@ def run_reference(config: LabConfig, out: str | os.PathLike, log: Callable[[str]
     once per hash and settings, cached); None when the configuration names no reference."""
     if config.reference_checkpoint is None:
         return None
-    from .reference import reference_result
 
     record = reference_result(config, out, play_reference)
     log(f"reference {record['sha256'][:12]}: {100 * record['success']:.1f} % on {record['layouts']} unseen L0 "
@@ -357,11 +343,6 @@ def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
     the sampling seed) and the same sampling seed, so the two pair episode by episode. Returns {arm: episodes} and
     writes nothing: the benchmarks that re-measure a finished run (other tasks, another temperature, more plays)
     without touching its files."""
-    from dataclasses import replace
-
-    from ..evaluate import evaluate_policy
-    from ..runs.policy import load_policy
-
     cfg = eval_config(config, "L0", seed)
     if temperature is not None:
         cfg = replace(cfg, rollout=replace(cfg.rollout, temperature=temperature))
@@ -401,8 +382,6 @@ def run_seed(config: LabConfig, out: str | os.PathLike, seed: int, log: Callable
 
 
 def _unit_in_worker(config: dict, out: str, seed: int, arm: str) -> dict:
-    import torch
-
     torch.set_num_threads(1)  # several workers share the cores
     return run_unit(LabConfig.from_dict(config), out, seed, arm, log=lambda _: None)
 
@@ -416,10 +395,7 @@ def run_seeds(config: LabConfig, out: str | os.PathLike, log: Callable[[str], No
     if config.workers == 1:
         stages = [run_seed(config, out, seed, log) for seed in config.seeds]
     else:
-        import multiprocessing
-        from concurrent.futures import ProcessPoolExecutor
 
-        from ..runs.ownership import start_owned_worker
 
         units = [(seed, arm) for arm in (*config.algos, COLDSTART_ARM) for seed in config.seeds]
         context = multiprocessing.get_context("spawn")
@@ -436,9 +412,6 @@ def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None
     """The whole experiment: cold start, then per seed the cold start's evaluation and every arm trained
     and evaluated on every level (`run_seeds`: `config.workers` pieces at a time), then the summary with
     confidence intervals (`lab.stats.lab_summary`). Timing: ``timing.json`` (wall and CPU seconds)."""
-    from ..runs.lock import RunFolderLock
-    from ..runs.ownership import refuse_leftover_workers
-
     out = Path(out)
     with RunFolderLock(out, "lab"):  # one lab run per folder, and none while an earlier run's workers live
         refuse_leftover_workers(out)
@@ -446,8 +419,6 @@ def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None
 
 
 def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
-    from .stats import lab_summary
-
     out.mkdir(parents=True, exist_ok=True)
     (out / "lab_config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     timer = StageTimer(out / "timing.json")
@@ -463,7 +434,6 @@ def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress:
     summary = lab_summary(config, out)
     summary["timing"] = timing
     (out / "lab_results.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
-    from .report import preregistered_markdown
 
     log(preregistered_markdown(summary))
     return summary

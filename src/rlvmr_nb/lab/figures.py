@@ -30,6 +30,7 @@ def _palette(arms: list[str]) -> dict[str, str]:
 
 
 def _frame(records: Any) -> Any:
+    # pandas (the 'notebooks' extra) is loaded here only: importing lab.figures needs none of it
     import pandas as pd
 
     return pd.DataFrame(list(records))
@@ -37,6 +38,7 @@ def _frame(records: Any) -> Any:
 
 def plot_lab_metrics(summary: Mapping[str, Any], title: str | None = None) -> Figure:
     """Four panels (module docstring) from `lab.stats.lab_summary`'s table and per-seed values."""
+    # seaborn (the 'notebooks' extra) is loaded here only: importing lab.figures needs none of it
     import seaborn as sns
 
     table, seeds = _frame(summary["table"]), _frame(summary["per_seed"])
@@ -99,6 +101,7 @@ def plot_lab_differences(summary: Mapping[str, Any], title: str | None = None) -
 
 def plot_lab_training(summary: Mapping[str, Any], title: str | None = None) -> Figure:
     """Training curves per iteration (paper Fig. 6), one line per arm, band over seeds."""
+    # seaborn (the 'notebooks' extra) is loaded here only: importing lab.figures needs none of it
     import seaborn as sns
 
     curves = _frame(summary["training_curves"])

@@ -38,6 +38,7 @@ from ..runs.machine import machine_facts
 from .config import LabConfig
 from .experiment import run_arm, run_coldstart, run_evaluation
 from .layout import COLDSTART_ARM, HELDIN, coldstart_dir, eval_path
+from .paired import episode_repetition, heldin_rise
 from .stats import TRAINING_HEAD, training_rise, wilson
 
 
@@ -61,8 +62,6 @@ class LearningDemo:
 def training_curve(run_dir: str | os.PathLike) -> list[dict[str, float]]:
     """Success per iteration of a trainer run folder, from its episodes (``episodes.jsonl``), with a Wilson
     interval over the iteration's episodes, and the per-episode repetitive-step rate."""
-    from .paired import episode_repetition
-
     by_iteration: dict[int, list] = {}
     for ep in read_episodes(Path(run_dir) / "episodes.jsonl"):
         by_iteration.setdefault(parse_episode_id(ep.episode_id)[0], []).append(ep)
@@ -81,8 +80,6 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rl
     """Cold start (cached), `algo` trained on the pool for `config.train.run.iterations` (seed `config.seeds[0]`), the pool
     played before and after at the evaluation temperature (`heldin_episodes` plays of each layout of the pool); the figure and ``learning_demo.json`` are written
     to `figures_dir` (default ``<out>/figures``) and `out`. A rerun resumes (every stage skips what is written)."""
-    from .paired import heldin_rise
-
     config = replace(config, heldin_tasks=config.train_pool)  # the layouts played before/after: the whole pool
     out = Path(out)
     seed = config.seeds[0]

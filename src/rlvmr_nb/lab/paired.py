@@ -66,8 +66,9 @@ import numpy as np
 from scipy import stats
 from statsmodels.stats.multitest import multipletests
 
-from ..scoring.metrics import repetitive_steps
 from ..records import Episode
+from ..scoring.metrics import repetitive_steps
+from .endpoints import episode_avoidable_repetition, episode_wasted
 from .signflip import EXACT_SEEDS, flip_sets, sign_flip, sign_flip_p_many
 
 ALPHA = 0.025
@@ -336,7 +337,6 @@ def seed_endpoint(episodes: Sequence[Episode], metric: str, won: bool | None = N
     if metric == "repetitive":
         return float(np.mean([episode_repetition(ep) for ep in kept]))
     if metric in ("avoidable", "wasted"):  # the lab's looping endpoints (lab.endpoints; docs/lab.md)
-        from .endpoints import episode_avoidable_repetition, episode_wasted
 
         rate = episode_avoidable_repetition if metric == "avoidable" else episode_wasted
         return float(np.mean([rate(ep) for ep in kept]))

@@ -8,6 +8,8 @@ import os
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..casestudy import save_html
+from ..evaluate import provenance
 from ..plots import save_figure
 from .cases import case_study_html, find_cases, pattern_counts
 from .figures import plot_lab_differences, plot_lab_metrics, plot_lab_training
@@ -18,9 +20,6 @@ def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures
     """Draw the figures into `figures_dir` (PNG), search the case studies, save the page beside the
     figures, and write the summary (with the pattern counts and provenance) to `results_file`
     (default: ``<out>/lab_results.json``). Returns the written paths and the pattern counts."""
-    from ..casestudy import save_html
-    from ..evaluate import provenance
-
     name = summary["config"]["name"]
     figures = Path(figures_dir)
     paths: dict[str, Any] = {}

@@ -23,8 +23,11 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..scoring.metrics import repetitive_steps
+from ..envs.lab_world import level_tasks
 from ..records import Episode, read_episodes
+from ..runs.logs import read_metrics
+from ..scoring.metrics import repetitive_steps
+from . import paired, reference
 from .config import LabConfig
 from .layout import COLDSTART_ARM, HELDIN, arm_label, eval_path
 
@@ -147,8 +150,6 @@ def endpoint_tests(primary: Mapping[str, Any], secondaries: Mapping[str, Mapping
     pre-registered for them: 'refuted' means the other side of the null value), its verdict then held to Holm over
     the secondaries (`paired.holm_verdicts`, the sign-flip p-values). `lab_summary` feeds it the evaluation
     episodes' values; benchmarks/lab_restats.py the per-seed values a results file stores."""
-    from . import paired
-
     first = {**primary, **paired.paired_comparison(primary["a"], primary["b"], "lower", effect, bootstrap=bootstrap)}
     if "t" in first:
         first["power"] = paired.seeds_for_power(effect, max(first["t"]["sd"], 1e-6),
@@ -171,8 +172,6 @@ def co_primary_verdict(primary: str, guard: str) -> str:
     (co-primary) must both be lower. Supported only when both tests are (an intersection-union test: each at `paired.ALPHA`,
     no adjustment, since the claim needs every one), so an arm that trades loops for refused commands cannot pass;
     refuted when the primary is; inconclusive otherwise (with the guard's verdict named when it blocked support)."""
-    from . import paired
-
     if primary == paired.SUPPORTED and guard == paired.SUPPORTED:
         return paired.SUPPORTED
     if primary == paired.REFUTED:
@@ -190,8 +189,6 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
     configuration's pilot SD came from where the configuration does not say (`LabConfig.power_pilot_seeds`); with
     either, `seed_count` adds the seeds its upper confidence bound asks for, and a pilot of fewer than
     `paired.MIN_PILOT_SEEDS` seeds is judged on that bound (`paired.planned_seed_count`)."""
-    from . import paired
-
     seeds = config.seeds
     eps = {(arm, level): load_eval_episodes(out, arm, seeds, level)
            for arm in (COLDSTART_ARM, *config.algos) for level in (*config.levels, HELDIN)}
@@ -262,9 +259,6 @@ def reference_fairness(config: LabConfig, out: str | os.PathLike,
     evaluation episodes (`eps`, {(arm, level): one list per seed}) and its reference record (`lab.reference`): every
     arm's held-in rise, every arm's unseen-L0 success against max(reference, cold start), and the L0 layouts the arms
     played (the fewest any arm played in any seed) against the level's whole test split."""
-    from ..envs.lab_world import level_tasks
-    from . import paired, reference
-
     record = json.loads((Path(out) / "reference_L0.json").read_text())
     heldin = {arm_label(a): paired.heldin_rise(eps[(COLDSTART_ARM, HELDIN)], eps[(a, HELDIN)],
                                                bootstrap=config.bootstrap) for a in config.algos}
@@ -280,8 +274,6 @@ def lab_summary(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | No
     """Every number of the lab: per (arm, level) metrics with intervals, per-seed values, the
     RLVMR − GRPO differences the hypothesis is about, the pre-registered analysis (`preregistered`; `pilot_seeds`
     goes to it) and the cold start's format validity."""
-    from ..runs.logs import read_metrics
-
     out = Path(out)
     arms = [COLDSTART_ARM, *config.algos]
     rows = {(arm, level): load_eval_rows(out, arm, config.seeds, level) for arm in arms for level in config.levels}
@@ -337,8 +329,6 @@ def hypothesis_verdict(differences: Sequence[dict[str, Any]]) -> dict[str, Any]:
     non-inferiority at `paired.NON_INFERIORITY_MARGIN` ('supported' when the interval lies above −5 pp, 'refuted'
     when below); 'inconclusive' otherwise, and 'uninformative' for exactly [0, 0] (no episode of either arm
     succeeded)."""
-    from . import paired
-
     def verdict(d: dict[str, Any], kind: str, effect: float = 0.0) -> str:
         if d["lo"] == d["hi"] == 0:
             return "uninformative"

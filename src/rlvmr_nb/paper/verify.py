@@ -39,6 +39,7 @@ from typing import Any, Callable
 
 from ..demo import run_demo
 from ..notebooks import run_notebook
+from ..runs.machine import describe_machine, machine_facts, same_machine
 from .tables import TABLES
 
 VERIFY_ROOT = Path("runs/verify")
@@ -166,6 +167,7 @@ def cold_start(out: Path) -> dict[str, Any]:
 
 def lab_demo(out: Path) -> dict[str, Any]:
     """``rlvmr-nb lab-demo``: RLVMR from the lab's (cached) cold start on 4 layouts."""
+    # torch (the 'train' extra) is loaded here only: importing paper.verify needs none of it
     from ..lab.config import load_lab_config
     from ..lab.learning_demo import run_learning_demo
 
@@ -230,8 +232,6 @@ def _demo_section(key: str) -> tuple[Callable[[], tuple[dict[str, Any], dict[str
         return section.get("numbers", {}), section.get("machine_facts")
 
     def record(numbers: dict[str, Any]) -> Path:
-        from ..runs.machine import machine_facts  # here: `rlvmr-nb --help` lists the reproductions without torch
-
         document = json.loads(DEMO_RESULTS.read_text()) if DEMO_RESULTS.is_file() else {}
         document[key] = {"numbers": numbers, "machine_facts": machine_facts()}
         DEMO_RESULTS.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
@@ -269,8 +269,6 @@ def verify(names: list[str] | None = None, root: Path = VERIFY_ROOT, record: boo
            say: Callable[[str], None] = print) -> list[Check]:
     """Rerun `names` (default: all of `REPRODUCTIONS`) in fresh folders under `root` and return every check; with
     `record`, write this run's numbers as the committed ones instead of judging them."""
-    from ..runs.machine import describe_machine, machine_facts, same_machine  # torch: not for `rlvmr-nb --help`
-
     unknown = sorted(set(names or ()) - set(REPRODUCTIONS))
     if unknown:
         raise ValueError(f"no reproduction {', '.join(unknown)}; choose from {', '.join(REPRODUCTIONS)}")

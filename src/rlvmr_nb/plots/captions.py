@@ -7,7 +7,6 @@ the one line every such figure carries. The step convention of every figure is `
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Sequence
 
@@ -25,12 +24,6 @@ def size_label(parameters: int | float | None) -> str | None:
             value = parameters / scale
             return f"{value:.1f}{suffix}".replace(".0" + suffix, suffix) if value < 10 else f"{value:.0f}{suffix}"
     return str(int(parameters))
-
-
-def size_from_name(name: str) -> str | None:
-    """The size a model's name states ('smollm2-135m-instruct' -> '135M', 'Qwen2.5-1.5B' -> '1.5B'), else None."""
-    m = re.search(r"(?<![\w.])(\d+(?:\.\d+)?)([mMbB])(?![a-zA-Z])", name.replace("_", "-"))
-    return f"{m.group(1)}{m.group(2).upper()}" if m else None
 
 
 def _count(n: int, noun: str) -> str:

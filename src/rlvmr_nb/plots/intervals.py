@@ -47,6 +47,7 @@ EPISODE_VALUES = {  # episode-level metrics
 def require_seaborn() -> Any:
     """seaborn, or an ImportError saying which extra installs it."""
     try:
+        # seaborn (the 'notebooks' extra) is loaded here only: importing plots.intervals needs none of it
         import seaborn
     except ImportError as err:  # pragma: no cover - the notebooks extra has it
         raise ImportError("this figure draws its confidence intervals with seaborn: "
@@ -62,6 +63,7 @@ def episode_frame(episodes: Iterable[Any], metrics: Sequence[str], group: Mappin
     columns, e.g. ``{"run": "RLVMR"}``) and, with `group_of` (a function of the episode returning a
     dict, e.g. its iteration), those columns too. Aborted episodes are left out, as in `metrics`.
     """
+    # pandas (the 'notebooks' extra) is loaded here only: importing plots.intervals needs none of it
     import pandas as pd
 
     unknown = sorted(set(metrics) - set(STEP_FLAGS) - set(EPISODE_VALUES))

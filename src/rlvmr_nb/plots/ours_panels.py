@@ -12,7 +12,8 @@ from typing import Any, Mapping, Sequence
 
 from .. import paper
 from ..paper import select
-from .captions import RunCaption, size_from_name
+from ..runs.describe import size_from_name
+from .captions import RunCaption
 from .intervals import CI_FIELDS, error_bar, has_interval
 from .style import METRIC_LABELS, OURS_HATCH, method_color
 

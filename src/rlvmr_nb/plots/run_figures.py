@@ -15,6 +15,10 @@ from typing import Any, Mapping, Sequence
 from matplotlib.figure import Figure
 
 from ..records import read_episodes
+from ..runs.config import read_run_settings
+from ..runs.describe import describe_model_source
+from ..runs.logs import read_metrics, read_validation
+from ..runs.policy import model_label
 from .captions import RunCaption, size_label, small_run_note
 from .paper_figures import plot_fig6
 from .training import plot_coldstart, plot_training_curves, training_curve_records
@@ -26,9 +30,6 @@ def _read_json(path: Path) -> dict[str, Any]:
 
 def training_caption(run_dir: str | os.PathLike, seeds: Sequence[int] | None = None) -> RunCaption:
     """The caption of a trainer run: its model and size, rollouts per iteration, seed(s), run size."""
-    from ..runs.config import read_run_settings  # runs loads torch; the paper figures need only matplotlib
-    from ..runs.describe import describe_model_source
-
     config = read_run_settings(run_dir)
     model = describe_model_source(run_dir)
     tasks, group = int(config["tasks_per_iteration"]), int(config["group_size"])
@@ -46,9 +47,6 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
     The first run is the one the caption describes; a small run's figure says that its changes
     between iterations are noise (`captions.small_run_note`).
     """
-    from ..runs.logs import read_metrics, read_validation  # runs loads torch; the paper figures need only matplotlib
-    from ..runs.config import read_run_settings
-
     if not run_dirs:
         raise ValueError("no run folders given")
     rows = {label: read_metrics(d) for label, d in run_dirs.items()}
@@ -65,9 +63,6 @@ def training_run_figure(run_dirs: Mapping[str, str | os.PathLike], title: str | 
 
 def training_fig6_figure(run_dirs: Mapping[str, str | os.PathLike], *, env: str) -> Figure:
     """Paper Fig. 6 with the runs' curves (``{method: run folder}``) beside the paper's, captioned."""
-    from ..runs.logs import read_metrics
-    from ..runs.describe import describe_model_source
-
     first = next(iter(run_dirs.values()))
     model = describe_model_source(first)
     ours = training_curve_records({method: read_metrics(d) for method, d in run_dirs.items()}, env=env,
@@ -93,8 +88,6 @@ def coldstart_figure(run_dir: str | os.PathLike, title: str | None = None) -> Fi
 
 def coldstart_caption(results: Mapping[str, Any]) -> RunCaption:
     """The caption of a cold-start results document: base model and size, held-out games, seed, SFT size."""
-    from ..runs.policy import model_label
-
     model = results.get("model", {})
     sft = results.get("sft", {})
     games = len(results.get("eval", {}).get("tasks", []))
@@ -110,8 +103,6 @@ def evaluation_caption(model: str | os.PathLike, policy: Any, summaries: Mapping
     """The caption of an evaluation (notebook 03): the model behind `model` (a spec, SFT folder or
     trainer run), the loaded `policy`'s exact parameter count, episodes per level
     (``{level: metrics.summarize(...)}``) and the sampling seed(s)."""
-    from ..runs.describe import describe_model_source
-
     counts = sorted({int(s["episodes"]) for s in summaries.values()})
     per_level = (f"{counts[0]}" if len(counts) == 1 else f"{counts[0]}-{counts[-1]}") + " episodes per level"
     return RunCaption(model=describe_model_source(model).name,

@@ -71,6 +71,7 @@ def plot_training_curves(runs: Mapping[str, Sequence[Mapping[str, Any]]],
         axes = fig.subplots(rows, cols, squeeze=False).ravel()
         frame = None
         if episodes:
+            # pandas (the 'notebooks' extra) is loaded here only: importing plots.training needs none of it
             import pandas as pd
 
             frame = pd.concat([episode_frame(eps, metrics, {"run": label}, lambda ep: {"iteration": _iteration(ep)})
@@ -188,6 +189,7 @@ def _coldstart_bars(ax: Any, results: Mapping[str, Any], episodes: Mapping[str, 
     numbers go under the bars ("0% -> 100%"), where no error bar crosses them."""
     values = {when: [float(results[when][key]) for _, key, _ in _COLDSTART_RATES] for when in _WHEN_COLORS}
     if episodes:
+        # pandas (the 'notebooks' extra) is loaded here only: importing plots.training needs none of it
         import pandas as pd
 
         frame = pd.concat([episode_frame(episodes[when], [m for m, _, _ in _COLDSTART_RATES], {"when": when})

@@ -24,7 +24,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
+import transformers
+
+from ..models import resolve_tokenizer
 from ..rollout.generation.scripted import ResponseLengths
+from .hardware import CARDS, MEASURED_ON, card, shape_for_model
+from .memory import MemoryMeasurements
+from .play import cpu_count, play_iteration
+from .report import calls, per_step, percentiles, plan_setup
+from .timing import PhaseCosts
 
 REPO = Path(__file__).resolve().parents[3]
 MEASURED = REPO / "benchmarks" / "results"
@@ -43,13 +51,6 @@ def rehearse(config: Any, *, config_path: str = "", tokenizer: str = DEFAULT_TOK
              gpus: Sequence[int] = DEFAULT_GPUS, shape: str | None = None, measured: str | Path = MEASURED,
              wave_tasks: int | None = None, progress: bool = False) -> dict[str, Any]:
     """Play, plan and project one iteration of `config` (a `TrainConfig`); returns the results document."""
-    from ..models import resolve_tokenizer
-    from .hardware import CARDS, MEASURED_ON, card, shape_for_model
-    from .memory import MemoryMeasurements
-    from .play import cpu_count, play_iteration
-    from .report import calls, per_step, percentiles, plan_setup
-    from .timing import PhaseCosts
-
     measured = Path(measured)
     memory = MemoryMeasurements.read(measured / "memory_model.json")
     costs = PhaseCosts.read(measured)
@@ -140,7 +141,6 @@ def provenance() -> dict[str, Any]:
                              timeout=30).stdout.strip() or None
     except OSError:
         sha = None
-    import transformers
 
     return {"git_sha": sha, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
             "python": platform.python_version(), "transformers": transformers.__version__,

@@ -9,6 +9,7 @@ tensor-core TFLOP/s, HBM bandwidth). `benchmarks/memory_model.py` and `benchmark
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,8 +81,6 @@ def shape_for_model(model: str, shape: str | None = None) -> tuple[ModelShape, s
         return MODEL_SHAPES[shape], "given (--shape)"
     config = Path(model).expanduser() / "config.json"
     if config.is_file():
-        import json
-
         fields = json.loads(config.read_text())
         heads = fields["num_attention_heads"]
         return ModelShape(str(model), fields["hidden_size"], fields["intermediate_size"], fields["num_hidden_layers"],

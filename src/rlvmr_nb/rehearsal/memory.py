@@ -8,7 +8,6 @@ functions. The rollout's KV cache comes from the shape exactly (`hardware.ModelS
 split the way the engine splits it (`generation.kv_budget.auto_kv_cache_tokens`, `split_by_kv_budget`).
 
 Per GPU, with P parameters, s = the GPU count under FSDP (else 1), K KV bytes per token, V the vocabulary:
-
     held all iteration  = 4P/s (fp32 weights) + 8P/s (AdamW moments) + 4P/s (fp32 reference; 0 with
                           reference_device='cpu' or no KL term) + 2P (the HF engine's bf16 copy, whole on every GPU)
     rollout             = held + 2 GiB (one prefill chunk, the decode graph's pool) + rows x V x 4 x 8 (a decode
@@ -31,6 +30,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..rollout.generation.kv_budget import (
+    AUTO_KV_CACHE_RESERVE_BYTES,
+    STEP_VOCAB_TENSORS,
+    auto_kv_cache_tokens,
+    split_by_kv_budget,
+)
 from .hardware import Card, ModelShape
 
 GIB = 2**30
@@ -129,16 +134,12 @@ def held_bytes(shape: ModelShape, setup: Setup, per_param: dict) -> dict[str, fl
 def rollout_parts(prompts: Sequence[int], new_tokens: int, shape: ModelShape, free_bytes: float) -> list[list[int]]:
     """How the HF engine's automatic KV budget splits one call of rows with these prompt lengths, with `free_bytes`
     free on the GPU (`generation.kv_budget.auto_kv_cache_tokens` and `split_by_kv_budget`, the engine's own code)."""
-    from ..rollout.generation.kv_budget import auto_kv_cache_tokens, split_by_kv_budget
-
     budget = auto_kv_cache_tokens(int(max(free_bytes, 0)), len(prompts), shape.vocab, shape.kv_bytes_per_token())
     return split_by_kv_budget(list(prompts), new_tokens, budget)
 
 
 def rollout_bytes(prompts: Sequence[int], new_tokens: int, shape: ModelShape, free_bytes: float) -> dict[str, Any]:
     """The rollout phase's transient memory for one call (module docstring) and the parts the engine cuts it into."""
-    from ..rollout.generation.kv_budget import AUTO_KV_CACHE_RESERVE_BYTES, STEP_VOCAB_TENSORS
-
     parts = rollout_parts(prompts, new_tokens, shape, free_bytes)
     kv = max(len(part) * (max(prompts[i] for i in part) + new_tokens) for part in parts) * shape.kv_bytes_per_token()
     return {"parts": len(parts), "bytes": {

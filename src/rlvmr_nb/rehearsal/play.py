@@ -32,7 +32,10 @@ from ..rollout.generation.base import Prompt, SamplingConfig
 from ..rollout.generation.scripted import ResponseLengths, ScriptedGenerator, write_step
 from ..rollout.loop import run_rollouts
 from ..rollout.prompts import PromptTruncationWarning
+from ..scoring.scored import score_episodes
 from ..train_config import TrainConfig
+from ..trainer import iteration_rng
+from ..update.samples import episodes_to_samples
 
 LATER_TAGS = (("monitor", 0.4), ("explore", 0.3), ("reflection", 0.2), ("planning", 0.1))
 """The meta-think player's tag after its first step (which plans): an arbitrary mix of the four (paper §3.2); a
@@ -150,10 +153,6 @@ class Played:
 def play_iteration(config: TrainConfig, tokenizer: Any, lengths: ResponseLengths, wave_tasks: int | None = None,
                    progress: bool = False) -> Played:
     """Play iteration 0 of `config` (module docstring); `wave_tasks`: tasks per wave (None: `wave_size`)."""
-    from ..scoring.scored import score_episodes
-    from ..trainer import iteration_rng
-    from ..update.samples import episodes_to_samples
-
     rollout, G = config.rollout_for_run, config.rollout.group_size
     spec = get_env(rollout.env)
     pool = spec.tasks("train", rollout.level)

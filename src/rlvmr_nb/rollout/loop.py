@@ -24,15 +24,19 @@ import hashlib
 from dataclasses import dataclass, replace
 from typing import Any, Mapping, Protocol, Sequence
 
+from tqdm.auto import tqdm
+
 from ..envs.base import Reset, StepResult, TaskSpec
 from ..envs.lazy import LazyActionList, StaleActionsError
 from ..envs.local import LocalEnvs  # noqa: F401  (re-exported: the in-process EnvSlots)
+from ..envs.registry import check_level, get_env
 from ..envs.slots import check_env_workers
-from .branching import TreeGrower, is_view, top_up, tree_order
-from .generation.base import Generator, SamplingConfig, stop_strings
-from .prompts import DEFAULT_MAX_PROMPT_TOKENS, AgentMemory, PromptConfig, render_chat_prompt
-from .tags import parse_output
 from ..records import Episode, Step, episode_id, group_id
+from ..settings import require_choice, require_non_negative, require_positive
+from .branching import TreeGrower, is_view, top_up, tree_order
+from .generation.base import STOP_POLICIES, Generator, SamplingConfig, stop_strings
+from .prompts import DEFAULT_MAX_PROMPT_TOKENS, STYLES, AgentMemory, PromptConfig, render_chat_prompt
+from .tags import parse_output
 
 
 class EnvSlots(Protocol):
@@ -91,11 +95,6 @@ class RolloutConfig:
     probability P, the ablation that ignores the policy's own signal)."""
 
     def __post_init__(self) -> None:
-        from ..envs.registry import check_level
-        from ..settings import require_choice, require_non_negative, require_positive
-        from .generation.base import STOP_POLICIES
-        from .prompts import STYLES
-
         check_level(self.level)
         require_choice(self, "stop", STOP_POLICIES)
         require_choice(self, "prompt_style", (None, *STYLES))
@@ -111,8 +110,6 @@ class RolloutConfig:
 
     def prompt(self) -> PromptConfig:
         """The prompt this rollout renders: the env's prompt family in `prompt_style`, within `max_prompt_tokens`."""
-        from ..envs.registry import get_env
-
         if self.prompt_style is None:
             raise ValueError("RolloutConfig.prompt_style is None: the run decides it (TrainConfig.rollout_for_run)")
         return PromptConfig(env=get_env(self.env).prompt_family, style=self.prompt_style,
@@ -193,13 +190,8 @@ def run_rollouts(
             state[slot] = result
         else:
             _abort(episodes[slot], result, "reset")
-    try:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=config.max_steps, desc=f"rollout it{iteration}", leave=False,
-                   disable=None if progress else True)  # None: drawn only on a terminal, never into a log
-    except ImportError:  # pragma: no cover
-        bar = None
+    bar = tqdm(total=config.max_steps, desc=f"rollout it{iteration}", leave=False,
+               disable=None if progress else True)  # None: drawn only on a terminal, never into a log
     for t in range(config.max_steps):
         active = sorted(state)
         if not active:
@@ -271,11 +263,9 @@ def run_rollouts(
                     state[len(episodes) - 1] = view
                 else:
                     _abort(episode, view, f"fork after step {t}")
-        if bar:
-            bar.update(1)
-            bar.set_postfix(active=len(state))
-    if bar:
-        bar.close()
+        bar.update(1)
+        bar.set_postfix(active=len(state))
+    bar.close()
     if tree:
         episodes += top_up(tasks, tree, lambda tasks_, groups, seed_: run_rollouts(
             tasks_, envs, generator, tokenizer, replace(config, group_size=1, branch_roots=0), seed=seed_,

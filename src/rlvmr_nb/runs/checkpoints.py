@@ -42,10 +42,30 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint import FileSystemReader
+from torch.distributed.checkpoint.state_dict import (
+    StateDictOptions,
+    get_model_state_dict,
+    get_state_dict,
+    set_model_state_dict,
+    set_optimizer_state_dict,
+    set_state_dict,
+)
 
+from ..update.sharding import is_sharded
 from .lock import is_writing_rank
-from .run_id import (UNRECORDED, belongs, current_run_id, earlier_run_files, move_aside, new_run_record,
-                     read_run_record, write_run_record)
+from .run_id import (
+    UNRECORDED,
+    belongs,
+    current_run_id,
+    earlier_run_files,
+    move_aside,
+    new_run_record,
+    read_run_record,
+    write_run_record,
+)
 
 CHECKPOINT_PREFIX = "ckpt-"
 _FILES = ("model.pt", "state.pt", "rng.json", "config.json")
@@ -122,8 +142,6 @@ def save_checkpoint(
     `run_record` (`run_id.new_run_record`; default: the folder's ``run.json``) is copied into the checkpoint;
     rotation deletes only checkpoints of that run. Raises `DiskFull` (and leaves no temporary folder) when
     the checkpoint does not fit."""
-    from ..update.sharding import is_sharded
-
     out_dir = Path(out_dir)
     final = checkpoint_path(out_dir, iteration)
     tmp = out_dir / f".tmp-{final.name}"
@@ -183,10 +201,6 @@ def _save_shards(tmp: Path, model: torch.nn.Module, optimizer: torch.optim.Optim
     """Every rank writes its shards of `model`'s and `optimizer`'s state into ``tmp/sharded`` (a collective). The
     rank that `write`s (rank 0) prepares `tmp` first and decides whether the checkpoint fits; every rank learns it,
     so a full disk stops all of them with `DiskFull` instead of leaving the others waiting in the save."""
-    import torch.distributed as dist
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import get_state_dict
-
     if write != (dist.get_rank() == 0):
         raise ValueError("a sharded checkpoint is written (its folder, state and index) by rank 0 alone")
     model_state, optimizer_state = get_state_dict(model, optimizer)  # this rank's shards, keyed by parameter name
@@ -264,8 +278,6 @@ def read_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 def _check_shards(folder: Path) -> None:
     """A sharded checkpoint's index reads back and every byte range it names lies within an existing file (a kill
     mid-save or a truncated copy fails here, before any rank starts loading)."""
-    from torch.distributed.checkpoint import FileSystemReader
-
     try:
         metadata = FileSystemReader(str(folder)).read_metadata()
         ends: dict[str, int] = {}
@@ -285,10 +297,6 @@ def load_weights(parts: Mapping[str, Any], model: Any, optimizer: torch.optim.Op
     """Load a read checkpoint's (`read_checkpoint`) model state, and the optimizer's where given, into `model`:
     sharded or whole, from a sharded or a whole checkpoint. A sharded model loads collectively (every rank); an
     unsharded one reads a sharded checkpoint alone, resharded to whole tensors."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict, set_optimizer_state_dict
-
-    from ..update.sharding import is_sharded
-
     module = _unwrap(model)
     if SHARDED in parts:
         _load_shards(parts[SHARDED], module, optimizer)
@@ -306,12 +314,6 @@ def load_weights(parts: Mapping[str, Any], model: Any, optimizer: torch.optim.Op
 def _load_shards(folder: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
     """``torch.distributed.checkpoint`` reads into `model`'s own state dict (its shards, or whole tensors) and the
     optimizer's, keyed by parameter name; every rank reads only the bytes of its shards."""
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint.state_dict import (get_model_state_dict, get_state_dict, set_model_state_dict,
-                                                         set_state_dict)
-
-    from ..update.sharding import is_sharded
-
     alone = not is_sharded(model)  # whole tensors: no other rank takes part
     if optimizer is None:
         state = {"model": get_model_state_dict(model)}

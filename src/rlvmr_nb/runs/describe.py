@@ -11,15 +11,21 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..paper import display_method
-from ..plots.captions import size_from_name
 from .config import flat_settings_of
 from .policy import model_label
+
+
+def size_from_name(name: str) -> str | None:
+    """The size a model's name states ('smollm2-135m-instruct' -> '135M', 'Qwen2.5-1.5B' -> '1.5B'), else None."""
+    m = re.search(r"(?<![\w.])(\d+(?:\.\d+)?)([mMbB])(?![a-zA-Z])", name.replace("_", "-"))
+    return f"{m.group(1)}{m.group(2).upper()}" if m else None
 
 
 @dataclass(frozen=True)
@@ -68,6 +74,7 @@ def _checkpoint_parameters(ckpt: Path) -> int | None:
     """Parameters in a trainer checkpoint's ``model.pt``, memory-mapped (nothing is copied). Tied
     weights (SmolLM2's embedding and output head) appear under two names on one storage: counted once."""
     try:
+        # torch (the 'train' extra) is loaded here only: importing runs.describe needs none of it
         import torch
 
         state = torch.load(ckpt / "model.pt", map_location="cpu", mmap=True, weights_only=True)

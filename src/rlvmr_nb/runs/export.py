@@ -28,6 +28,7 @@ SAMPLING_FROM_RUN = {"validation_temperature": "temperature", "max_new_tokens": 
 def generation_config(model: Any, run: Mapping[str, Any]) -> Any:
     """The model's generation config with the run's sampling (`SAMPLING_FROM_RUN`) on top; a policy no run made keeps
     its own. Fields transformers adds for itself (its version, 'derived from the model config') are left out."""
+    # transformers (the 'train' extra) is loaded here only: importing runs.export needs none of it
     from transformers import GenerationConfig
 
     own = model.generation_config.to_dict() if getattr(model, "generation_config", None) is not None else {}

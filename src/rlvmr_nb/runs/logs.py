@@ -70,6 +70,7 @@ class MetricsLog:
         self.tb = None
         if enabled:
             try:
+                # torch (the 'train' extra) is loaded here only: importing runs.logs needs none of it
                 from torch.utils.tensorboard import SummaryWriter
 
                 self.tb = SummaryWriter(str(self.out_dir / "tensorboard"), purge_step=first_iteration or None)

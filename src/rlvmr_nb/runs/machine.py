@@ -14,6 +14,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 IDENTITY_KEYS = ("cpu", "cpu_family_model", "torch", "torch_blas", "torch_cpu_capability", "numpy", "numpy_blas")
 """The facts two machines must share for a trained or sampled number to come out bit-identical."""
 
@@ -36,6 +38,7 @@ def _version(package: str) -> str | None:
 
 def _torch_facts() -> dict[str, Any]:
     try:
+        # torch (the 'train' extra) is loaded here only: importing runs.machine needs none of it
         import torch
     except ImportError:
         return {"torch": None, "torch_blas": None, "torch_cpu_capability": None}
@@ -47,8 +50,6 @@ def _torch_facts() -> dict[str, Any]:
 
 def _numpy_blas() -> str | None:
     try:
-        import numpy as np
-
         blas = np.show_config(mode="dicts").get("Build Dependencies", {}).get("blas", {})
     except Exception:  # an old numpy without mode='dicts'
         return None

@@ -10,16 +10,18 @@ from __future__ import annotations
 import json
 import os
 import warnings
-
-from .config import flat_settings_of, read_run_settings
-from ..atomic_io import atomic_open, atomic_write_text
 from pathlib import Path
 from typing import Any, Iterable, Mapping
+
+from ..atomic_io import atomic_open, atomic_write_text
+from .config import flat_settings_of, read_run_settings
+from .run_id import RUN_FILE
 
 
 def wrap_lora(model: Any, r: int) -> Any:
     """The trainer's LoRA adapters (rank `r`, alpha 2·r, every linear layer). Loading a LoRA checkpoint
     must build the same layout for its saved keys to match, so training and loading both come here."""
+    # peft, needed only with LoRA is loaded here only: importing runs.policy needs none of it
     from peft import LoraConfig, get_peft_model
 
     return get_peft_model(model, LoraConfig(r=r, lora_alpha=2 * r, target_modules="all-linear", task_type="CAUSAL_LM"))
@@ -69,8 +71,8 @@ def model_label(spec: str | os.PathLike) -> str:
 def _checkpoints_named(path: Path) -> list[Path]:
     """Checkpoints a folder names, newest first: itself, or a run folder's complete ones of its current run
     (`run_id`: an earlier run's are never taken for this one's); empty: not a trainer folder."""
+    # torch (the 'train' extra) is loaded here only: importing runs.policy needs none of it
     from .checkpoints import CHECKPOINT_PREFIX, SHARDED, run_checkpoints
-    from .run_id import RUN_FILE
 
     if path.is_dir() and ((path / "model.pt").is_file() or (path / SHARDED).is_dir()):
         return [path]
@@ -115,6 +117,7 @@ def load_policy(spec: str | os.PathLike, seed: int = 0, fallback: bool = True) -
 
     A checkpoint is rebuilt from its run's initial model (``config.json``'s ``model``) with the
     checkpoint's weights loaded (LoRA adapters merged)."""
+    # torch (the 'train' extra) is loaded here only: importing runs.policy needs none of it
     from ..models import load_model
     from .checkpoints import CheckpointError, load_weights, read_checkpoint
 

@@ -16,6 +16,8 @@ import sys
 import time
 from typing import Any, Mapping, TextIO
 
+from tqdm import tqdm
+
 
 def draws_bars(stream: TextIO | None = None) -> bool:
     """Whether `stream` (default: stderr, where progress goes) is a terminal, the one place a bar belongs."""
@@ -32,10 +34,12 @@ def quiet_library_bars(stream: TextIO | None = None) -> bool:
         return False
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     if "huggingface_hub" in sys.modules:
+        # huggingface_hub (the 'train' extra) is loaded here only: importing runs.progress needs none of it
         from huggingface_hub.utils import disable_progress_bars
 
         disable_progress_bars()
     if "transformers" in sys.modules:
+        # transformers (the 'train' extra) is loaded here only: importing runs.progress needs none of it
         from transformers.utils import logging
 
         logging.disable_progress_bar()
@@ -67,8 +71,6 @@ class IterationProgress:
         self.started = time.perf_counter()
         self.bar = None
         if draws_bars(self.stream):
-            from tqdm import tqdm
-
             self.bar = tqdm(total=total, initial=first, desc="iterations", unit="it", file=self.stream)
 
     def log(self, row: Mapping[str, Any], step: int | None = None) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+import torch.distributed as dist
 
 from ..records import Episode, parse_episode_id
 
@@ -34,8 +35,6 @@ def rank_world(backend: str | None = None, timeout_s: float | None = None) -> tu
     CUDA is visible, else gloo; the trainer passes `devices.process_group_backend` of its device) and a collective
     timeout of `timeout_s` seconds (`PlacementConfig.collective_timeout_s`; None: the backend's default)."""
     if torchrun_world_size() > 1:
-        import torch.distributed as dist
-
         if not dist.is_initialized():
             options = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
             dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"), **options)
@@ -55,8 +54,6 @@ def local_rank() -> int:
 
 def all_gather_episodes(episodes: list[Episode], world_size: int) -> list[Episode]:
     """Every rank gets the whole batch, in the single-process order (by group index, then rollout)."""
-    import torch.distributed as dist
-
     gathered: list[Any] = [None] * world_size
     dist.all_gather_object(gathered, [e.to_dict() for e in episodes])
     merged = [Episode.from_dict(d) for part in gathered for d in part]

@@ -15,12 +15,14 @@ import numpy as np
 import torch
 
 from ..devices import module_device, upcast
-from .distributed import MiniBatch
 from .config import UpdateConfig
+from .distributed import MiniBatch
+from .kernels import fused_grpo_loss
 from .logprobs import micro_batch_hidden_states, response_logprobs
 from .loss_terms import LossConfig
 from .reference_loss import grpo_loss, reference_logprobs_from_hidden
 from .reference_policy import reference_view
+from .sampler_correction import truncated_is_weights
 from .samples import StepSample, with_logprobs
 from .sharding import TrainingModels, full_tensor, lockstep_logprobs
 
@@ -59,13 +61,9 @@ def micro_batch_loss(
     # rollouts): no vLLM sampler, nothing to correct, as 'auto' reads with the HF backend
     cap = update.resolved_tis_cap(own_kernels=False)
     if cap is not None:
-        from .sampler_correction import truncated_is_weights
-
         sampler = _stack(samples, "sampler_logprobs", width, device, h.dtype)
         importance_weight = truncated_is_weights(old, sampler, cap)
     if update.fused_loss:
-        from .kernels import fused_grpo_loss
-
         out = fused_grpo_loss(h, weight, targets, old, ref, advantage, mask, config=loss_config,
                               temperature=temperature, chunk_size=update.logprob_chunk_size,
                               importance_weight=importance_weight)

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
 from .config import UpdateConfig
 
@@ -73,7 +74,6 @@ class ComputeCopy:
         mini-batch, in fp32, after the last micro-batch."""
         if world_size == 1:
             return
-        import torch.distributed as dist
 
         for master in self.master_parameters:
             if master.grad is None:  # a parameter no sample reached on this rank still takes part

@@ -43,14 +43,21 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 import torch
+import torch.distributed as dist
+from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from transformers import AutoModelForCausalLM
 
 from .config import PlacementConfig, UpdateConfig
+from .logprobs import ResponseLogprobModel, response_logprobs
+from .precision import ComputeCopy, bf16_compute
+from .reference_policy import frozen_copy
 
 
 def is_sharded(module: torch.nn.Module) -> bool:
     """Whether any parameter of `module` is a DTensor shard (FSDP2)."""
-    from torch.distributed.tensor import DTensor
-
     return any(isinstance(p, DTensor) for p in module.parameters())
 
 
@@ -85,8 +92,6 @@ def enable_checkpointing(model: Any, update: UpdateConfig) -> None:
 def meta_model(model_class: type, config: Any, dtype: torch.dtype) -> Any:
     """A `model_class` model of `config` whose parameters and buffers are on the meta device (no memory, nothing
     initialised), its parameters in `dtype`; tied weights stay tied (`materialize` gives it memory)."""
-    from transformers import AutoModelForCausalLM
-
     with torch.device("meta"):
         model = AutoModelForCausalLM.from_config(copy.deepcopy(config), dtype=dtype)
     if type(model) is not model_class:
@@ -146,10 +151,6 @@ def shard_logprob_model(logprob_model: torch.nn.Module, device: torch.device, of
     Parameters move to `device` shard by shard (a meta-device model stays there for `materialize`); with
     `offload_to_cpu` (CUDA only) the shards stay in CPU memory and only the unit being computed is copied to the GPU;
     with `bf16_compute` units are gathered and computed in bf16 and gradients reduced in fp32."""
-    import torch.distributed as dist
-    from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
-
     mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     options: dict[str, Any] = {"mesh": mesh}
     if offload_to_cpu and device.type == "cuda":
@@ -180,8 +181,6 @@ class ModelBlueprint:
     @classmethod
     def from_rank0(cls, source: Any | None, rank: int) -> "ModelBlueprint":
         """Rank 0's `source` described and sent to every rank (a collective; the other ranks pass None)."""
-        import torch.distributed as dist
-
         if rank == 0 and source is None:
             raise ValueError("rank 0 needs the loaded policy to start a sharded run")
         sent: list[Any] = [cls(type(source), source.config, source.generation_config, next(source.parameters()).dtype,
@@ -195,11 +194,6 @@ def place_sharded_models(source: Any | None, device: torch.device, placement: Pl
     """FSDP2 start-up: rank 0's loaded `source` (None on the other ranks) becomes a sharded policy and, with
     `reference`, a sharded frozen reference; the weights are read once, by rank 0, and each rank receives only its
     shards (module docstring). A collective: every rank calls it."""
-    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-
-    from .logprobs import ResponseLogprobModel
-    from .precision import bf16_compute
-
     blueprint = ModelBlueprint.from_rank0(source, rank)
     state = source.state_dict() if rank == 0 else {}
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
@@ -230,10 +224,6 @@ def lockstep_logprobs(logprob_model: torch.nn.Module, samples: Sequence[Any], pa
 
     Rank r scores samples r, r + world, …; a rank with one sample fewer repeats its last one, so all ranks make
     the same forward calls; then every rank receives every sample's log-probs (CPU tensors, in order)."""
-    import torch.distributed as dist
-
-    from .logprobs import response_logprobs
-
     if not samples:
         return []
     mine = list(range(rank, len(samples), world_size))
@@ -287,10 +277,6 @@ def place_models(policy: Any, device: torch.device, world_size: int, placement: 
     several processes by DDP or sharded by FSDP2 (`placement.sharding`; then only rank 0's `policy` is read and the
     other ranks may pass None: `place_sharded_models`). Gradient checkpointing and `update.precision` are applied to
     the module the update computes with."""
-    from .logprobs import ResponseLogprobModel
-    from .precision import ComputeCopy, bf16_compute
-    from .reference_policy import frozen_copy
-
     if placement.sharding == "fsdp" and world_size > 1:
         return place_sharded_models(policy, device, placement, update, reference, rank)
     ref = frozen_copy(policy) if reference else None

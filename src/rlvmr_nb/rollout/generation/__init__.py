@@ -28,6 +28,7 @@ from rlvmr_nb.rollout.generation.base import (
     SamplingConfig,
     sampling_preset,
 )
+from rlvmr_nb.settings import require_choice, require_positive
 
 ENGINE_DTYPES: tuple[str, ...] = ("bfloat16", "float16", "float32", "float64")
 """Dtypes a sampling engine may run in (`EngineSettings.dtype`). 'float64' (HF only) is for runs whose sampled
@@ -75,8 +76,6 @@ class EngineConfig:
     ``{"compact_rows": False}``, ``{"prefill_tokens": 4096}`` or ``{"decode": "generate"}`` (`HFGenerator`)."""
 
     def __post_init__(self) -> None:
-        from rlvmr_nb.settings import require_choice, require_positive
-
         require_choice(self, "rollout_backend", tuple(BACKENDS))
         require_choice(self, "rollout_dtype", ENGINE_DTYPES)
         require_choice(self, "vllm_sleep_level", SLEEP_LEVELS)
@@ -153,6 +152,7 @@ class EngineSettings:
 
 
 def _hf_options(settings: EngineSettings) -> dict[str, Any]:
+    # torch (the 'train' extra) is loaded here only: importing rollout.generation needs none of it
     import torch
 
     return {"dtype": None if settings.dtype is None else getattr(torch, settings.dtype),

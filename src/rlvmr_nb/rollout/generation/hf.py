@@ -50,7 +50,6 @@ from rlvmr_nb.devices import accumulation_dtype
 from rlvmr_nb.rollout.generation import shared_prefix
 from rlvmr_nb.rollout.generation.base import Generation, Generator, Prompt, SamplingConfig
 from rlvmr_nb.rollout.generation.cpu_attention import ATTENTION_NAME, register
-from rlvmr_nb.rollout.generation.shared_prefix import SharedPrefixCache
 from rlvmr_nb.rollout.generation.kv_budget import auto_kv_cache_tokens, kv_bytes_per_token, split_by_kv_budget
 from rlvmr_nb.rollout.generation.processors import (
     ExponentialRaceSampler,
@@ -59,7 +58,10 @@ from rlvmr_nb.rollout.generation.processors import (
     rows_with_stop,
     stop_cut,
 )
+from rlvmr_nb.rollout.generation.shared_prefix import SharedPrefixCache
 from rlvmr_nb.rollout.generation.static_decode import PREFILL_TOKENS, static_decode, supports_static_decode
+
+from ...update.sharding import copy_weights, is_sharded, whole_copy
 
 CPU_BATCH_ROWS = 8
 """Rows per generate call on a CPU when none is given (ml_stack_probe §1: larger batches stop paying there). On a
@@ -160,7 +162,6 @@ class HFGenerator(Generator):
         self.max_batch_size = max_batch_size
         self.extra_logits_processors = list(extra_logits_processors)
         self.progress = progress
-        from ...update.sharding import is_sharded, whole_copy
 
         model_dtype = next(model.parameters()).dtype
         if is_sharded(model):  # FSDP: sampling needs whole weights; gathered here, every rank together
@@ -214,8 +215,6 @@ class HFGenerator(Generator):
         """Copy `model`'s weights into the sampling copy (cast to its dtype). No-op if shared.
 
         A sharded (FSDP) source is gathered one tensor at a time, so every rank must call this together."""
-        from ...update.sharding import copy_weights
-
         if model is not self.model:
             copy_weights(model, self.model)
 

@@ -20,6 +20,7 @@ import random
 import time
 import weakref
 from dataclasses import dataclass
+from statistics import NormalDist
 from typing import Any, Callable, Sequence
 
 from ..tags import META_TAGS
@@ -131,7 +132,6 @@ class ResponseLengths:
         """The `q` quantile of the uncapped distribution (for describing it)."""
         if self.kind == "fixed":
             return float(self.median)
-        from statistics import NormalDist
 
         return self.median * math.exp(self.sigma * NormalDist().inv_cdf(q))
 

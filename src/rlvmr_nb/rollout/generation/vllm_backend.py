@@ -94,6 +94,7 @@ def default_vllm_python() -> Path:
     explicit = os.environ.get("RLVMR_VLLM_PYTHON")
     if explicit:
         return Path(explicit).expanduser()
+    # torch (the 'train' extra) is loaded here only: importing rollout.generation.vllm_backend needs none of it
     from rlvmr_nb.models import cache_root
 
     return cache_root() / "venv-vllm" / "bin" / "python"
@@ -107,9 +108,10 @@ def vllm_available(python: str | os.PathLike | None = None) -> bool:
 def _whole_tensors(model: Any, dtype: str | None) -> dict:
     """`model`'s state dict as whole CPU tensors in `dtype`, ready for safetensors. A sharded (FSDP) model is
     gathered one tensor at a time, so every rank must call this together (`sharding.full_tensor`)."""
+    # torch (the 'train' extra) is loaded here only: importing rollout.generation.vllm_backend needs none of it
     import torch
 
-    from ...update.sharding import full_tensor
+    from ...update.sharding import full_tensor  # torch as well (FSDP gathering), loaded with it
 
     cast = getattr(torch, dtype) if dtype else None  # one of `generation.ENGINE_DTYPES`
     with torch.no_grad():
@@ -121,6 +123,7 @@ def _whole_tensors(model: Any, dtype: str | None) -> dict:
 def _save_snapshot(model: Any, tokenizer: Any, model_dir: str, dtype: str | None) -> None:
     """A loadable model folder of `model` for the engine: config, generation config, tokenizer and whole
     weights (`_whole_tensors`; unlike ``save_pretrained`` this also works on a sharded policy)."""
+    # safetensors (the 'train' extra) is loaded here only: importing rollout.generation.vllm_backend needs none of it
     from safetensors.torch import save_file
 
     model.config.save_pretrained(model_dir)
@@ -139,6 +142,7 @@ def _visible_device(model: Any) -> str | None:
         return None
     if device.type != "cuda":
         return None
+    # torch (the 'train' extra) is loaded here only: importing rollout.generation.vllm_backend needs none of it
     import torch
 
     index = device.index if device.index is not None else torch.cuda.current_device()
@@ -169,6 +173,7 @@ def _head_dim(model: Any) -> int | None:
 def check_cpu_head_size(model: Any) -> None:
     """Refuse, before the engine starts, a model whose heads are too small for vLLM's CPU attention (the
     4-head ``tiny-random:*`` models have 16)."""
+    # torch (the 'train' extra) is loaded here only: importing rollout.generation.vllm_backend needs none of it
     import torch
 
     head = _head_dim(model)
@@ -401,6 +406,7 @@ class VLLMGenerator(Generator):
     def update_weights(self, model: Any) -> None:
         """Send `model`'s current weights to the engine (safetensors file, loaded in place); a sleeping
         engine first wakes its weights. A sharded (FSDP) model is gathered: every rank calls this together."""
+        # torch (the 'train' extra) is loaded here only: importing rollout.generation.vllm_backend needs none of it
         import torch
 
         nbytes = state_bytes(model, self.dtype)

@@ -110,6 +110,7 @@ class _SleepState:
 
 
 def _load_weights(llm, path: str, sleep: _SleepState) -> dict:
+    # safetensors (the 'train' extra) is loaded here only: importing rollout.generation.vllm_server needs none of it
     from safetensors.torch import load_file
 
     sleep.wake(["weights"])
@@ -134,6 +135,8 @@ def _engine_sleep_mode(config: dict) -> tuple[bool, str]:
     """Whether to build the engine with sleep mode, and why not when not."""
     if not config.get("enable_sleep_mode"):
         return False, "sleep_level is 0"
+    # vLLM, installed only in its side environment is loaded here only: importing rollout.generation.vllm_server needs
+    # none of it
     from vllm.platforms import current_platform
 
     if current_platform.is_sleep_mode_available():
@@ -196,6 +199,8 @@ def check_engine_options(options: dict, llm_class, engine_args_class=None, versi
 
 def _engine_args_class():
     try:
+        # vLLM, installed only in its side environment is loaded here only: importing rollout.generation.vllm_server
+        # needs none of it
         from vllm.engine.arg_utils import EngineArgs
     except ImportError:
         return None
@@ -208,6 +213,8 @@ def main() -> None:
     os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process engine: simpler, no spawn
     version = None
     try:
+        # vLLM, installed only in its side environment is loaded here only: importing rollout.generation.vllm_server
+        # needs none of it
         import vllm
         from vllm import LLM, SamplingParams
         from vllm.platforms import current_platform

@@ -37,6 +37,7 @@ SYNC_HEADROOM = 64 * 2**20
 def state_bytes(model: Any, dtype: str | None) -> int:
     """Bytes of `model`'s state dict in `dtype` (None: as stored), what one weight sync writes; counted from the
     shapes, before anything is gathered (a sharded tensor counts its whole size)."""
+    # torch (the 'train' extra) is loaded here only: importing rollout.generation.weight_sync needs none of it
     import torch
 
     cast = getattr(torch, dtype) if dtype else None
@@ -111,6 +112,7 @@ def write_weight_file(tensors: dict, nbytes: int, fallback: str | os.PathLike | 
 
 def save_tensors(tensors: dict, path: str) -> None:
     """``safetensors.torch.save_file`` (one name for the tests to stand in for)."""
+    # safetensors (the 'train' extra) is loaded here only: importing rollout.generation.weight_sync needs none of it
     from safetensors.torch import save_file
 
     save_file(tensors, path)

@@ -15,10 +15,20 @@ models on any other attention implementation keep the padded path (`supports_pac
 
 from __future__ import annotations
 
+import contextlib
+import inspect
+import warnings
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention.varlen import varlen_attn
+from transformers import AttentionInterface
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+
+from rlvmr_nb.rollout.generation.static_decode import SDPA_EQUIVALENT
 
 ATTENTION_NAME = "rlvmr_sdpa_documents"
 
@@ -35,8 +45,6 @@ def documents_sdpa_forward(
 ) -> tuple[torch.Tensor, None]:
     """transformers attention-interface function: query [1, H, N, D], key/value [1, Hkv, N, D] of a packed row
     whose sequences end at ``cu_seq_lens_q`` (int, [S + 1], on the CPU); returns [1, N, H, D]."""
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     bounds = kwargs.pop("cu_seq_lens_q", None)
     if bounds is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
@@ -78,8 +86,6 @@ def is_out_of_memory(err: BaseException) -> bool:
 
 def _give_up_varlen(err: BaseException) -> None:
     """Switch this process to the per-sequence loop, saying why once."""
-    import warnings
-
     reason = f"{type(err).__name__}: {err}"[:300]
     _VARLEN.update(usable=False, reason=reason)
     warnings.warn(f"packed attention: torch's varlen flash attention failed ({reason}); this process attends "
@@ -126,11 +132,8 @@ def _per_sequence(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, e
 
 
 def _without_cudnn(device: torch.device) -> Any:
-    import contextlib
-
     if device.type != "cuda":
         return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
 
     return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
 
@@ -140,10 +143,6 @@ def _varlen(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds:
     """One flash-attention call over every sequence of the row (``torch.nn.attention.varlen``): a per-sequence
     loop lets cuDNN plan a new graph for each new sequence length (measured on the H200: the packed micro-batch
     spent 0.66 s of wall time on 0.18 s of kernels)."""
-    import inspect
-
-    from torch.nn.attention.varlen import varlen_attn
-
     if _DEVICE_BOUNDS[0] is not bounds:
         _DEVICE_BOUNDS[:] = [bounds, bounds.to(device=query.device, dtype=torch.int32)]
     cu = _DEVICE_BOUNDS[1]
@@ -173,10 +172,7 @@ def register() -> str:
     """Register the attention function (its mask: the sdpa one) with transformers; idempotent."""
     global _registered
     if not _registered:
-        from transformers import AttentionInterface
-        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-        from rlvmr_nb.rollout.generation.static_decode import SDPA_EQUIVALENT
 
         AttentionInterface.register(ATTENTION_NAME, documents_sdpa_forward)
         SDPA_EQUIVALENT.add(ATTENTION_NAME)  # generation may decode with it: it is sdpa outside a packed row

@@ -50,6 +50,7 @@ def kernels_interpreted() -> bool:
     variable later changes nothing, so the kernels themselves are asked, not the environment."""
     if triton is None:
         return False
+    # Triton, present only with a GPU build is loaded here only: importing update.kernels.triton_grpo needs none of it
     from triton.runtime.interpreter import InterpretedFunction
 
     return isinstance(_row_stats_kernel, InterpretedFunction)
