@@ -17,6 +17,7 @@ Writes benchmarks/results/branching_generation.json.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import tempfile
@@ -61,6 +62,7 @@ def run() -> dict:
 
 if __name__ == "__main__":
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()  # --help says what it measures
     results = run()
     RESULTS.write_text(json.dumps(results, indent=2) + "\n")
     print(json.dumps(results, indent=2))

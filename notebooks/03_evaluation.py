@@ -107,10 +107,10 @@ chosen = dict(env=env, max_tasks=max_tasks, seed=seeds[0], temperature=temperatu
 # the run's prompt and budgets where a parameter is None; a parameter that differs from the run's is refused here
 config, from_run = eval_config_for(model, {k: v for k, v in chosen.items() if v is not None},
                                    override_run=override_run_settings, fallback=WITHOUT_RUN)
-env = config.rollout.env
+world = config.rollout.env  # the world evaluated: the run's own where `env` is None
 model_name = model_label(model)  # 'embedded:smollm2-135m-instruct' -> 'smollm2-135m-instruct'
 method_label = paper.display_method(method)
-run_name = f"{method_label}_{env}_{model_name}"
+run_name = f"{method_label}_{world}_{model_name}"
 results_path = Path(results_dir) / run_name
 out_path = Path(out_dir)
 policy, tokenizer, policy_info = load_policy(model, seed=seeds[0])
@@ -138,7 +138,7 @@ with eval_generator(policy, tokenizer, config) as generator:
         print(f"{level}: {summary['episodes']} episodes ({len(seeds)} seed(s)), success {summary['success']:.1%} "
               f"[{low:.1%}, {high:.1%}]")
 combined = write_results(results_path / "results.json", {method_label: by_level},
-                         {"model": str(model), "method": method_label, "env": env, "levels": levels,
+                         {"model": str(model), "method": method_label, "env": world, "levels": levels,
                           "max_tasks": max_tasks, "max_steps": config.rollout.max_steps,
                           "prompt_style": config.rollout.prompt_style, "temperature": temperature, "seeds": seeds},
                          extra={"model": policy_info, "run_settings": from_run}, intervals={method_label: ci_by_level})
@@ -180,12 +180,12 @@ pd.DataFrame({level: s["tag_distribution"] for level, s in by_level.items()}).T.
 
 # %%
 written = []
-if env in paper.ENVS:
-    ours = plots.attach_results_intervals(paper.load_ours(combined, env=env, model=model_name, scale=100.0),
+if world in paper.ENVS:
+    ours = plots.attach_results_intervals(paper.load_ours(combined, env=world, model=model_name, scale=100.0),
                                           json.loads(Path(combined).read_text()), scale=100.0)
     display(plots.table1(ours=ours))
     display(plots.table2(ours=ours))
-    if env == "alfworld":
+    if world == "alfworld":
         display(plots.table4(ours=ours))  # per task type; the paper's numbers are L1
     figure = plots.plot_fig5 if paper.method_key(method_label) in ("RLVMR", "GRPO", "SFT") else plots.plot_fig3
     stem = f"eval_{run_name}"
@@ -193,7 +193,7 @@ if env in paper.ENVS:
     written = plots.save_figure(figure(ours=ours, ours_caption=caption), out_path, stem, formats)
     display(Image(filename=str(out_path / f"{stem}.png")))
 else:
-    print(f"the paper reports no {env!r} numbers; the tables above are the whole result")
+    print(f"the paper reports no {world!r} numbers; the tables above are the whole result")
 
 # %% [markdown]
 # ## One episode per level
