@@ -176,3 +176,16 @@ def test_the_projection_reproduces_the_measured_rollout_call_and_scales_by_the_d
     # responses that end early decode fewer rows: half the rows at 1 token, half the KV reads
     shorter = rollout_call_seconds(args[0], [1] * (rows // 2) + [128] * (rows // 2), *args[2:], CARDS["H200 141GB"], costs)
     assert shorter[1] < decode
+
+
+def test_a_branching_configuration_is_rehearsed_with_its_trees(tmp_path):
+    """Guards the rehearsal's env wrapper against branching rollouts: a spark configuration forks slots mid-episode
+    (`rollout.branching`), and a wrapper that did not forward `fork_slots` stopped the rehearsal of
+    configs/paper/spark_*.json at the first fork."""
+    out = tmp_path / "rehearsal.json"
+    args = ["rehearse", "--env", "toy", "--tasks", "2", "--group-size", "4", "--max-steps", "4", "--max-new-tokens",
+            "96", "--algo", "spark", "--branch-roots", "2", "--branch-trigger", "random:1.0", "--cards", "H100 80GB",
+            "--gpus", "1", "--shape", "qwen2.5-1.5b", "--no-progress", "--out", str(out)]
+    assert main(args) == 0
+    played = json.loads(out.read_text())["played"]
+    assert played["episodes"]["count"] == 8 and played["episodes"]["aborted"] == 0  # exactly N leaves per task

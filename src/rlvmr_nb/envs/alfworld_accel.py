@@ -74,6 +74,18 @@ def is_enabled() -> bool:
     return bool(_originals)
 
 
+def _engine_modules() -> tuple[Any, Any, Any]:
+    """The three engine modules the patches replace functions of: fast-downward's, TextWorld's text generator and
+    its logic `Rule`."""
+    # fast-downward (built with ALFWorld) and TextWorld (the 'envs' extra) are loaded here only: importing
+    # envs.alfworld_accel needs none of them
+    import fast_downward
+    import textworld.envs.pddl.textgen as textgen
+    from textworld.logic import Rule
+
+    return fast_downward, textgen, Rule
+
+
 def enable(sas_cache_games: int = 8, parse_cache_size: int = 8192) -> None:
     """Install the patches (no-op if already installed).
 
@@ -84,11 +96,7 @@ def enable(sas_cache_games: int = 8, parse_cache_size: int = 8192) -> None:
     with _lock:
         if _originals:
             return
-        # fast-downward (built with ALFWorld) and TextWorld (the 'envs' extra) are loaded here only: importing
-        # envs.alfworld_accel needs none of it
-        import fast_downward
-        import textworld.envs.pddl.textgen as textgen
-        from textworld.logic import Rule
+        fast_downward, textgen, Rule = _engine_modules()
 
         stock_parse = textgen._parse_and_convert
         stock_query = Rule.__dict__["parse_conjunctive_query"]  # the classmethod object itself
@@ -159,11 +167,7 @@ def disable() -> None:
     with _lock:
         if not _originals:
             return
-        # fast-downward (built with ALFWorld) and TextWorld (the 'envs' extra) are loaded here only: importing
-        # envs.alfworld_accel needs none of it
-        import fast_downward
-        import textworld.envs.pddl.textgen as textgen
-        from textworld.logic import Rule
+        fast_downward, textgen, Rule = _engine_modules()
 
         textgen._parse_and_convert = _originals["parse"]
         Rule.parse_conjunctive_query = _originals["query"]

@@ -80,6 +80,18 @@ class WatchedSlots:
             self.steps[slot] += 1
         return results
 
+    def fork_slots(self, forks: Mapping[int, int]) -> dict[int, Any]:
+        """Branching rollouts (`rollout.branching`): each destination slot stands where its source stands, live
+        from there with the source's step count. A fork replays its prefix in the engine, so its time is env
+        stepping."""
+        t0 = time.perf_counter()
+        results = self.inner.fork_slots(forks)
+        self.clock.add("env_step_s", time.perf_counter() - t0)
+        for dst, src in forks.items():
+            self.live[dst] = results[dst]
+            self.steps[dst] = self.steps.get(src, 0)
+        return results
+
 
 class ScriptedPlayer:
     """Writes the scripted responses of the live slots of the `WatchedSlots` it watches (module docstring)."""

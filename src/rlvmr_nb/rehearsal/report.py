@@ -36,6 +36,8 @@ def calls(episodes: Sequence[Episode], group_size: int) -> list[list[Row]]:
     by_step: list[list[Row]] = []
     for i, episode in enumerate(episodes):
         for step in episode.steps:
+            if step.prompt_token_ids is None:  # a branch's copy of its parent's step: generated once, by the parent
+                continue
             while len(by_step) <= step.t:
                 by_step.append([])
             by_step[step.t].append((i // group_size, len(step.prompt_token_ids), len(step.response_token_ids)))
