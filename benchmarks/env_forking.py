@@ -227,7 +227,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             [make_task(name, v) for name, v in (("boil", 3), ("grow-fruit", 1), ("chemistry-mix", 1), ("find-animal", 4),
                                                 ("power-component", 1), ("lifespan-longest-lived", 2))], 15, args.seed)
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
 
     doc = {
         "what": "fork cost per env and prefix length (envs.forking); every fork checked against its parent",

@@ -76,7 +76,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from dataclasses import asdict, replace
 
-    from rlvmr_nb.evaluate import evaluate_policy, provenance
+    from rlvmr_nb.evaluate import evaluate_policy
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import eval_config, training_pool
     from rlvmr_nb.lab.layout import coldstart_dir

@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     import multiprocessing
     from concurrent.futures import ProcessPoolExecutor
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
 
     base = {**json.loads(Path(args.base).read_text()), "iterations": args.iterations}
     jobs = [(v, s) for v in args.variants for s in args.seeds]

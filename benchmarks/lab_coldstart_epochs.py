@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from lab_expert_agreement import agreement
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import LabConfig
     from rlvmr_nb.lab.experiment import run_coldstart, run_evaluation
     from rlvmr_nb.lab.layout import COLDSTART_ARM, HELDIN, eval_path

@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from rlvmr_nb.envs.lab_world import level_tasks
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
 
     torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
     work, pool = Path(args.work), level_tasks("train", "L0")

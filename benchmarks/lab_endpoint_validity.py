@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from rlvmr_nb.envs.lab_world import LAB_HORIZON
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import coldstart_key
 

@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/lab_expert_agreement.json")
     args = p.parse_args(argv)
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
 
     doc: dict = {"purpose": __doc__.split("\n\n")[0], "kinds": list(KINDS), "runs": {}}
     for run in map(Path, args.runs):

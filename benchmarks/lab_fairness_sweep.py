@@ -199,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs > 1 and len(args.variants) > 1:
         return run_variants_in_parallel(args)
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import LabConfig
     from rlvmr_nb.lab.experiment import run_lab
 

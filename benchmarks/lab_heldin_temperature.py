@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/lab_heldin_temperature.json")
     args = p.parse_args(argv)
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import LabConfig
     from rlvmr_nb.lab.experiment import COLDSTART_ARM, heldin_tasks, replay
     from rlvmr_nb.lab.paired import heldin_rise

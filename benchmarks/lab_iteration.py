@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from rlvmr_nb.coldstart import build_coldstart_dataset
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.policy import LabPolicyConfig, build_lab_policy
     from rlvmr_nb.update.loss_terms import LossConfig
     from rlvmr_nb.models import describe_model, load_model

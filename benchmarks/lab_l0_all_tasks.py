@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
 
     from rlvmr_nb.envs.lab_world import level_tasks
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import LabConfig
     from rlvmr_nb.lab.experiment import COLDSTART_ARM, play_sampling_seed, replay
     from rlvmr_nb.lab.paired import paired_t

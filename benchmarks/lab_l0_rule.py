@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sims", type=int, default=20000)
     args = p.parse_args(argv)
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.paired import l0_condition_power, l0_rule, paired_t
 
     observed = {}

@@ -29,7 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/lab_old_logprobs.json")
     args = p.parse_args(argv)
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import run_arm, run_coldstart
 

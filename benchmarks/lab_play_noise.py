@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default="benchmarks/results/lab_play_noise.json")
     args = p.parse_args(argv)
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import LabConfig
     from rlvmr_nb.lab.experiment import COLDSTART_ARM, eval_path, play_sampling_seed
     from rlvmr_nb.lab.paired import l0_condition_power, l0_seed_power, seed_endpoint, seeds_for_power

@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs", nargs="+", default=list(RUNS), help="results files (names under benchmarks/results)")
     args = p.parse_args(argv)
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.report import preregistered_markdown
 
     analyses = {}

@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import run_arm, run_coldstart
 

@@ -112,7 +112,7 @@ def main() -> None:
         return
 
     from rlvmr_nb.envs.alfworld_data import default_source, install_alfworld_data
-    from rlvmr_nb.evaluate import provenance
+    from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.rollout.generation.vllm_backend import default_vllm_python, vllm_available
     from rlvmr_nb.models import ensure_embedded_model
 

@@ -38,7 +38,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from transformers import SuppressTokensLogitsProcessor  # noqa: E402
 
 from rlvmr_nb.envs.alfworld import ALFWorldEnv, alfworld_tasks  # noqa: E402
-from rlvmr_nb.evaluate import provenance  # noqa: E402
+from rlvmr_nb.runs.machine import provenance  # noqa: E402
 from rlvmr_nb.rollout.generation.base import SamplingConfig  # noqa: E402
 from rlvmr_nb.rollout.generation.hf import HFGenerator  # noqa: E402
 from rlvmr_nb.scoring.metrics import summarize  # noqa: E402

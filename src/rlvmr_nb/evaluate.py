@@ -16,12 +16,8 @@ from __future__ import annotations
 
 import json
 import os
-import platform
-import subprocess
 import sys
-import time
 from dataclasses import asdict, dataclass, field, replace
-from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -36,7 +32,7 @@ from .envs.registry import get_env
 from .records import Episode, write_episodes
 from .rollout.generation import EngineConfig, EngineSettings, Generator, make_rollout_generator
 from .rollout.loop import RolloutConfig, run_rollouts
-from .runs.machine import machine_facts
+from .runs.machine import provenance
 from .runs.policy import training_run_settings
 from .runs.reporters import check_report_to, report_once
 from .scoring.method import MethodConfig
@@ -301,24 +297,6 @@ def summary_table(rows: Sequence[Mapping[str, str]]) -> str:
     widths = {c: max(len(c), *(len(row[c]) for row in rows)) for c in TABLE_COLUMNS}
     lines = [dict(zip(TABLE_COLUMNS, TABLE_COLUMNS)), *rows]
     return "\n".join("  ".join(line[c].ljust(widths[c]) for c in TABLE_COLUMNS).rstrip() for line in lines)
-
-
-def provenance(seed: int | None = None) -> dict:
-    """Command, versions, git SHA and machine: what a results file must carry to be traceable."""
-    versions = {}
-    for pkg in ("rlvmr-nb", "torch", "transformers", "alfworld", "scienceworld", "textworld"):
-        try:
-            versions[pkg] = metadata.version(pkg)
-        except metadata.PackageNotFoundError:
-            versions[pkg] = None
-    try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
-                             cwd=Path(__file__).parent).stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        sha = None
-    return {"command": " ".join(sys.argv), "versions": versions, "git_sha": sha, "seed": seed,
-            "python": platform.python_version(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%d"),
-            "machine_facts": machine_facts()}
 
 
 def write_results(path: str | Path, summary: dict, config: Any, episodes: Sequence[Episode] | None = None,

@@ -181,6 +181,7 @@ def test_no_other_place_in_the_package_decides_a_channel_from_a_preset_name():
 # --------------------------------------------------------------------- the CLI generated from the configs
 
 from rlvmr_nb import cli  # noqa: E402
+from rlvmr_nb.cli import torch_commands  # noqa: E402
 from rlvmr_nb.settings import field_docs, first_sentence, setting_flags  # noqa: E402
 
 FLAGS_IN_USE = {
@@ -240,16 +241,16 @@ def test_a_docstring_s_first_sentence_ends_at_a_sentence_s_full_stop():
 def test_no_default_of_a_train_or_eval_flag_is_written_in_the_cli():
     """The defaults live in the dataclasses: the CLI's settings flags default to None (not given), and no value
     that is a default of a train/eval setting (0, 1 and 2 aside: indents, slices) appears as a literal in the
-    CLI's train and eval code, nor a "default: <number>" help text anywhere in cli.py."""
+    CLI's train and eval code (`cli.torch_commands`), nor a "default: <number>" help text anywhere in the CLI."""
     import ast
     import re
 
-    source = Path(cli.__file__).read_text()
+    source = Path(torch_commands.__file__).read_text()
     tree = ast.parse(source)
-    flags = [*setting_flags(TrainConfig, cli.TRAIN_FLAG_NAMES), *setting_flags(EvalConfig)]
+    flags = [*setting_flags(TrainConfig, torch_commands.TRAIN_FLAG_NAMES), *setting_flags(EvalConfig)]
     defaults = {flag.default for flag in flags if not isinstance(flag.default, (bool, tuple, type(None)))} - {0, 1, 2}
     train_and_eval = [node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name in
-                      ("_add_train_settings", "_add_eval_settings", "_setting_choices", "_cmd_train", "_cmd_eval")]
+                      ("add_train_settings", "add_eval_settings", "setting_choices", "cmd_train", "cmd_eval")]
     assert len(train_and_eval) == 5
     literals = [(node.lineno, node.value) for part in train_and_eval for node in ast.walk(part)
                 if isinstance(node, ast.Constant) and not isinstance(node.value, bool) and node.value in defaults]
@@ -258,14 +259,14 @@ def test_no_default_of_a_train_or_eval_flag_is_written_in_the_cli():
         for keyword in call.keywords:
             if keyword.arg == "default":
                 assert not isinstance(keyword.value, ast.Constant) or keyword.value.value is None, ast.unparse(call)
-    assert not re.search(r"default: [\w.-]*\d", source)  # the old "default: 256" help texts
+    for text in (source, Path(cli.__file__).read_text()):
+        assert not re.search(r"default: [\w.-]*\d", text)  # the old "default: 256" help texts
 
 
 def test_precedence_defaults_then_the_config_file_then_the_flags_given(monkeypatch, tmp_path):
-    from rlvmr_nb import trainer
 
     seen = {}
-    monkeypatch.setattr(trainer, "train", lambda config: seen.setdefault("config", config) and [])
+    monkeypatch.setattr(torch_commands, "train", lambda config: seen.setdefault("config", config) and [])
     settings = tmp_path / "run.json"
     settings.write_text(json.dumps({"env": "toy", "group_size": 4, "lr": 2e-6, "lora": True,
                                     "advantage": {"preset": "paper", "alpha": 0.25}}))
@@ -281,12 +282,11 @@ def test_precedence_defaults_then_the_config_file_then_the_flags_given(monkeypat
 
 
 def test_eval_builds_its_config_from_the_flags_given(monkeypatch, tmp_path):
-    from rlvmr_nb import evaluate
 
     seen = {}
-    monkeypatch.setattr(evaluate, "evaluate_seeds", lambda model, tok, config, seeds: seen.update(config=config,
+    monkeypatch.setattr(torch_commands, "evaluate_seeds", lambda model, tok, config, seeds: seen.update(config=config,
                                                                                                    seeds=seeds) or {})
-    monkeypatch.setattr(evaluate, "write_seed_results",
+    monkeypatch.setattr(torch_commands, "write_seed_results",
                         lambda path, *a, **k: (path, {"metrics": summarize([]), "metrics_ci": {}}))
     assert cli.main(["eval", "--env", "toy", "--model", "tiny-random:llama", "--seeds", "3", "4", "--batch-tasks", "2",
                      "--max-prompt-tokens", "none", "--out", str(tmp_path / "eval.json")]) == 0
@@ -315,10 +315,9 @@ def test_a_value_its_field_refuses_alone_is_refused_at_parse_time_naming_the_fla
 def test_count_or_word_flags(monkeypatch, tmp_path):
     """A field that is a number or a word (``int | str``: a count or 'auto') is spelled either way; `none` sets an
     optional one to None. A dict (the vLLM engine's options) comes from a --config file."""
-    from rlvmr_nb import trainer
 
     seen = []
-    monkeypatch.setattr(trainer, "train", lambda config: seen.append(config) or [])
+    monkeypatch.setattr(torch_commands, "train", lambda config: seen.append(config) or [])
     run = ["train", "--env", "toy", "--out", str(tmp_path / "run"), "--allow-slow"]  # default size: slow on a CPU
     settings = tmp_path / "engine.json"
     settings.write_text(json.dumps({"vllm_engine_options": {"max_num_seqs": 64, "enforce_eager": True}}))

@@ -454,14 +454,14 @@ def test_the_lab_demo_shares_the_classroom_cold_start():
 def test_make_demo_ends_with_the_lab_learning_demo(tmp_path, monkeypatch, capsys):
     """`make demo` runs `rlvmr-nb demo --train`: after the notebook chain (stubbed here: it needs ALFWorld and
     SmolLM2, and has its own tests) the lab demo must run and draw its figure beside the demo's figures."""
-    import rlvmr_nb.envs.alfworld_data as alfworld_data
-    import rlvmr_nb.notebooks as notebooks
     from rlvmr_nb import cli
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(alfworld_data, "default_source", lambda: None)
-    monkeypatch.setattr(alfworld_data, "install_alfworld_data", lambda source: tmp_path)
-    monkeypatch.setattr(notebooks, "run_demo_chain", lambda **kwargs: {})
+    # patched where the CLI looks them up (it imports them at its top): patching their home modules let the real
+    # notebook chain run, minutes of SmolLM2 on ALFWorld, which failed on a stale runs/demo/ checkpoint
+    monkeypatch.setattr(cli, "default_source", lambda: None)
+    monkeypatch.setattr(cli, "install_alfworld_data", lambda source: tmp_path)
+    monkeypatch.setattr(cli, "run_demo_chain", lambda **kwargs: {})
     monkeypatch.setattr(cli, "LAB_DEMO_CONFIG", str(ROOT / "configs" / "lab" / "ci.json"))
     assert cli.main(["demo", "--train"]) == 0
     assert "paired plays" in capsys.readouterr().out

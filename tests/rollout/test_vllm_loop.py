@@ -88,13 +88,14 @@ def test_train_config_rollout_options_are_checked():
 
 
 def test_cli_passes_the_rollout_options(monkeypatch, tmp_path):
-    from rlvmr_nb import cli, evaluate, trainer
+    from rlvmr_nb import cli
+    from rlvmr_nb.cli import torch_commands
     from rlvmr_nb.scoring.metrics import summarize
 
     seen = {}
-    monkeypatch.setattr(trainer, "train", lambda cfg: seen.setdefault("train", cfg) and [])
-    monkeypatch.setattr(evaluate, "evaluate_seeds", lambda *a, **k: seen.setdefault("eval", a[2]) and {0: ([], {})})
-    monkeypatch.setattr(evaluate, "write_seed_results",
+    monkeypatch.setattr(torch_commands, "train", lambda cfg: seen.setdefault("train", cfg) and [])
+    monkeypatch.setattr(torch_commands, "evaluate_seeds", lambda *a, **k: seen.setdefault("eval", a[2]) and {0: ([], {})})
+    monkeypatch.setattr(torch_commands, "write_seed_results",
                         lambda path, *a, **k: (path, {"metrics": summarize([]), "metrics_ci": {}}))
     assert cli.main(["train", "--env", "toy", "--rollout-backend", "vllm", "--rollout-dtype", "float32",
                      "--vllm-gpu-memory-utilization", "0.3", "--vllm-sleep-level", "1", "--tis-cap", "2",

@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from ..evaluate import EvalConfig, eval_tasks, evaluate_policy, provenance
+from ..evaluate import EvalConfig, eval_tasks, evaluate_policy
+from ..runs.machine import provenance
 from ..models import describe_model
 from ..records import write_episodes
 from ..rollout.generation.base import SamplingConfig

@@ -478,5 +478,5 @@ class ScienceWorldEnv:
             ) from e
 
 
-# The gold-path replay moved to `scienceworld_gold`; `cli.py` and `coldstart/experts.py` still import it
+# The gold-path replay moved to `scienceworld_gold`; `cli` and `coldstart/experts.py` still import it
 # from here. Resolved on first use: an import at the top would be circular (it needs ScienceWorldEnv).

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..casestudy import save_html
-from ..evaluate import provenance
+from ..runs.machine import provenance
 from ..plots import save_figure
 from .cases import case_study_html, find_cases, pattern_counts
 from .figures import plot_lab_differences, plot_lab_metrics, plot_lab_training

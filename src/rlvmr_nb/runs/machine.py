@@ -2,7 +2,7 @@
 
 Two runs of the same code and seed give the same bits only where these facts agree (the CPU, its vector-kernel path,
 the BLAS and the library versions); elsewhere a trained or sampled number reproduces only statistically
-(docs/verification.md, 'Numbers across machines'). Results files carry `machine_facts` (`evaluate.provenance`),
+(docs/verification.md, 'Numbers across machines'). Results files carry `machine_facts` (`provenance`),
 and `rlvmr-nb verify` prints them beside every verdict.
 """
 
@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import platform
 import re
+import subprocess
+import sys
+import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -88,3 +91,21 @@ def describe_machine(facts: dict[str, Any] | None) -> str:
     extras = "AMX" if facts.get("cpu_amx") else ("AVX-512" if facts.get("cpu_avx512") else "")
     return (f"{cpu}{', ' + extras if extras else ''}; torch {facts.get('torch')} ({facts.get('torch_blas')}, "
             f"{facts.get('torch_cpu_capability')} kernels); numpy {facts.get('numpy')} ({facts.get('numpy_blas')})")
+
+
+def provenance(seed: int | None = None) -> dict:
+    """Command, versions, git SHA and machine: what a results file must carry to be traceable."""
+    versions = {}
+    for pkg in ("rlvmr-nb", "torch", "transformers", "alfworld", "scienceworld", "textworld"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = None
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5,
+                             cwd=Path(__file__).parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        sha = None
+    return {"command": " ".join(sys.argv), "versions": versions, "git_sha": sha, "seed": seed,
+            "python": platform.python_version(), "machine": platform.machine(), "time": time.strftime("%Y-%m-%d"),
+            "machine_facts": machine_facts()}

@@ -24,8 +24,8 @@ uses mean 0 and std 1, so its advantage is its raw value.
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass, fields, replace
-from typing import Any, Callable, Hashable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Callable, Hashable, Sequence
 
 import numpy as np
 

@@ -25,7 +25,7 @@ from typing import Iterable
 
 from ..rollout.tags import extract_action_list, tag_class
 from ..records import Episode, StepScores
-from ..settings import require_choice, require_non_negative
+from ..settings import require_non_negative
 
 PENALTY_CHANNELS = ("outcome", "step")
 """Where the format penalty λ enters: the outcome score (official code) or the step reward (paper). A method's

@@ -23,8 +23,6 @@ from rlvmr_nb.update.loss_terms import (
     AGGREGATIONS,
     KL_LOG_RATIO_BOUND,
     LossConfig,
-    k3_kl_term,
-    ppo_clip_term,
     token_terms,
     weighted_total,
 )

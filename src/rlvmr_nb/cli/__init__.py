@@ -8,35 +8,31 @@ import json
 import os
 import re
 import sys
-from typing import Any, Callable, NoReturn
+from types import ModuleType
+from typing import Callable, NoReturn
 
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # must precede any torch import (see README)
 
-from .batch.command import add_batch_commands  # noqa: E402  (standard library only; loads no torch)
-from .coldstart import main as coldstart_main
-from .coldstart.chat_transport import EndpointError
-from .coldstart.dataset import TooFewTrajectories
-from .coldstart.teachers import TeacherUnavailable
-from .demo import DEMO_OUT, format_summary, run_demo, step_table
-from .envs.alfworld_data import default_source, install_alfworld_data
-from .envs.alfworld_experts import replay_all_walkthroughs
-from .envs.registry import LEVELS, env_names, get_env
-from .envs.scienceworld_gold import replay_gold_sample
-from .envs.split_overlap import OVERLAP_MEASURES, write_overlap
-from .notebooks import run_demo_chain
-from .paper.verify import REPRODUCTIONS, format_checks, verify
-from .rollout.generation import BACKENDS, ENGINE_DTYPES, SLEEP_LEVELS
-from .rollout.generation.base import STOP_POLICIES
-from .rollout.generation.vllm_backend import VLLMUnavailableError
-from .rollout.prompts import STYLES
-from .runs.cost import check_cpu_cost
-from .runs.export import export_policy
-from .runs.lock import RunFolderBusy, results_lock
-from .runs.policy import load_policy
-from .runs.progress import quiet_library_bars
-from .scoring.method import ALGORITHMS, PRESETS, MethodConfig
-from .settings import add_setting_flags, given_settings, positive_int, setting_flags
-from .update.config import OLD_LOGPROBS, REFERENCE_DEVICES, SHARDINGS
+from ..batch.command import add_batch_commands  # noqa: E402  (standard library only; loads no torch)
+from ..coldstart import main as coldstart_main
+from ..coldstart.chat_transport import EndpointError
+from ..coldstart.dataset import TooFewTrajectories
+from ..coldstart.teachers import TeacherUnavailable
+from ..demo import DEMO_OUT, format_summary, run_demo, step_table
+from ..envs.alfworld_data import default_source, install_alfworld_data
+from ..envs.alfworld_experts import replay_all_walkthroughs
+from ..envs.registry import env_names, get_env
+from ..envs.scienceworld_gold import replay_gold_sample
+from ..envs.split_overlap import OVERLAP_MEASURES, write_overlap
+from ..notebooks import run_demo_chain
+from ..paper.verify import REPRODUCTIONS, format_checks, verify
+from ..rollout.generation.vllm_backend import VLLMUnavailableError
+from ..runs.export import export_policy
+from ..runs.lock import RunFolderBusy
+from ..runs.machine import provenance
+from ..runs.progress import quiet_library_bars
+from ..scoring.method import PRESETS, MethodConfig
+from ..settings import positive_int
 
 # --------------------------------------------------------------------------------------------------
 # One error handler for every command: a wrong input or a run stopped by the user or the machine ends in
@@ -48,13 +44,15 @@ INTERRUPTED_RC = 130
 """The shell's code for a process ended by Ctrl-C (128 + SIGINT)."""
 
 
-def _expected_errors() -> tuple[type[BaseException], ...]:
-    # imported here: `rlvmr-nb --help` must not load torch
-    from .models import ModelLoadError
-    from .runs.checkpoints import CheckpointError
+TORCH_ERRORS = (("rlvmr_nb.models", "ModelLoadError"), ("rlvmr_nb.runs.checkpoints", "CheckpointError"))
+"""Expected errors defined in modules that load torch, by (module, class): such an error can only have been raised
+once its module was imported, so the handler looks it up in `sys.modules` and never imports torch itself."""
 
-    return (ValueError, FileNotFoundError, OSError, ModelLoadError, CheckpointError, RunFolderBusy,
-            TeacherUnavailable, EndpointError, TooFewTrajectories, VLLMUnavailableError)
+
+def _expected_errors() -> tuple[type[BaseException], ...]:
+    loaded = tuple(getattr(sys.modules[module], name) for module, name in TORCH_ERRORS if module in sys.modules)
+    return (ValueError, FileNotFoundError, OSError, RunFolderBusy, TeacherUnavailable, EndpointError,
+            TooFewTrajectories, VLLMUnavailableError, *loaded)
 
 
 def _one_line(error: BaseException) -> str:
@@ -126,7 +124,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
             print(f"{name}: {info['seconds']:.0f} s, executed copy {info['notebook']}")
         print(f"figures: {'figures/demo/' if args.update_figures else 'runs/figures/demo/'}")
         # the end of the demo: the method learning, in minutes, in the lab's small world (lab/learning_demo.py)
-        _run_lab_demo(LAB_DEMO_CONFIG, LAB_DEMO_OUT, "figures/demo" if args.update_figures else "runs/figures/demo")
+        _torch_commands().run_lab_demo(LAB_DEMO_CONFIG, LAB_DEMO_OUT, "figures/demo" if args.update_figures else "runs/figures/demo")
     return 0
 
 
@@ -136,18 +134,21 @@ LAB_DEMO_OUT = "runs/metalab/demo"
 """The lab demo's run folder (git-ignored, like every run)."""
 
 
-def _run_lab_demo(config_file: str, out: str, figures: str) -> None:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .lab import load_lab_config
-    from .lab.learning_demo import describe, run_learning_demo
+def _torch_commands() -> ModuleType:
+    """`cli.torch_commands`, the sub-commands that need torch; imported when one of them runs or builds its settings flags."""
+    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help`, the light commands and a core install need none
+    from . import torch_commands
 
-    demo = run_learning_demo(load_lab_config(config_file), out, figures_dir=figures)
-    print(describe(demo))
-    print(f"lab demo: {demo.seconds:.0f} s; figure {demo.figure}; results {demo.results}")
+    return torch_commands
+
+
+def _torch_command(name: str) -> Callable[[argparse.Namespace], int]:
+    """The handler `name` of `cli.torch_commands`, resolved when the command runs."""
+    return lambda args: getattr(_torch_commands(), name)(args)
 
 
 def _cmd_lab_demo(args: argparse.Namespace) -> int:
-    _run_lab_demo(args.config, args.out, args.figures or f"{args.out}/figures")
+    _torch_commands().run_lab_demo(args.config, args.out, args.figures or f"{args.out}/figures")
     return 0
 
 
@@ -180,109 +181,6 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def _cmd_model(args: argparse.Namespace) -> int:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .models import ensure_embedded_model
-
-    print(ensure_embedded_model())
-    return 0
-
-
-TRAIN_FLAG_NAMES = {"out_dir": "--out", "tasks_per_iteration": "--tasks"}
-"""`rlvmr-nb train` flags not named ``--field-name`` (the names they had before the flags were generated; the
-field's own name works too). Every other flag of train and eval is a field of the `TrainConfig` / `EvalConfig`
-tree of the same name (`settings.setting_flags`): ``--lr`` sets ``update.lr``."""
-
-
-def _setting_choices() -> dict[str, Any]:
-    """The allowed values argparse checks and --help shows, for the settings that have a fixed list."""
-    return {"algo": list(ALGORITHMS), "env": env_names(), "level": LEVELS, "prompt_style": STYLES,
-            "stop": sorted(STOP_POLICIES), "reference_device": REFERENCE_DEVICES, "sharding": SHARDINGS,
-            "rollout_backend": list(BACKENDS), "rollout_dtype": ENGINE_DTYPES, "vllm_sleep_level": SLEEP_LEVELS,
-            "preset": sorted(PRESETS), "old_logprobs": OLD_LOGPROBS}
-
-
-def _add_train_settings(p: argparse.ArgumentParser, skip: tuple[str, ...] = ()) -> None:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .train_config import TrainConfig
-
-    p.add_argument("--config", default=None, metavar="FILE.json",
-                   help="a TrainConfig JSON file (a run's config.json works too); options given here override it")
-    flags = setting_flags(TrainConfig, {k: v for k, v in TRAIN_FLAG_NAMES.items() if k not in skip}, skip)
-    add_setting_flags(p, flags, _setting_choices())
-    p.set_defaults(flags=flags)
-
-
-def _add_eval_settings(p: argparse.ArgumentParser) -> None:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .evaluate import RESULTS_PATH, EvalConfig
-    from .train_config import TrainConfig
-
-    p.add_argument("--model", default=TrainConfig.model,
-                   help="model spec, saved model folder, trainer checkpoint ckpt-XXXXX or run folder (default: the "
-                        "policy training starts from, %(default)s)")
-    p.add_argument("--seeds", type=int, nargs="+", default=None,
-                   help="several sampling seeds on the task list of the first (e.g. --seeds 0 1 2): one results file "
-                        "per seed and their aggregate at --out, with confidence intervals over tasks")
-    p.add_argument("--out", default=RESULTS_PATH, help="the results file (default: %(default)s)")
-    p.add_argument("--override-run-settings", action="store_true",
-                   help="a trainer run or checkpoint is evaluated with the prompt style, stop and token budgets it "
-                        "trained with (its config.json), and an option that differs is refused; with this flag the "
-                        "option is used, with a warning, and the results file records it")
-    flags = setting_flags(EvalConfig)
-    add_setting_flags(p, flags, _setting_choices())
-    p.set_defaults(flags=flags)
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .devices import resolve_device
-    from .train_config import train_config
-    from .trainer import train
-
-    cfg = train_config(args.config, given_settings(args, args.flags))
-    if resolve_device(cfg.device).type == "cpu":  # said (and a paper-sized run refused) before the model loads
-        print(f"rlvmr-nb train: {check_cpu_cost(cfg.rollout, cfg.run, args.allow_slow)}", file=sys.stderr, flush=True)
-    rows = train(cfg)
-    for row in rows:
-        print(f"it {row['iteration']}: success {row['success']:.3f} length {row['episode_length']:.1f} "
-              f"invalid {row['invalid']:.3f} samples {row['samples']} rollout {row['rollout_s']:.0f}s "
-              f"update {row['update_s']:.0f}s")
-    return 0
-
-
-def _cmd_rehearse(args: argparse.Namespace) -> int:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .rehearsal.command import run_rehearse
-
-    return run_rehearse(args)
-
-
-def _cmd_eval(args: argparse.Namespace) -> int:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .evaluate import eval_config_for, evaluate_seeds, summary_table, table_row, write_seed_results
-
-    given = given_settings(args, args.flags)
-    if args.seeds:  # the task subset is the first seed's for all of them
-        given["seed"] = args.seeds[0]
-    # a trainer run's prompt and budgets (its config.json); a differing option is refused before the model loads
-    cfg, from_run = eval_config_for(args.model, given, override_run=args.override_run_settings,
-                                    warn=lambda line: print(f"rlvmr-nb eval: {line}", file=sys.stderr, flush=True))
-    seeds = args.seeds or [cfg.seed]
-    with results_lock(args.out):
-        # a damaged newest checkpoint is refused, not replaced by an older policy than the one asked for
-        model, tok, described = load_policy(args.model, seed=seeds[0], fallback=False)
-        runs = evaluate_seeds(model, tok, cfg, seeds)
-        path, aggregate = write_seed_results(args.out, runs, cfg, extra={"model": args.model, "policy": described,
-                                                                          "run_settings": from_run})
-    episodes = [ep for played, _ in runs.values() for ep in played]
-    print(summary_table([table_row(cfg.rollout, episodes, aggregate["metrics"], aggregate["metrics_ci"])]))
-    if from_run["from"]:
-        print(f"from the run ({from_run['from']}): " + ", ".join(f"{k} {v!r}" for k, v in from_run["taken"].items()))
-    print(f"results: {path}")
-    return 0
-
-
 def _cmd_export(args: argparse.Namespace) -> int:
     path = export_policy(args.model, args.to)
     print(f"exported {args.model} to {path} (Hugging Face format): "
@@ -291,31 +189,11 @@ def _cmd_export(args: argparse.Namespace) -> int:
 
 
 def _cmd_overlap(args: argparse.Namespace) -> int:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .evaluate import provenance
-
     options = {"alfworld": {"data_root": args.data_root}, "scienceworld": {"descriptions": args.descriptions}}
     doc = OVERLAP_MEASURES[args.env](**options[args.env])
     print(json.dumps(doc, indent=2))
     if args.out:
         print(f"written: {write_overlap(args.out, doc, provenance())}")
-    return 0
-
-
-def _cmd_lab(args: argparse.Namespace) -> int:
-    # torch (the 'train' extra) is loaded here only: `rlvmr-nb --help` and the light commands need none of it
-    from .lab import load_lab_config, run_lab
-    from .lab.report import write_lab_report
-
-    config = load_lab_config(args.config, **({"workers": args.workers} if args.workers else {}))
-    out = args.out or f"runs/metalab/{config.name}"
-    summary = run_lab(config, out)
-    report = write_lab_report(summary, out, args.figures or f"{out}/figures", args.results)
-    # the fairness check beside the verdicts: they speak to the claim only where GRPO's own curve rose
-    print(json.dumps({"hypothesis": summary["hypothesis"], "training_rise": summary["training_rise"],
-                      "patterns": report["patterns"]}, indent=2))
-    for name, path in report["paths"].items():
-        print(f"{name}: {path}")
     return 0
 
 
@@ -365,7 +243,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                         "measurement; without --config the tagged dataset only (e.g. -n 200); `coldstart --help`")
 
     p = sub.add_parser("model", help="convert the embedded SmolLM2 GGUF once into the safetensors cache")
-    p.set_defaults(func=_cmd_model)
+    p.set_defaults(func=_torch_command("cmd_model"))
 
     p = sub.add_parser("train", help="GRPO-MR (or GRPO/GiGPO) training; resumes from out/ automatically",
                        description="Settings: TrainConfig's defaults (the official code's), then --config FILE.json "
@@ -373,11 +251,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                    "options given here; an option not given keeps the file's value. --preset "
                                    "switches the advantage preset and keeps the file's other advantage changes.")
     if command == "train":  # the configs import torch, which `rlvmr-nb --help` and the other commands skip
-        _add_train_settings(p)
+        _torch_commands().add_train_settings(p)
     p.add_argument("--allow-slow", action="store_true",
                    help="start a CPU run whose estimated time exceeds a working day (runs.cost; the estimate is "
                         "printed either way); without it such a run is refused before the model loads")
-    p.set_defaults(func=_cmd_train)
+    p.set_defaults(func=_torch_command("cmd_train"))
 
     p = sub.add_parser("rehearse", help="play one iteration of a configuration at its real shape on this CPU (scripted "
                                         "responses), then plan each card's memory and project its seconds per iteration",
@@ -404,14 +282,14 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--measured", default=None, help="folder of the measured inputs gpu_rollout.json, gpu_update.json, "
                                                      "memory_model.json (default: the repository's benchmarks/results)")
     if command == "rehearse":
-        _add_train_settings(p, skip=("out_dir",))
-    p.set_defaults(func=_cmd_rehearse)
+        _torch_commands().add_train_settings(p, skip=("out_dir",))
+    p.set_defaults(func=_torch_command("cmd_rehearse"))
 
     p = sub.add_parser("eval", help="evaluate a model, a saved SFT folder, a checkpoint or a run folder; writes a results JSON",
                        description="Settings: EvalConfig's defaults, then the options given here.")
     if command == "eval":
-        _add_eval_settings(p)
-    p.set_defaults(func=_cmd_eval)
+        _torch_commands().add_eval_settings(p)
+    p.set_defaults(func=_torch_command("cmd_eval"))
 
     p = sub.add_parser("export", help="a trained policy (run folder or ckpt-XXXXX; LoRA merged) in Hugging Face "
                                       "format: safetensors, config, generation config, tokenizer")
@@ -437,7 +315,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p.add_argument("--workers", type=positive_int, default=None,
                    help="processes for the seeds' pieces after the cold start (default: the config's `workers`); "
                         "the results do not depend on it")
-    p.set_defaults(func=_cmd_lab)
+    p.set_defaults(func=_torch_command("cmd_lab"))
 
     p = sub.add_parser("lab-demo", help="minutes of the method learning: RLVMR from the lab's cold start on a few "
                                         "training layouts, training success and the layouts before/after, with "
@@ -470,6 +348,3 @@ def main(argv: list[str] | None = None) -> int:
         _subcommand_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     return run_command(args.command, lambda: args.func(args))  # bad settings or paths: one line, no traceback
 
-
-if __name__ == "__main__":
-    sys.exit(main())
