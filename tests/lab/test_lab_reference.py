@@ -93,7 +93,47 @@ def test_the_reference_is_played_once_per_hash_and_settings(tmp_path, monkeypatc
     assert len(calls) == 2  # other settings, another play
 
 
+def test_a_committed_record_stands_in_for_the_folder_on_another_machine(tmp_path, monkeypatch):
+    """Elsewhere the reference folder does not exist (a cold start trained on another CPU would hash otherwise): the
+    committed record of the pinned hash at these settings is the bar, without a replay; a record of another
+    reference or of other play settings is refused, not used."""
+    monkeypatch.setenv("RLVMR_CACHE", str(tmp_path / "cache"))
+    folder = _policy_folder(tmp_path / "ref")
+    config = LabConfig(reference_checkpoint=str(folder), reference_sha256=reference.checkpoint_sha256(folder),
+                       fairness_l0_margin=-0.05, reference_plays=2)
+    played = reference.summarise_plays([episode([step(0, "explore", "look")], won=i < 3) for i in range(8)],
+                                       config.reference_sha256, 2, reference.reference_key(config))
+    committed = tmp_path / "lab_reference_L0.json"
+    committed.write_text(json.dumps(played))
+    (folder / "model.safetensors").unlink()  # this machine has no copy of the pinned folder
+    (folder / "config.json").unlink()
+    folder.rmdir()
+
+    def player(cfg, where):
+        raise AssertionError("the committed record should have been read, not a replay started")
+
+    elsewhere = config.changed(reference_record=str(committed))
+    assert reference.reference_result(elsewhere, tmp_path / "run", player)["success"] == 3 / 8
+    with pytest.raises(ValueError, match="not of the pinned"):  # the record was played 2 times, this asks 3
+        reference.reference_result(elsewhere.changed(reference_plays=3), tmp_path / "run3", player)
+    with pytest.raises(ValueError, match="set reference_checkpoint"):
+        LabConfig(reference_record=str(committed))
+
+
 def test_the_lab_settings_name_the_reference_by_field():
     config = load_lab_config("configs/lab/ci.json", reference_checkpoint="/x", reference_sha256="0" * 64,
                              fairness_l0_margin=-0.05)
     assert (config.reference_checkpoint, config.reference_plays) == ("/x", 16)
+
+
+def test_the_committed_reference_record_is_the_pilots_reference(monkeypatch):
+    """The record the avoidable-repetition pilot names is the play of its pinned hash at its own settings, all 60 L0
+    layouts x 16 plays: a run on any machine reads this bar (docs/lab.md, 'The reference and the pilot')."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    monkeypatch.chdir(root)
+    config = load_lab_config(root / "configs" / "lab" / "avoidable_pilot.json")
+    record = reference.committed_record(config)
+    assert (record["layouts"], record["plays"], record["episodes"]) == (60, 16, 960)
+    assert record["success"] == sum(record["won"]) / 960

@@ -121,6 +121,13 @@ class LabConfig:
     reference_sha256: str | None = None
     """SHA-256 of the reference folder's files (`lab.reference.checkpoint_sha256`), stated with the configuration:
     a reference whose files hash otherwise is refused."""
+    reference_record: str | None = None
+    """A committed copy of the reference's L0 record (`lab.reference.summarise_plays`, e.g.
+    ``benchmarks/results/lab_reference_L0.json``), read instead of replaying the folder when its hash and play
+    settings are this configuration's. The bar is then one number measured once, on the machine that pinned the
+    reference, so a run elsewhere needs neither the folder nor its exact bits: a cold start trained on another CPU
+    rounds otherwise and would hash otherwise (docs/verification.md, 'Numbers across machines'). None: play the
+    pinned folder (once per hash and settings, cached)."""
     reference_plays: int = 16
     """Plays of every L0 test layout by the reference, once per hash and settings (cached): 60 layouts × 16 plays
     put its success's SE near 1.5 pp, small beside the −5 pp margin."""
@@ -158,6 +165,9 @@ class LabConfig:
                              f"got {self.power_pilot_seeds} seeds, SD {self.power_pilot_sd}")
         if (self.reference_checkpoint is None) != (self.reference_sha256 is None):
             raise ValueError("reference_checkpoint and reference_sha256 go together: a reference is pinned by its hash")
+        if self.reference_record is not None and self.reference_sha256 is None:
+            raise ValueError("reference_record is the record of a pinned reference: set reference_checkpoint and "
+                             "reference_sha256 too")
         if self.reference_checkpoint is not None and self.fairness_l0_margin is None:
             raise ValueError("the reference gate is a non-inferiority condition: set fairness_l0_margin (e.g. -0.05)")
         if self.power_pilot_l0_sd is not None and not self.power_pilot_l0_sd > 0:

@@ -12,6 +12,12 @@ files hash otherwise is refused, so the reference cannot be swapped after the fa
 `LabConfig.reference_plays` times at the evaluation temperature, with sampling seeds that belong to no lab seed
 (`REFERENCE_SEED`; `experiment.play_reference`), once per (hash, settings): the result is cached under ``$RLVMR_CACHE/lab-reference`` and
 copied into each run folder that uses it (`reference_result`).
+
+Where it travels. A cold start trained on another CPU rounds otherwise, so its files hash otherwise and the pinned
+folder cannot be rebuilt elsewhere. What the gate needs from the reference is one number, its L0 success; the record
+of its play (`summarise_plays`, with the hash and the play settings) is committed beside the configuration
+(`LabConfig.reference_record`) and read wherever the run happens, when its hash and settings match. Only a replay
+needs the folder.
 """
 
 from __future__ import annotations
@@ -65,31 +71,50 @@ def reference_key(config: LabConfig) -> str:
     return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def summarise_plays(episodes: Sequence[Episode], sha256: str, plays: int) -> dict[str, Any]:
-    """The reference's record: its hash, the plays, the layouts, each episode's outcome and the success rate."""
+def summarise_plays(episodes: Sequence[Episode], sha256: str, plays: int, key: str | None = None) -> dict[str, Any]:
+    """The reference's record: its hash, the plays, the settings' `reference_key`, the layouts, each episode's
+    outcome and the success rate."""
     won = [bool(ep.won) for ep in episodes if not ep.aborted]
     if not won:
         raise ValueError("the reference played no complete episode")
-    return {"sha256": sha256, "plays": plays, "level": REFERENCE_LEVEL,
+    return {"sha256": sha256, "plays": plays, "key": key, "level": REFERENCE_LEVEL,
             "layouts": len({ep.task_id for ep in episodes}), "episodes": len(won), "won": won,
             "success": sum(won) / len(won)}
 
 
+def committed_record(config: LabConfig) -> dict[str, Any] | None:
+    """The configuration's committed reference record (`LabConfig.reference_record`) when it is the record of this
+    reference at these settings; None when none is named; an error when the named one belongs to another
+    reference or other play settings (the bar must be the pinned policy's, played as configured)."""
+    if config.reference_record is None:
+        return None
+    record = json.loads(Path(config.reference_record).read_text())
+    expected = {"sha256": config.reference_sha256, "key": reference_key(config)}
+    found = {k: record.get(k) for k in expected}
+    if found != expected:
+        raise ValueError(f"{config.reference_record}: the record of reference {found['sha256']} at settings "
+                         f"{found['key']}, not of the pinned {expected['sha256']} at {expected['key']}: replay the "
+                         f"reference (drop reference_record) or name its own record")
+    return record
+
+
 def reference_result(config: LabConfig, out: str | os.PathLike,
                      player: Callable[[LabConfig, Path], list[Episode]]) -> dict[str, Any]:
-    """The pinned reference's L0 record for a run folder (``out/reference_L0.json``): read from the cache when this
-    hash and these settings were played before, else played once by `player` (config, folder) -> episodes
-    (`experiment.play_reference`) and cached."""
+    """The pinned reference's L0 record for a run folder (``out/reference_L0.json``): the committed record when the
+    configuration names one (`committed_record`), else read from the cache when this hash and these settings were
+    played before, else played once by `player` (config, folder) -> episodes (`experiment.play_reference`) and
+    cached."""
     target = Path(out) / "reference_L0.json"
     if target.is_file():
         return json.loads(target.read_text())
-    folder = pinned_reference(config)
     root = Path(os.environ.get("RLVMR_CACHE") or Path.home() / ".cache" / "rlvmr-nb").expanduser()
     cached = root / "lab-reference" / f"{reference_key(config)}.json"
-    if cached.is_file():
+    record = committed_record(config)
+    if record is None and cached.is_file():
         record = json.loads(cached.read_text())
-    else:
-        record = summarise_plays(player(config, folder), config.reference_sha256, config.reference_plays)
+    elif record is None:
+        record = summarise_plays(player(config, pinned_reference(config)), config.reference_sha256,
+                                 config.reference_plays, reference_key(config))
         cached.parent.mkdir(parents=True, exist_ok=True)
         staging = cached.with_suffix(f".tmp{os.getpid()}")
         staging.write_text(json.dumps(record) + "\n")

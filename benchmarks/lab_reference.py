@@ -1,0 +1,79 @@
+"""Build, pin and play the lab's reference policy: the fairness gate's fixed bar (docs/lab.md, 'Pre-registration:
+avoidable repetition', item 5).
+
+The reference is the demonstrations-only cold start at the recorded run's cold-start settings (300 expert
+trajectories, 20 SFT epochs, no DAgger; `--coldstart-config`'s cold start). It is built before any cold start for a
+run is chosen, copied to ``$RLVMR_CACHE/lab-reference/policy-<sha256[:12]>`` and pinned by the SHA-256 of its files
+(`lab.reference.checkpoint_sha256`). `--config` names the configuration that will use it (its `reference_checkpoint`
+and `reference_sha256` must be this folder and hash): the reference is played on all 60 unseen L0 layouts x
+`reference_plays` at that configuration's evaluation settings, and the record (`lab.reference.summarise_plays` plus
+provenance) is written to `--out`, the file the configuration names as `reference_record`, so a run on any machine
+reads the bar instead of rebuilding a folder whose bits differ from CPU to CPU.
+
+    PYTHONPATH=src python benchmarks/lab_reference.py build              # prints the folder and its hash
+    PYTHONPATH=src python benchmarks/lab_reference.py play --config configs/lab/avoidable_pilot.json
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import shutil  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("step", choices=["build", "play"],
+                   help="build: train the reference and pin it; play: play it for --config and write --out")
+    p.add_argument("--coldstart-config", default="configs/lab/pilot.json",
+                   help="a LabConfig whose cold start is the reference's (default: %(default)s: 300 trajectories, "
+                        "20 epochs, no DAgger, the recorded run's cold start)")
+    p.add_argument("--config", default=None, help="play: the LabConfig that pins the reference")
+    p.add_argument("--out", default="benchmarks/results/lab_reference_L0.json", help="play: the record")
+    p.add_argument("--work", default="/tmp/lab-reference-build", help="build: scratch run folder")
+    args = p.parse_args(argv)
+
+    from rlvmr_nb.lab.config import load_lab_config
+    from rlvmr_nb.lab.experiment import play_reference, run_coldstart
+    from rlvmr_nb.lab.reference import checkpoint_sha256, reference_result
+    from rlvmr_nb.runs.machine import provenance
+
+    started = time.perf_counter()
+    if args.step == "build":
+        coldstart = load_lab_config(args.coldstart_config)
+        if coldstart.coldstart_dagger_rounds:
+            raise SystemExit(f"{args.coldstart_config}: the reference is a demonstrations-only cold start "
+                             f"(coldstart_dagger_rounds 0), this one has {coldstart.coldstart_dagger_rounds} rounds")
+        sft = run_coldstart(coldstart, args.work)
+        sha = checkpoint_sha256(sft)
+        root = Path(os.environ.get("RLVMR_CACHE") or Path.home() / ".cache" / "rlvmr-nb").expanduser()
+        folder = root / "lab-reference" / f"policy-{sha[:12]}"
+        if not folder.is_dir():
+            shutil.copytree(sft, folder)
+        assert checkpoint_sha256(folder) == sha  # the copy is the pinned folder
+        print(json.dumps({"reference_checkpoint": str(folder), "reference_sha256": sha,
+                          "seconds": round(time.perf_counter() - started, 1)}, indent=2))
+        return 0
+
+    if args.config is None:
+        raise SystemExit("play needs --config, the LabConfig that pins the reference")
+    config = load_lab_config(args.config, reference_record=None)  # play the folder, whatever the file names
+    scratch = Path(args.work) / "play"
+    shutil.rmtree(scratch, ignore_errors=True)
+    record = reference_result(config, scratch, play_reference)
+    doc = {**record, "coldstart_config": args.coldstart_config, "config": args.config,
+           "seconds": round(time.perf_counter() - started, 1), "provenance": provenance()}
+    Path(args.out).write_text(json.dumps(doc) + "\n")
+    print(f"reference {record['sha256'][:12]}: {100 * record['success']:.1f} % on {record['layouts']} unseen L0 "
+          f"layouts x {record['plays']} plays ({record['episodes']} episodes); written {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
