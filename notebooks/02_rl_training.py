@@ -103,6 +103,7 @@ from rlvmr_nb.runs.config import read_run_settings
 from rlvmr_nb.train_config import train_config
 from rlvmr_nb.trainer import train
 from rlvmr_nb.records import read_episodes
+from rlvmr_nb.rollout.branching import tree_lines
 
 run_dir = Path(runs_root) / f"{algo}_{env}_{level}_seed{seed}"
 out_path = Path(out_dir)
@@ -213,17 +214,11 @@ for ep in (ranked[-1], ranked[0]):
 # With branching rollouts (`algo = "spark"`, or `branch_roots` set), each task's group is a tree:
 # roots from the reset, branches forked after a step that fired the trigger (sharing its parent's
 # steps up to there, trained once), top-ups where the budget was left unspent. The last iteration's
-# trees, one line per leaf: `parent -> leaf @ shared steps` (docs/method.md, 'Branching rollouts (SPARK)').
+# trees, one line per leaf: `parent -> leaf (kind, shared steps, won)` (docs/method.md, 'Branching rollouts (SPARK)');
+# notebook 05 draws the largest tree of a run.
 
 # %%
-branched = [ep for ep in last if "branch" in ep.info]
-for ep in branched:
-    tree = ep.info["branch"]
-    came_from = f"{tree['parent']} -> " if tree["parent"] else ""
-    print(f"{ep.group_id}: {came_from}{ep.episode_id} ({tree['kind']}, {tree['shared_steps']} shared steps, "
-          f"won={ep.won})")
-trees = len({ep.group_id for ep in branched})
-print(f"{len(branched)} leaves in {trees} trees" if branched else "no branching in this run")
+print("\n".join(tree_lines(last)))
 
 # %% [markdown]
 # Next: evaluate the trained policy on L0/L1/L2 with notebook 03 (`model = "<run folder>"`

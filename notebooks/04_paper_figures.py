@@ -17,7 +17,8 @@
 # # 04 · Every figure and table of the RLVMR paper, from its published numbers
 #
 # This notebook redraws Figs. 1, 3, 5, 6 and Tables 1–5 of *RLVMR* (arXiv 2507.22844v1) from the
-# numbers shipped in `rlvmr_nb/paper/numbers.json`. Every number there names its source
+# numbers shipped in `rlvmr_nb/paper/numbers.json`, and sets SPARK's published L2 numbers (arXiv 2601.20209,
+# `rlvmr_nb/paper/spark.json`) beside RLVMR's, with their caveats. Every number there names its source
 # ("Table 1", "Fig. 3(a)", ...) and how it was read: typed table cells, bar labels read from the
 # rendered figure, or, for Fig. 6, approximate readings of the training curves.
 #
@@ -179,8 +180,31 @@ plots.save_table(plots.table5(ours=ours), out_path, plots.figure_stem("table5", 
 plots.table5(ours=ours)
 
 # %% [markdown]
+# ## SPARK beside RLVMR — a later paper's numbers, with their caveats
+#
+# SPARK (Wu et al., ACL 2026, arXiv 2601.20209) keeps the GRPO-style learner and grows each task's rollouts as a
+# tree, forking at steps where the policy writes `<explore>` (this package runs it as `algo=spark` and
+# `algo=spark_mr`: docs/method.md, 'Branching rollouts (SPARK)'). Its Table 1 reports L2 success well above RLVMR's
+# at 1.5B. Three caveats go with every SPARK number here:
+#
+# * **Copied baselines.** SPARK's GRPO and RLVMR rows repeat RLVMR's published digits (the first note under the
+#   table counts them), so they were probably copied rather than re-run under SPARK's setup.
+# * **One seed.** SPARK reports a single seed, so no spread is known for any of its numbers.
+# * **More loops than RLVMR.** Its L2 repetitive-action rate at 1.5B (15.4 %) is higher than RLVMR's (5.7 %): the
+#   success gain does not come with RLVMR's reduction in repeated actions.
+#
+# Only the SPARK numbers above ship (`rlvmr_nb/paper/spark.json`): the specification has no SPARK table. The
+# baselines drawn are RLVMR's own (its Table 1 and Fig. 1(b)).
+
+# %%
+plots.save_figure(plots.plot_spark(), out_path, "paper_spark", formats)
+plots.save_table(plots.table_spark(), out_path, "paper_table_spark", formats)
+display(Image(filename=str(out_path / "paper_spark.png")))
+plots.table_spark()
+
+# %% [markdown]
 # ## Files written
 
 # %%
-written = sorted(p.name for p in out_path.glob(plots.figure_stem("*", ours) + ".*"))
+written = sorted(p.name for stem in (plots.figure_stem("*", ours), "paper_*spark") for p in out_path.glob(stem + ".*"))
 print("\n".join(written))

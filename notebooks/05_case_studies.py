@@ -51,7 +51,7 @@ runs_dir = "runs"  # folder searched for episode files written by training (02) 
 episode_glob = "**/*episodes.jsonl"  # which files under runs_dir hold episodes
 min_repeats = 3  # shortest run of no-progress repeats that counts as a loop
 max_shown = 2  # matches of each pattern rendered in full
-out_dir = "figures"  # where case_study_patterns.png is written
+out_dir = "figures"  # where case_study_patterns.png (and case_study_tree.png for a branching run) are written
 html_file = "runs/case_studies/case_studies.html"  # standalone page with every rendering (None: skip)
 formats = ["png"]  # figure formats to write
 
@@ -69,6 +69,7 @@ from rlvmr_nb.scoring.method import MethodConfig
 from rlvmr_nb.demo import example_group_path, reparse
 from rlvmr_nb.scoring.scored import score_episodes
 from rlvmr_nb.records import read_episodes
+from rlvmr_nb.rollout.branching import tree_lines
 
 out_path = Path(out_dir)
 rendered = []  # every HTML fragment shown, for the standalone page
@@ -189,6 +190,27 @@ recoveries = sorted(search.recoveries, key=lambda r: (not r.won, not r.progress)
 show(casestudy.matches_html(recoveries))
 for rec in recoveries[:max_shown]:
     show(casestudy.episode_html(rec.episode, highlight=rec.steps, title=rec.describe()))
+
+# %% [markdown]
+# ## A branching tree (SPARK)
+#
+# With branching rollouts (`algo = "spark"` or `"spark_mr"` in notebook 02, or `branch_roots` set; SPARK, arXiv
+# 2601.20209), each task's group is a tree: M roots start from the reset and a leaf forks after a step that wrote
+# `<explore>`, its branches sharing every step up to there. `largest_tree` finds the task under `runs_dir` that
+# forked most; the figure shows each leaf from the step it generated on its own (copies of its parent's steps are
+# drawn once, on the parent's row), the fork's trigger step circled, and the end. Plain runs have no tree, and the
+# cell says so.
+
+# %%
+tree = casestudy.largest_tree(runs_dir, episode_glob)
+if tree is None:
+    print(f"no branching rollouts under {Path(runs_dir).resolve()}: train with algo 'spark' or 'spark_mr' to see a tree")
+else:
+    print(tree.describe())
+    print("\n".join(tree_lines(tree.episodes)))
+    tree_fig = plots.plot_episode_tree(tree.episodes)
+    written += plots.save_figure(tree_fig, out_path, "case_study_tree", formats)
+    display(Image(filename=str(out_path / "case_study_tree.png")))
 
 # %% [markdown]
 # ## Saved page

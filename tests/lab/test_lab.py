@@ -625,3 +625,54 @@ def test_renamed_demonstrations_stay_training_tasks():
         text = rename(f"You are in the {HUB}. You see an apple. Exits: kitchen.")
         assert text == f"You are in the {HUB}. You see {'an' if target[0] in 'aeiou' else 'a'} {target}. Exits: " \
                       f"{rename('kitchen')}."
+
+
+def test_a_spark_arm_is_refused_when_its_tree_cannot_fit_the_group():
+    from rlvmr_nb.lab import load_lab_config
+
+    with pytest.raises(ValueError, match=r"'spark_mr' arm grows .* from 4 roots, and group_size 2 cannot hold them"):
+        load_lab_config(ROOT / "configs" / "lab" / "ci.json", algos=["grpo", "spark_mr"])  # ci.json: group_size 2
+    with pytest.raises(ValueError, match="unknown arm 'sprak'"):
+        load_lab_config(ROOT / "configs" / "lab" / "ci.json", algos=["grpo", "sprak"])
+    fits = load_lab_config(ROOT / "configs" / "lab" / "ci.json", algos=["grpo", "spark", "spark_mr"], group_size=4)
+    assert fits.algos == ("grpo", "spark", "spark_mr")
+
+
+@pytest.mark.slow
+def test_rlvmr_nb_lab_trains_and_reports_a_spark_arm_beside_the_others(tmp_path, capsys):
+    """`rlvmr-nb lab` with ci.json's settings and a SPARK-MR arm (RLVMR's advantages on SPARK's trees): the arm
+    trains from the same cold start on trees of 8 leaves from 4 roots, is evaluated on every level with one
+    rollout per task, and stands in the results beside GRPO and RLVMR. The seeded `random:0.5` trigger makes forks
+    happen within ci.json's 4 steps (with the default `explore` trigger this cold start forked none in seed 0: 16 roots
+    and 16 top-ups); it only matters to arms that branch."""
+    from rlvmr_nb.cli import main
+    from rlvmr_nb.records import read_episodes
+    from rlvmr_nb.rollout.branching import tree_edges
+    from rlvmr_nb.runs.logs import read_metrics
+
+    config = {**json.loads((ROOT / "configs" / "lab" / "ci.json").read_text()), "name": "ci-spark",
+              "algos": ["grpo", "rlvmr", "spark_mr"], "group_size": 8, "branch_trigger": "random:0.5"}
+    (tmp_path / "ci_spark.json").write_text(json.dumps(config))
+    out, results = tmp_path / "lab", tmp_path / "results.json"
+    assert main(["lab", "--config", str(tmp_path / "ci_spark.json"), "--out", str(out),
+                 "--figures", str(tmp_path / "figures"), "--results", str(results), "--workers", "2"]) == 0
+    doc = json.loads(results.read_text())
+    assert {(r["arm"], r["level"]) for r in doc["table"]} == {
+        (a, lvl) for a in ("cold start", "GRPO", "RLVMR", "SPARK-MR") for lvl in ("L0", "L1", "L2")}
+    assert {"train spark_mr seed0", "eval spark_mr seed1"} <= set(doc["timing"])
+    assert set(doc["training_rise"]) == {"GRPO", "RLVMR", "SPARK-MR"}
+    assert set(doc["preregistered"]["fairness"]["l0_vs_coldstart"]) == {"GRPO", "RLVMR", "SPARK-MR"}
+    trained = read_episodes(out / "runs" / "spark_mr-seed0" / "episodes.jsonl")
+    groups = {ep.group_id for ep in trained}
+    assert len(trained) == 8 * len(groups) == 8 * 2 * 2  # 8 leaves x 2 tasks x 2 iterations
+    kinds = [ep.info["branch"]["kind"] for ep in trained]
+    assert kinds.count("root") == 4 * len(groups) and kinds.count("branch") > 0
+    assert set(kinds) <= {"root", "branch", "top_up"}
+    for parent, child, shared in tree_edges(trained):  # every branch forked from a leaf of its own task's tree
+        assert parent.rsplit("-", 1)[0] == child.rsplit("-", 1)[0] and shared >= 1
+    assert any(k.startswith("branch/") for row in read_metrics(out / "runs" / "spark_mr-seed0") for k in row)
+    assert not any("branch" in ep.info for ep in read_episodes(out / "runs" / "grpo-seed0" / "episodes.jsonl"))
+    evaluated = read_episodes(out / "eval" / "spark_mr-seed0" / "L0.episodes.jsonl")
+    assert evaluated and not any("branch" in ep.info for ep in evaluated)  # evaluation plays plain rollouts
+    print("spark_mr kinds:", {k: kinds.count(k) for k in set(kinds)}, "tags:",
+          sorted({str(s.tag) for ep in trained for s in ep.steps}), file=__import__("sys").stderr)

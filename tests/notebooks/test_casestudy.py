@@ -12,7 +12,7 @@ from rlvmr_nb.demo import example_group_path, run_demo
 from rlvmr_nb.plots import TAG_COLORS
 from rlvmr_nb.records import Episode, Step, StepScores, read_episodes, write_episodes
 
-from episode_builders import episode, step
+from episode_builders import branching_group, episode, step
 
 NOTHING = "Nothing happens."
 
@@ -233,3 +233,50 @@ def test_outcome_reward_shown_only_when_it_means_something():
     expert = episode([step(0, "planning", "go to a")], won=True)  # replayed expert: no env reward recorded
     assert "won" in cs.episode_html(expert) and "R(τ)" not in cs.episode_html(expert)
     assert "R(τ) = 0" in cs.episode_html(episode([step(0, "planning", "go to a")], won=False))
+
+
+def test_episode_tree_draws_forks_where_the_branches_left_their_parents():
+    """A hand-made tree (`episode_builders.branching_group`): rows depth first, a connector at each fork's step,
+    only the steps each leaf generated, won and lost ends."""
+    from matplotlib.colors import to_hex
+
+    from rlvmr_nb.plots import plot_episode_tree, tree_order
+
+    group = branching_group()
+    shuffled = [group[2], group[3], group[1], group[0]]  # the order in a file need not be the tree's
+    assert [ep.episode_id[-2:] for ep in tree_order(shuffled)] == ["r0", "r1", "r2", "r3"]
+    fig = plot_episode_tree(shuffled)
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["r0 (root)", "r1 (branch)", "r2 (branch)", "r3 (top_up)"]
+    connectors = sorted((tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.lines
+                        if line.get_xdata()[0] == line.get_xdata()[1])
+    assert connectors == [((2, 2), (0, 1)), ((4, 4), (1, 2))]  # r0 -> r1 after step 2, r1 -> r2 after step 4
+    marks = {c.get_label(): [tuple(float(v) for v in xy) for xy in c.get_offsets()] for c in ax.collections}
+    assert marks["steps of it1-g0-r2"] == [(5.0, 2.0)]  # r2 generated its 5th step only; its first 4 are r1's
+    assert [x for x, _ in marks["steps of it1-g0-r1"]] == [3.0, 4.0, 5.0, 6.0]
+    assert [x for x, _ in marks["steps of it1-g0-r0"]] == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert marks["fork of it1-g0-r1"] == [(2.0, 0.0)] and marks["fork of it1-g0-r2"] == [(4.0, 1.0)]
+    assert {"won it1-g0-r1", "won it1-g0-r3", "lost it1-g0-r0", "lost it1-g0-r2"} <= set(marks)
+    r2_square = [c for c in ax.collections if c.get_label() == "steps of it1-g0-r2"][0]
+    assert to_hex(r2_square.get_facecolors()[0]) == TAG_COLORS["reflection"]
+    with pytest.raises(ValueError, match="no branching"):
+        plot_episode_tree([ep for ep in group if ep.info["branch"]["parent"] is None])
+
+
+def test_the_largest_tree_of_a_runs_folder_or_none_for_plain_runs(tmp_path):
+    from dataclasses import replace
+
+    from rlvmr_nb.rollout.branching import NO_BRANCHING, tree_lines
+
+    plain = [replace(ep, info={}) for ep in branching_group("it0-g0")]
+    write_episodes(tmp_path / "plain" / "episodes.jsonl", plain)
+    assert cs.largest_tree(tmp_path / "plain") is None and tree_lines(plain) == [NO_BRANCHING]
+    small = branching_group("it1-g0")
+    small = [ep for ep in small if ep.episode_id[-2:] != "r2"]  # one fork
+    write_episodes(tmp_path / "run" / "episodes.jsonl", plain + small + branching_group("it1-g1"))
+    tree = cs.largest_tree(tmp_path)
+    assert tree.forks == 2 and {ep.group_id for ep in tree.episodes} == {"it1-g1"} and len(tree.episodes) == 4
+    assert tree.source.endswith("run/episodes.jsonl") and "2 fork(s)" in tree.describe()
+    lines = tree_lines(tree.episodes)
+    assert "it1-g1: it1-g1-r0 -> it1-g1-r1 (branch, 2 shared steps, won=True)" in lines
+    assert lines[-1] == "4 leaves in 1 trees"

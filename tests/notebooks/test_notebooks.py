@@ -289,6 +289,27 @@ def test_training_evaluation_and_case_study_notebooks(tmp_path):
     assert "20 episodes in 7 file(s)" in _stdout(executed)
 
 
+def test_case_studies_draw_a_runs_largest_branching_tree_or_say_there_is_none(tmp_path):
+    """05 under its CI parameters: a runs folder holding a branching run's episodes gets the tree drawn; a folder
+    of plain runs gets one line."""
+    from dataclasses import replace
+
+    from rlvmr_nb.records import write_episodes
+
+    from episode_builders import branching_group
+
+    write_episodes(tmp_path / "runs" / "spark" / "episodes.jsonl", branching_group("it1-g0"))
+    executed = _run("05_case_studies", tmp_path)
+    assert "it1-g0: 4 leaves, 2 fork(s)" in _stdout(executed)
+    assert (tmp_path / "figures" / "case_study_tree.png").is_file()
+    assert sum("image/png" in o.get("data", {}) for o in _outputs(executed)) == 2  # the patterns, the tree
+
+    write_episodes(tmp_path / "runs" / "spark" / "episodes.jsonl", [replace(ep, info={}) for ep in branching_group()])
+    (tmp_path / "figures" / "case_study_tree.png").unlink()
+    plain = _stdout(_run("05_case_studies", tmp_path))
+    assert "no branching rollouts under" in plain and not (tmp_path / "figures" / "case_study_tree.png").exists()
+
+
 @pytest.mark.slow
 def test_the_evaluation_notebook_prompts_a_run_as_it_trained(tmp_path):
     """03, like `rlvmr-nb eval` (the same `evaluate.eval_config_for`), evaluates a GRPO run with the think prompt it

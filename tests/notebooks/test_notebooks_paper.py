@@ -42,10 +42,16 @@ def test_notebook_executes_with_our_results(tmp_path):
 
     written = sorted(p.name for p in (tmp_path / "figures").iterdir())
     assert written == sorted([f"paper_fig{i}_vs_ours.png" for i in (1, 3, 5, 6)]
-                             + [f"paper_table{i}_vs_ours.{ext}" for i in range(1, 6) for ext in ("md", "png")])
+                             + [f"paper_table{i}_vs_ours.{ext}" for i in range(1, 6) for ext in ("md", "png")]
+                             + ["paper_spark.png", "paper_table_spark.md", "paper_table_spark.png"])
     table1 = (tmp_path / "figures" / "paper_table1_vs_ours.md").read_text()
     assert "| *SmolLM2-135M (ours)* | *RLVMR* | *20.0* | *20.0* | *20.0* |" in table1  # fractions scaled to %
     assert "*40.0*" in (tmp_path / "figures" / "paper_table4_vs_ours.md").read_text()
     outputs = [o for c in json.loads(executed.read_text())["cells"] for o in c.get("outputs", [])]
     assert not [o for o in outputs if o.get("output_type") == "error"]
-    assert sum("image/png" in o.get("data", {}) for o in outputs) == 4
+    assert sum("image/png" in o.get("data", {}) for o in outputs) == 5  # Figs. 1, 3, 5, 6 and SPARK beside RLVMR
+    spark_md = (tmp_path / "figures" / "paper_table_spark.md").read_text()
+    assert "| Qwen2.5-1.5B-Instruct | SPARK | 80.5 | 49.2 | 15.4 | SPARK |" in spark_md and "one seed" in spark_md
+    shown = " ".join(c["source"] if isinstance(c["source"], str) else "".join(c["source"])
+                     for c in json.loads(executed.read_text())["cells"] if c["cell_type"] == "markdown")
+    assert "Copied baselines" in shown and "One seed" in shown and "More loops than RLVMR" in shown

@@ -264,3 +264,37 @@ def test_fig6_points_are_sorted_and_within_axes():
             steps = [p[0] for p in curve["points"]]
             assert steps == sorted(steps) and steps[0] == 0 and steps[-1] <= 150, (block_id, curve["method"])
             assert all(not math.isnan(p[1]) for p in curve["points"])
+
+
+def test_spark_numbers_stay_apart_and_carry_their_caveats():
+    """SPARK's published numbers (arXiv 2601.20209) load as records of their own, never among RLVMR's."""
+    assert not paper.select(paper.records(), method="SPARK")
+    spark = paper.spark_records(method="SPARK")
+    assert {(r["model"], r["env"], r["metric"], r["value"]) for r in spark} == {
+        (QWEN["1.5B"], "alfworld", "success", 80.5), (QWEN["7B"], "alfworld", "success", 88.3),
+        (QWEN["1.5B"], "scienceworld", "success", 49.2), (QWEN["7B"], "scienceworld", "success", 57.8),
+        (QWEN["1.5B"], "alfworld", "repetitive", 15.4)}
+    assert {r["level"] for r in spark} == {"L2"} and all(r["source"].startswith("SPARK") for r in spark)
+    caveats = " ".join(paper.spark_caveats())
+    assert "copied" in caveats and "one seed" in caveats and "15.4" in caveats and "5.7" in caveats
+    assert paper.spark_paper()["arxiv"] == "2601.20209"
+
+
+def test_spark_baselines_are_rlvmr_digits_and_the_check_would_see_a_difference():
+    check = paper.spark_baseline_check()
+    assert len(check) == 4 and all(c["same"] for c in check)  # the caveat, computed
+    altered = [dict(r, value=r["value"] + 1.0) if paper.method_key(r["method"]) == "GRPO" else r
+               for r in paper.spark_records()]
+    assert [c["same"] for c in paper.spark_baseline_check(altered)].count(False) == 2
+
+
+def test_spark_comparison_takes_the_baselines_from_rlvmr_not_from_spark():
+    recs = paper.spark_comparison()
+    assert paper.value_of(recs, method="RLVMR", model=QWEN["1.5B"], env="scienceworld", metric="success") == 26.5
+    assert paper.value_of(recs, method="GRPO", model=QWEN["1.5B"], metric="repetitive") == 27.1  # Fig. 1(b)
+    assert {r["block"] for r in recs if paper.method_key(r["method"]) != "SPARK"} == {"table1", "fig1b"}
+    t = tables.table_spark()
+    assert t.rows[2] == [QWEN["1.5B"], "SPARK", "80.5", "49.2", "15.4", "SPARK"]
+    assert t.rows[5] == [QWEN["7B"], "SPARK", "88.3", "57.8", "–", "SPARK"]
+    assert [r[1] for r in t.rows] == ["GRPO", "RLVMR", "SPARK"] * 2
+    assert "in 4 of 4" in t.notes[0] and t.notes[1:4] == paper.spark_caveats()

@@ -321,3 +321,14 @@ def test_a_run_folder_names_its_base_model_and_counts_its_parameters(tmp_path):
     assert describe_model_source(run).parameters == 14
     spec = describe_model_source("Qwen/Qwen2.5-1.5B-Instruct")
     assert (spec.name, spec.parameters) == ("Qwen2.5-1.5B-Instruct", 1_500_000_000)
+
+
+def test_spark_figure_draws_published_numbers_with_the_caveats_beneath():
+    fig = plots.plot_spark()
+    heights = [[round(p.get_height(), 1) for p in ax.patches] for ax in fig.axes]
+    # Per panel, method by method (GRPO, RLVMR, SPARK), each over its sizes; repetition at 1.5B only.
+    assert heights == [[29.7, 52.3, 56.3, 83.6, 80.5, 88.3], [10.9, 26.6, 26.5, 32.2, 49.2, 57.8], [27.1, 5.7, 15.4]]
+    spark_bar = fig.axes[0].patches[4]
+    assert to_hex(spark_bar.get_facecolor()) == plots.method_color("SPARK") != plots.method_color("RLVMR")
+    texts = " ".join(t.get_text() for t in fig.texts)
+    assert "copied" in texts and "one seed" in texts and "15.4 %" in texts

@@ -5,7 +5,7 @@ environment answers "Nothing happens." (paper §2.2), and an RLVMR agent that no
 hallucinated action and recovers through a ``<reflection>`` step (paper §4.2). This package
 
 * finds the two patterns in saved episodes (`patterns`: `find_loops`, `find_reflection_recoveries`,
-  `search_runs` over a runs folder);
+  `search_runs` over a runs folder), and the branching tree that forked most (`trees`: `largest_tree`);
 * ships the paper's two transcripts as episode excerpts (`paper_cases`: `paper_case_studies`) so the
   notebook can show them next to episodes of the user's own runs;
 * renders any `Episode` as HTML for a notebook (`html`: `episode_html`, `display_episode`, ...);
@@ -40,10 +40,11 @@ from .patterns import (
     search_runs,
 )
 from .steps import prompt_at, step_records
+from .trees import BranchTree, largest_tree
 
 __all__ = [
-    "DEFAULT_EPISODE_GLOB", "Loop", "PatternSearch", "Recovery", "display_episode", "display_group",
+    "BranchTree", "DEFAULT_EPISODE_GLOB", "Loop", "PatternSearch", "Recovery", "display_episode", "display_group",
     "episode_files", "episode_html", "failure_reason", "find_loops", "find_reflection_recoveries", "group_html",
-    "is_no_effect", "legend_html", "matches_html", "paper_case_studies", "prompt_at", "save_html", "search_runs",
+    "is_no_effect", "largest_tree", "legend_html", "matches_html", "paper_case_studies", "prompt_at", "save_html", "search_runs",
     "step_records", "tag_chip",
 ]

@@ -20,7 +20,7 @@ from typing import Any, Mapping
 from ..notebooks import project_root
 from ..rollout.loop import RolloutConfig
 from ..runs.config import RunConfig
-from ..scoring.method import MethodConfig
+from ..scoring.method import ALGORITHMS, MethodConfig
 from ..scoring.rewards import RewardDeviations
 from ..settings import build_config, read_settings_file, require_choice, require_positive
 from ..train_config import TrainConfig
@@ -71,7 +71,11 @@ class LabConfig:
     """Trained from the same cold-start checkpoint with the same budget. 'gigpo' (paper Table 1's GiGPO: GRPO plus
     anchor-state step advantages, the same meta-think prompt) may be added as a third arm: it is compared with the
     cold start by the fairness check and reported beside the others, while the pre-registered endpoints stay
-    RLVMR − GRPO. The CI configuration runs all three."""
+    RLVMR − GRPO. The CI configuration runs all three. 'spark' and 'spark_mr' (SPARK's branching rollouts, arXiv
+    2601.20209, with SPARK's or RLVMR's advantages; docs/method.md, 'Branching rollouts (SPARK)') are arms of the
+    same kind that also differ in their rollouts: each task's `group_size` leaves grow as a tree from 4 roots, so
+    their group needs `group_size` >= 4 (refused when the file is loaded); evaluation plays them as it plays every
+    arm, one rollout per task."""
     seeds: tuple[int, ...] = (0, 1)
     train_pool: int = 6
     """Training layouts the RL arms draw their tasks from: the first `train_pool` of the 400-layout training
@@ -190,6 +194,8 @@ class LabConfig:
                              f"sft_epochs >= 2, got {self.sft_epochs}")
         if not self.algos or not self.seeds or not self.levels:
             raise ValueError("a lab run needs at least one algo, one seed and one level")
+        for algo in self.algos:
+            check_arm(self.train, algo)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -211,6 +217,19 @@ class LabConfig:
     def changed(self, **settings: Any) -> "LabConfig":
         """This configuration with `settings` changed (names as `from_dict` takes them)."""
         return build_config(type(self), settings, source=f"{self.name} changed", base=self, moved=MOVED)
+
+
+def check_arm(train: TrainConfig, algo: str) -> None:
+    """Refuse, when a lab file is loaded, an arm that could not run: an unknown algo, or a branching arm (SPARK's
+    `spark`/`spark_mr`) whose roots do not fit the group every arm shares, which the trainer would otherwise refuse
+    only when that arm starts, after the cold start and the arms before it."""
+    if algo not in ALGORITHMS:
+        raise ValueError(f"algos: unknown arm {algo!r}; the arms are {', '.join(ALGORITHMS)}")
+    group = train.rollout.group_size
+    roots = ALGORITHMS[algo].branch_roots if train.rollout.branch_roots is None else train.rollout.branch_roots
+    if roots > group:
+        raise ValueError(f"algos: the {algo!r} arm grows each task's group_size leaves from {roots} roots, and "
+                         f"group_size {group} cannot hold them: set group_size >= {roots} (the group of every arm)")
 
 
 MOVED: dict[str, str | None] = {"advantage_preset": "train.method.preset"}

@@ -8,7 +8,8 @@ from pathlib import Path
 
 COLDSTART_ARM = "cold start"
 """The cold-start checkpoint itself, evaluated like the trained arms (the common starting point)."""
-ARM_LABELS = {"grpo": "GRPO", "rlvmr": "RLVMR", "gigpo": "GiGPO", COLDSTART_ARM: "cold start"}
+ARM_LABELS = {"grpo": "GRPO", "rlvmr": "RLVMR", "gigpo": "GiGPO", "spark": "SPARK", "spark_mr": "SPARK-MR",
+              COLDSTART_ARM: "cold start"}
 
 
 def arm_label(arm: str) -> str:

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from . import block as raw_block
 from . import records as all_paper_records
+from . import SPARK_MODELS, spark_baseline_check, spark_caveats, spark_comparison
 from .tidy import ENVS, method_key, ours_for_model, pivot, select
 
 _ENV_SHORT = {"alfworld": "ALFWorld", "scienceworld": "ScienceWorld"}
@@ -179,6 +180,30 @@ def table4(paper_records: Records | None = None, ours: Records | None = None) ->
 def table5(paper_records: Records | None = None, ours: Records | None = None) -> TableData:
     """Table 5: ALFWorld per-task success (%) on L1, Qwen2.5-7B."""
     return _per_task_table("table5", "Table 5. ALFWorld per-task success (%), Qwen2.5-7B (L1)", paper_records, ours)
+
+
+def table_spark(paper_records: Records | None = None, spark: Records | None = None) -> TableData:
+    """SPARK (arXiv 2601.20209) beside RLVMR and GRPO on L2: success on ALFWorld and ScienceWorld, and ALFWorld's
+    repetitive-action rate at 1.5B; the baselines from RLVMR's paper, SPARK's caveats as the notes.
+
+    Not one of RLVMR's tables, so not in `TABLES` (`rlvmr-nb figures` writes it through notebook 04).
+    """
+    recs = spark_comparison(paper_records, spark)
+    cols = [("alfworld", "success"), ("scienceworld", "success"), ("alfworld", "repetitive")]
+    rows, _, cells = pivot(recs, ("model", "method"), ("env", "metric"))
+    rows.sort(key=lambda mk: mk[0] != SPARK_MODELS[0])  # stable: each size's GRPO, RLVMR, SPARK together
+    shown = _labels(recs, "method")
+    table_rows = [[m, shown[k]] + [_fmt(cells.get(((m, k), c))) for c in cols]
+                  + ["SPARK" if k == "SPARK" else "RLVMR"] for m, k in rows]
+    header = ["Model", "Method", "ALFWorld L2", "ScienceWorld L2", "ALFWorld L2 repetitive", "Paper"]
+    check = spark_baseline_check(spark)
+    same = sum(c["same"] for c in check)
+    notes = [f"SPARK's own baseline cells equal RLVMR's Table 1 in {same} of {len(check)} (GRPO, RLVMR; ALFWorld L2).",
+             *spark_caveats(),
+             "Paper RLVMR: success from its Table 1, repetition from its Fig. 1(b). Paper SPARK: its Table 1 and its "
+             "L2 repetitive-action rate. All in %; '–': not published or not shipped (rlvmr_nb/paper/spark.json)."]
+    return TableData("table_spark", "SPARK beside RLVMR: unseen task categories (L2)", header, table_rows, 2,
+                     [False] * len(table_rows), notes)
 
 
 TABLES = {"table1": table1, "table2": table2, "table3": table3, "table4": table4, "table5": table5}

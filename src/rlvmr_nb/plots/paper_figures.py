@@ -1,4 +1,5 @@
-"""The paper's Figs. 1, 3, 5 (grouped bars) and 6 (training curves), paper vs our run.
+"""The paper's Figs. 1, 3, 5 (grouped bars) and 6 (training curves), paper vs our run; SPARK's published L2 numbers
+beside RLVMR's (`plot_spark`).
 
 Every function takes the paper's records (default: the shipped `rlvmr_nb.paper` numbers) and,
 optionally, our run's records in the same schema (`rlvmr_nb.paper.ours_records`). With ours, each
@@ -311,6 +312,36 @@ def plot_fig6(paper_records: Sequence[Mapping[str, Any]] | None = None, ours: An
             handles.append(Line2D([], [], color="#333333", linestyle="--",
                                   label=f"dashed = ours: {caption.short()}" if caption else "dashed = ours"))
         title_and_legend(fig, handles, "Fig. 6 - Training dynamics", bottom_in=footer_height(footer))
+        draw_footer(fig, footer)
+    return fig
+
+
+# --------------------------------------------------------------------------------------------
+# SPARK beside RLVMR (not one of RLVMR's figures)
+# --------------------------------------------------------------------------------------------
+
+def plot_spark(paper_records: Sequence[Mapping[str, Any]] | None = None,
+               spark: Sequence[Mapping[str, Any]] | None = None) -> Figure:
+    """SPARK (arXiv 2601.20209) beside GRPO and RLVMR on unseen task categories (L2): success on ALFWorld and
+    ScienceWorld at 1.5B and 7B, and ALFWorld's repetitive-action rate at 1.5B, the one size SPARK states it for.
+    The baselines are RLVMR's own numbers (`paper.spark_comparison`); SPARK's caveats are the figure's footer."""
+    recs = paper.spark_comparison(paper_records, spark)
+    panels = [(select(recs, env="alfworld", metric="success"), 100.0, "ALFWorld success, L2"),
+              (select(recs, env="scienceworld", metric="success"), 100.0, "ScienceWorld success, L2"),
+              (select(recs, env="alfworld", metric="repetitive", model=paper.SPARK_MODELS[0]), 40.0,
+               "ALFWorld repetitive, L2")]
+    width = 9.0  # the one-size repetition panel half as wide as the two-size success panels
+    footer = footer_lines(paper.spark_caveats() + ["Baselines from RLVMR's paper (Table 1, Fig. 1(b)); SPARK from "
+                                                   "its paper (rlvmr_nb/paper/spark.json)."], width)
+    with figure_style():
+        fig = Figure(figsize=(width, 3.2 + 0.7 + footer_height(footer)), layout="constrained")
+        methods: list[str] = []
+        for ax, (panel, y_max, title) in zip(fig.subplots(1, len(panels), width_ratios=[2, 2, 1]), panels):
+            drawn = _bar_panel(ax, panel, [], x_fields=("model", "level"), x_label=lambda x: _size(x[0]),
+                               y_max=y_max, title=title)
+            methods += [m for m in drawn if m not in methods]
+        _bar_legend(fig, methods, None, "SPARK beside RLVMR: unseen task categories (L2), published numbers",
+                    footer_height(footer))
         draw_footer(fig, footer)
     return fig
 

@@ -23,6 +23,8 @@ METHOD_COLORS: dict[str, str] = {
     "GiGPO": "#2ca02c",
     "RLVMR": "#d62728",
     "SFT+RL": "#8c564b",
+    "SPARK": "#e377c2",  # SPARK's published rows (notebook 04) and a spark arm
+    "SPARK-MR": "#bcbd22",  # GRPO-MR on SPARK's trees: our arm, no published number
 }
 """Method -> colour, keyed by `rlvmr_nb.paper.method_key`."""
 

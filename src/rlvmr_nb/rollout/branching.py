@@ -186,6 +186,25 @@ def tree_edges(episodes: Sequence[Episode]) -> list[tuple[str, str, int]]:
             for ep in episodes if ep.info.get("branch", {}).get("parent")]
 
 
+NO_BRANCHING = "no branching in these episodes (a plain run: every rollout starts from the reset)"
+"""`tree_lines`' one line for episodes without trees."""
+
+
+def tree_lines(episodes: Sequence[Episode]) -> list[str]:
+    """The trees among `episodes` as text, one line per leaf (``group: parent -> leaf (kind, k shared steps,
+    won)``) and a count; for episodes without trees, the one line `NO_BRANCHING`. Notebooks 02 and 05 print it."""
+    branched = [ep for ep in episodes if "branch" in ep.info]
+    if not branched:
+        return [NO_BRANCHING]
+    lines = []
+    for ep in branched:
+        tree = ep.info["branch"]
+        came_from = f"{tree['parent']} -> " if tree["parent"] else ""
+        lines.append(f"{ep.group_id}: {came_from}{ep.episode_id} ({tree['kind']}, {tree['shared_steps']} shared steps, "
+                     f"won={ep.won})")
+    return lines + [f"{len(branched)} leaves in {len({ep.group_id for ep in branched})} trees"]
+
+
 def tree_stats(episodes: Sequence[Episode]) -> dict[str, float]:
     """An iteration's trees in three shares (empty without branching, so plain runs log what they always did):
     ``branch/branched`` leaves that are branches, ``branch/top_up`` leaves that are top-up roots, and
