@@ -329,14 +329,14 @@ def plot_spark(paper_records: Sequence[Mapping[str, Any]] | None = None,
     panels = [(select(recs, env="alfworld", metric="success"), 100.0, "ALFWorld success, L2"),
               (select(recs, env="scienceworld", metric="success"), 100.0, "ScienceWorld success, L2"),
               (select(recs, env="alfworld", metric="repetitive", model=paper.SPARK_MODELS[0]), 40.0,
-               "ALFWorld repetitive, L2")]
+               "ALFWorld repetition, L2")]
     width = 9.0  # the one-size repetition panel half as wide as the two-size success panels
     footer = footer_lines(paper.spark_caveats() + ["Baselines from RLVMR's paper (Table 1, Fig. 1(b)); SPARK from "
                                                    "its paper (rlvmr_nb/paper/spark.json)."], width)
     with figure_style():
         fig = Figure(figsize=(width, 3.2 + 0.7 + footer_height(footer)), layout="constrained")
         methods: list[str] = []
-        for ax, (panel, y_max, title) in zip(fig.subplots(1, len(panels), width_ratios=[2, 2, 1]), panels):
+        for ax, (panel, y_max, title) in zip(fig.subplots(1, len(panels), width_ratios=[2, 2, 1.4]), panels):
             drawn = _bar_panel(ax, panel, [], x_fields=("model", "level"), x_label=lambda x: _size(x[0]),
                                y_max=y_max, title=title)
             methods += [m for m in drawn if m not in methods]
