@@ -57,13 +57,14 @@ def _time_v(log: str) -> dict[str, float]:
 
 def run_one(name: str, change: dict, seed: int, runs: Path) -> dict:
     """One lab demo (or its finished folder read back): its measurements, failure signals, time and memory."""
-    out, settings, log = runs / f"{name}-seed{seed}", runs / f"{name}-seed{seed}.json", runs / f"{name}-seed{seed}.time.log"
+    stem = f"{name}-seed{seed}"
+    out, settings, log = runs / stem, runs / f"{stem}.json", runs / f"{stem}.time.log"
     if not ((out / "learning_demo.json").is_file() and log.is_file()):
         settings.write_text(json.dumps(demo_settings(change, seed), indent=1) + "\n")
         rlvmr_nb = shutil.which("rlvmr-nb", path=str(Path(sys.executable).parent)) or "rlvmr-nb"
         print(f"--- {name} seed {seed}: {change or 'the demo as shipped'}", flush=True)
-        done = subprocess.run(["/usr/bin/time", "-v", rlvmr_nb, "lab-demo", "--config", str(settings), "--out",
-                               str(out)], capture_output=True, text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
+        command = ["/usr/bin/time", "-v", rlvmr_nb, "lab-demo", "--config", str(settings), "--out", str(out)]
+        done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "OMP_WAIT_POLICY": "PASSIVE"})
         log.write_text(done.stdout + done.stderr)
         if done.returncode:
             raise RuntimeError(f"{name} seed {seed} failed (rc {done.returncode}); see {log}")
@@ -105,13 +106,15 @@ def summary(rows: list[dict]) -> dict[str, dict]:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", type=Path, default=Path("runs/lesson"), help="run folders (default runs/lesson, git-ignored)")
+    p.add_argument("--runs", type=Path, default=Path("runs/lesson"),
+                   help="run folders (default runs/lesson, git-ignored)")
     p.add_argument("--seeds", type=int, nargs="+", default=[0, 1], help="seeds of every exercise (default 0 1)")
     p.add_argument("--only", nargs="*", default=None, help="lesson names to run (default: every configs/lesson file)")
     p.add_argument("--order", choices=("seed", "exercise"), default="seed",
                    help="'seed': every exercise at the first seed, then the next seed (default: a cut-short run still "
                         "pairs each exercise with the demo); 'exercise': all seeds of one, then the next")
-    p.add_argument("--out", type=Path, default=None, help="results JSON (e.g. benchmarks/results/lesson_exercises.json)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="results JSON (e.g. benchmarks/results/lesson_exercises.json)")
     args = p.parse_args(argv)
     chosen = {k: v for k, v in exercises().items() if args.only is None or k in args.only}
     args.runs.mkdir(parents=True, exist_ok=True)

@@ -174,10 +174,10 @@ print(describe(demo))
 Image(filename=str(demo.figure))
 
 # %% [markdown]
-# Where the failure modes show (docs/teaching.md, part (d)): per training iteration, the share of
-# steps that reissue an earlier command and learn nothing new (`repetitive`: looping), that the world refused or could not parse
-# (`invalid`, `invalid_malformed`), the sampled tokens' entropy (falling towards 0: exploration collapsing) and the
-# KL to the cold start with the share of clipped tokens (the policy running away from where it started).
+# Where the failure modes show (docs/teaching.md, part (d)): per training iteration, the share of steps that
+# reissue an earlier command and learn nothing new (`repetitive`: looping), that the world refused or could not
+# parse (`invalid`, `invalid_malformed`), the sampled tokens' entropy (falling towards 0: exploration collapsing)
+# and the KL to the cold start with the share of clipped tokens (the policy running away from where it started).
 
 # %%
 pd.DataFrame(failure_signals(demo.run_dir)).set_index("iteration").round(3)

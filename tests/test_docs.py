@@ -105,8 +105,8 @@ def _make_targets() -> set[str]:
 
 
 def command_problems(text: str) -> list[str]:
-    """What is wrong with the page's commands: a make target the Makefile lacks, an `rlvmr-nb` command or option the
-    command line refuses, a repository file (``configs/…``, ``benchmarks/…``, ``scripts/…``) that does not exist."""
+    """What is wrong with the page's commands: a make target the Makefile lacks, an `rlvmr-nb` command or option
+    the command line refuses, a repository file (``configs/…``, ``benchmarks/…``, ``scripts/…``) that is missing."""
     from rlvmr_nb.cli import build_parser
 
     problems = []
@@ -136,13 +136,15 @@ def test_every_command_a_lesson_names_exists(page):
 
 
 def test_the_command_checker_sees_a_wrong_command(capsys):
-    page = ("```bash\ncd rlvmr-nb && make lab          # JupyterLab\nrlvmr-nb lab-demo --config configs/lab/demo.json --out /tmp/d\n"
+    page = ("```bash\ncd rlvmr-nb && make lab          # JupyterLab\n"
+            "rlvmr-nb lab-demo --config configs/lab/demo.json --out /tmp/d\n"
             "make lesson-all\n/usr/bin/time -v rlvmr-nb lab-demo --confgi x.json\n```\n"
-            "Then `~/.cache/rlvmr-nb`, `rlvmr-nb teach` and `python benchmarks/no_such_script.py`; `make metalab` and `rlvmr-nb lab --help` "
-            "are fine.\n")
+            "Then `~/.cache/rlvmr-nb`, `rlvmr-nb teach` and `python benchmarks/no_such_script.py`; `make metalab` and "
+            "`rlvmr-nb lab --help` are fine.\n")
     assert documented_commands(page) == [
         ("make", ["lab"]), ("rlvmr-nb", ["lab-demo", "--config", "configs/lab/demo.json", "--out", "/tmp/d"]),
         ("make", ["lesson-all"]), ("rlvmr-nb", ["lab-demo", "--confgi", "x.json"]), ("rlvmr-nb", ["teach"]),
         ("make", ["metalab"]), ("rlvmr-nb", ["lab", "--help"])]
-    assert command_problems(page) == ["make lesson-all: no such target", "rlvmr-nb lab-demo --confgi x.json: --confgi x.json",
-                                      "rlvmr-nb teach: (refused)", "benchmarks/no_such_script.py: no such file"]
+    assert command_problems(page) == [
+        "make lesson-all: no such target", "rlvmr-nb lab-demo --confgi x.json: --confgi x.json",
+        "rlvmr-nb teach: (refused)", "benchmarks/no_such_script.py: no such file"]

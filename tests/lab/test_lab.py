@@ -463,7 +463,8 @@ def test_every_lesson_exercise_changes_one_setting_of_the_demo():
     from rlvmr_nb.lab import load_lab_config
 
     demo = load_lab_config(ROOT / "configs" / "lab" / "demo.json")
-    exercises = {p.stem: json.loads(p.read_text())["demo_overrides"] for p in (ROOT / "configs" / "lesson").glob("*.json")}
+    lesson = (ROOT / "configs" / "lesson").glob("*.json")
+    exercises = {p.stem: json.loads(p.read_text())["demo_overrides"] for p in lesson}
     assert exercises.pop("0_demo") == {} and exercises
     for name, change in exercises.items():
         varied = load_lab_config(ROOT / "configs" / "lab" / "demo.json", **change)

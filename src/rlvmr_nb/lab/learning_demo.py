@@ -84,11 +84,11 @@ def demo_algo(config: LabConfig) -> str:
 
 
 FAILURE_SIGNALS = ("success", "repetitive", "invalid", "invalid_malformed", "entropy", "kl", "clip_frac")
-"""The trainer's per-iteration metrics (``metrics.jsonl``) in which the lesson's failure modes show (docs/teaching.md,
-part (d)): looping (`repetitive`: steps that reissue an earlier command and learn nothing new, paper
-Fig. 1's repetitive-action rate), refused or malformed commands (`invalid`, `invalid_malformed`), collapsing exploration
-(`entropy` of the sampled tokens falling towards 0) and the policy leaving its cold start (`kl`, paper Eq. 5's
-penalty term; `clip_frac`, the share of tokens PPO's clip held back)."""
+"""The trainer's per-iteration metrics (``metrics.jsonl``) in which the lesson's failure modes show
+(docs/teaching.md, part (d)): looping (`repetitive`: steps that reissue an earlier command and learn nothing new,
+paper Fig. 1's repetitive-action rate), refused or malformed commands (`invalid`, `invalid_malformed`), collapsing
+exploration (`entropy` of the sampled tokens falling towards 0) and the policy leaving its cold start (`kl`, paper
+Eq. 5's penalty term; `clip_frac`, the share of tokens PPO's clip held back)."""
 
 
 def failure_signals(run_dir: str | os.PathLike) -> list[dict[str, float]]:
