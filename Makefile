@@ -87,8 +87,8 @@ test-fast: $(STAMP)
 
 # JupyterLab on this repository with the repository's own settings (.jupyter/; what Jupyter writes goes to
 # .venv/jupyter, nothing under ~): notebooks/*.py open as notebooks on double-click, CI-size run copies in
-# runs/lab/. Listens on 127.0.0.1 and prints the URL; no browser is opened. LAB_ARGS go to `jupyter lab`,
-# e.g. make lab LAB_ARGS=--port=8899
+# runs/lab/ and the lesson's in runs/lab/lesson/ (docs/teaching.md). Listens on 127.0.0.1 and prints the URL;
+# no browser is opened. LAB_ARGS go to `jupyter lab`, e.g. make lab LAB_ARGS=--port=8899
 .PHONY: lab browser-deps
 lab: $(STAMP)
 	scripts/lab.sh $(LAB_ARGS)

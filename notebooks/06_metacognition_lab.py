@@ -82,6 +82,7 @@ out_dir = "runs/metalab/classroom"  # run folder; rerunning resumes and skips fi
 figures_dir = "runs/metalab/classroom/figures"  # figures and case-study page (the tracked figures/lab/ holds the recorded run's)
 results_file = "runs/metalab/classroom/lab_results.json"  # the results JSON (the recorded run: benchmarks/results/)
 demo_config_file = "configs/lab/demo.json"  # the learning demo: RLVMR on a few training layouts (minutes)
+demo_overrides = {}  # the demo's settings to change: a lesson exercise (docs/teaching.md), e.g. {"algos": ["grpo"]}
 demo_out_dir = "runs/metalab/demo"  # its run folder (figure in <demo_out_dir>/figures)
 
 # %%
@@ -160,14 +161,26 @@ for round_file in sorted((out / "coldstart").glob("dagger-r*/dagger.json")):
 # `make demo`, `rlvmr-nb lab-demo`). Left: training success per iteration with a 95 % interval; right: the same
 # layouts played at the evaluation temperature before (cold start) and after, with the same sampling seeds,
 # paired play by play. It shows learning on the layouts trained on — and nothing about unseen ones, which is
-# what the fairness check below is for.
+# what the fairness check below is for. `demo_overrides` changes one setting of the demo (the lesson's exercises,
+# docs/teaching.md: `{"algos": ["grpo"]}` trains GRPO instead, `{"kl_coef": 0.1}` ties it closer to the cold start);
+# give each change its own `demo_out_dir`, since a rerun resumes whatever the folder holds.
 
 # %%
-from rlvmr_nb.lab.learning_demo import describe, run_learning_demo
+from rlvmr_nb.lab.learning_demo import describe, failure_signals, run_learning_demo
 
-demo = run_learning_demo(load_lab_config(demo_config_file), demo_out_dir, progress=False)
+demo = run_learning_demo(load_lab_config(demo_config_file, **demo_overrides), demo_out_dir, progress=False)
+print(f"{demo_config_file}, changed: {demo_overrides or 'nothing'}")
 print(describe(demo))
 Image(filename=str(demo.figure))
+
+# %% [markdown]
+# Where the failure modes show (docs/teaching.md, part (d)): per training iteration, the share of steps that
+# reissue an earlier command and learn nothing new (`repetitive`: looping), that the world refused or could not
+# parse (`invalid`, `invalid_malformed`), the sampled tokens' entropy (falling towards 0: exploration collapsing)
+# and the KL to the cold start with the share of clipped tokens (the policy running away from where it started).
+
+# %%
+pd.DataFrame(failure_signals(demo.run_dir)).set_index("iteration").round(3)
 
 # %% [markdown]
 # ## Training: GRPO and RLVMR from the same checkpoint

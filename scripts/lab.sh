@@ -21,6 +21,7 @@ export IPYTHONDIR="$state/ipython"
 export OMP_WAIT_POLICY=PASSIVE
 jupyter=${JUPYTER:-$repo/.venv/bin/jupyter}
 cd "$repo"
-# Paired .ipynb files (so an untouched notebook opens saved) and the CI-size run copies in runs/lab/.
+# Paired .ipynb files (so an untouched notebook opens saved), the CI-size run copies in runs/lab/ and the
+# lesson's in runs/lab/lesson/ (docs/teaching.md).
 "$(dirname "$jupyter")/python" scripts/prepare_lab.py "$repo"
 exec "$jupyter" lab "$@"

@@ -14,6 +14,11 @@ play with the notebooks without ever rewriting the tracked sources.
    refreshed when its notebook or CI parameters changed, unless you changed the copy (then a
    line says so; delete the copy for a fresh one). Its kernel starts in ``runs/lab/``, so
    everything it writes (``figures/``, ``runs/``) stays under ``runs/lab/``.
+3. ``runs/lab/lesson/<name>.ipynb``: the lesson's copies (docs/teaching.md), one per parameter file
+   ``configs/lesson/<name>.json`` of notebook 06 (`LESSON_NOTEBOOK`): the lab demo at its own size
+   (``0_demo``, minutes) and each exercise, the demo with one setting changed (``demo_overrides``), each
+   with its own run folder; the cells after the demo are the classroom experiment (``make metalab``'s,
+   ~20 minutes), one folder for every copy so it runs once. Refreshed and left alone as the CI copies are.
 
 Usage: ``python scripts/prepare_lab.py [REPO]`` (default: this script's repository).
 """
@@ -34,6 +39,10 @@ from ipykernel.ipkernel import IPythonKernel
 from rlvmr_nb.notebooks import NOTEBOOKS, load_parameters, with_parameters
 
 COPIES = Path("runs") / "lab"
+LESSON = Path("configs") / "lesson"
+"""The lesson's parameter files (docs/teaching.md), each of `LESSON_NOTEBOOK`, copied to ``runs/lab/lesson/``."""
+LESSON_NOTEBOOK = "06_metacognition_lab"
+"""The notebook that owns the lab demo and the classroom experiment, the lesson's runs."""
 _LEDGER = ".copies.json"  # per copy: hash of what we wrote and of the notebook + parameters it came from
 
 
@@ -57,27 +66,37 @@ def pair_with_outputs_file(source: Path) -> bool:
     return True
 
 
-def run_copy(source: Path, parameters_file: Path, notebooks_dir: Path) -> nbformat.NotebookNode:
+def run_copy(source: Path, parameters_file: Path, notebooks_dir: Path, size: str = "CI-size") -> nbformat.NotebookNode:
     """`source` as a plain ``.ipynb`` (no jupytext pairing: saving it writes no ``.py``) whose parameters cell
-    holds the values of `parameters_file`."""
+    holds the values of `parameters_file` (`size` names them in the cell's note)."""
     parameters = load_parameters(parameters_file, source.stem, notebooks_dir=notebooks_dir)
     notebook = jupytext.read(source)
     notebook.metadata.pop("jupytext", None)
     notebook.metadata["language_info"] = dict(IPythonKernel.language_info)
-    note = (f"Run copy of notebooks/{source.name} with the CI-size parameters of configs/ci/{parameters_file.name}.\n"
+    where = parameters_file.relative_to(parameters_file.parents[2]).as_posix()  # configs/<folder>/<file>
+    note = (f"Run copy of notebooks/{source.name} with the {size} parameters of {where}.\n"
             "Edit them here: this copy is yours (git-ignored); what it writes goes under runs/lab/.")
     return with_parameters(notebook, parameters, note)
 
 
+def planned_copies(repo: Path) -> list[tuple[str, Path, Path, str]]:
+    """(copy's path under ``runs/lab/`` without suffix, notebook source, parameter file, size) of every run copy:
+    each notebook at CI size, then the lesson's copies of `LESSON_NOTEBOOK`."""
+    notebooks, configs = repo / "notebooks", repo / "configs"
+    plan = [(name, notebooks / f"{name}.py", configs / "ci" / f"{name}.json", "CI-size") for name in NOTEBOOKS]
+    lesson = sorted((repo / LESSON).glob("*.json"))
+    return plan + [(f"lesson/{p.stem}", notebooks / f"{LESSON_NOTEBOOK}.py", p, "lesson's") for p in lesson]
+
+
 def write_run_copies(repo: Path) -> list[str]:
-    """Create or refresh ``runs/lab/<name>.ipynb``; returns one line per copy that is left stale."""
+    """Create or refresh ``runs/lab/<name>.ipynb`` and ``runs/lab/lesson/<name>.ipynb``; returns one line per copy
+    that is left stale."""
     folder = repo / COPIES
     folder.mkdir(parents=True, exist_ok=True)
     ledger_path = folder / _LEDGER
     ledger = json.loads(ledger_path.read_text()) if ledger_path.is_file() else {}
     stale = []
-    for name in NOTEBOOKS:
-        source, parameters_file = repo / "notebooks" / f"{name}.py", repo / "configs" / "ci" / f"{name}.json"
+    for name, source, parameters_file, size in planned_copies(repo):
         copy = folder / f"{name}.ipynb"
         origin = _sha(source.read_bytes(), parameters_file.read_bytes())
         known = ledger.get(name, {})
@@ -85,9 +104,10 @@ def write_run_copies(repo: Path) -> list[str]:
             continue  # up to date
         if copy.exists() and known.get("written") != _sha(copy.read_bytes()):
             stale.append(f"{copy.relative_to(repo)} has your edits and is older than {source.relative_to(repo)} "
-                         f"or its CI parameters: delete it for a fresh copy")
+                         f"or its parameters ({parameters_file.relative_to(repo)}): delete it for a fresh copy")
             continue
-        nbformat.write(run_copy(source, parameters_file, repo / "notebooks"), copy)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        nbformat.write(run_copy(source, parameters_file, repo / "notebooks", size), copy)
         ledger[name] = {"origin": origin, "written": _sha(copy.read_bytes())}
     ledger_path.write_text(json.dumps(ledger, indent=1) + "\n")
     return stale
@@ -102,7 +122,8 @@ def main(argv: list[str]) -> int:
         pair_with_outputs_file(source)
     for line in write_run_copies(repo):
         print(f"note: {line}", file=sys.stderr)
-    print(f"Run copies with the CI-size parameters (seconds per notebook): {repo / COPIES}/*.ipynb", file=sys.stderr)
+    print(f"Run copies with the CI-size parameters (seconds per notebook): {repo / COPIES}/*.ipynb\n"
+          f"The lesson's (docs/teaching.md; minutes each): {repo / COPIES}/lesson/*.ipynb", file=sys.stderr)
     return 0
 
 

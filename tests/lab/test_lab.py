@@ -356,14 +356,19 @@ def test_metacognition_lab_notebook_runs_with_the_ci_parameters(tmp_path):
     pytest.importorskip("seaborn")
     from rlvmr_nb import notebooks as nbs
 
+    # the demo with a lesson exercise's one change (docs/teaching.md): the notebook must hand it to the demo
     executed = nbs.run_notebook("06_metacognition_lab", nbs.config_path("06_metacognition_lab", ci=True),
-                                tmp_path / "executed", cwd=tmp_path)
+                                tmp_path / "executed", parameters={"demo_overrides": {"algos": ["grpo"]}}, cwd=tmp_path)
     cells = json.loads(executed.read_text())["cells"]
     assert not [o for c in cells for o in c.get("outputs", []) if o.get("output_type") == "error"]
     doc = json.loads((tmp_path / "runs" / "metalab" / "ci" / "lab_results.json").read_text())
     assert {r["level"] for r in doc["table"]} == {"L0", "L2"}
     assert (tmp_path / "runs" / "metalab" / "ci" / "figures" / "lab_ci_metrics.png").is_file()
     assert (tmp_path / "runs" / "metalab" / "ci-demo" / "figures" / "lab_ci_learning.png").is_file()  # the demo
+    demo = json.loads((tmp_path / "runs" / "metalab" / "ci-demo" / "learning_demo.json").read_text())
+    assert demo["algo"] == "grpo" and (tmp_path / "runs" / "metalab" / "ci-demo" / "runs" / "grpo-seed0").is_dir()
+    shown = "".join(str(o.get("data", {}).get("text/plain", "")) for c in cells for o in c.get("outputs", []))
+    assert "repetitive" in shown and "entropy" in shown  # the failure-signals table, one row per iteration
 
 
 def test_a_cold_start_is_cached_per_configuration(tmp_path, monkeypatch):
@@ -438,6 +443,42 @@ def test_rlvmr_nb_lab_demo_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert (out / "figures" / "lab_ci_learning.png").is_file()
     trained = (out / "runs" / "rlvmr-seed0" / "metrics.jsonl").read_text()
     assert main(args) == 0 and (out / "runs" / "rlvmr-seed0" / "metrics.jsonl").read_text() == trained
+
+
+def test_the_lab_demo_trains_the_one_algo_its_configuration_names():
+    """A lesson exercise swaps the demo's method by its configuration alone (`{"algos": ["grpo"]}`); the lab's
+    configurations name several arms, and their demo stays RLVMR's."""
+    from rlvmr_nb.lab import load_lab_config
+    from rlvmr_nb.lab.learning_demo import demo_algo
+
+    demo = ROOT / "configs" / "lab" / "demo.json"
+    assert demo_algo(load_lab_config(demo)) == "rlvmr"
+    assert demo_algo(load_lab_config(demo, algos=["grpo"])) == "grpo"
+    assert demo_algo(load_lab_config(ROOT / "configs" / "lab" / "ci.json")) == "rlvmr"  # grpo, rlvmr, gigpo
+
+
+def test_every_lesson_exercise_changes_one_setting_of_the_demo():
+    """docs/teaching.md's exercises (configs/lesson, the run copies of `make lab` and benchmarks/lesson_exercises.py)
+    each change exactly one setting of the lab demo, and that setting takes effect."""
+    from rlvmr_nb.lab import load_lab_config
+
+    demo = load_lab_config(ROOT / "configs" / "lab" / "demo.json")
+    lesson = (ROOT / "configs" / "lesson").glob("*.json")
+    exercises = {p.stem: json.loads(p.read_text())["demo_overrides"] for p in lesson}
+    assert exercises.pop("0_demo") == {} and exercises
+    for name, change in exercises.items():
+        varied = load_lab_config(ROOT / "configs" / "lab" / "demo.json", **change)
+        moved = {k for k, v in varied.flat().items() if demo.flat()[k] != v}
+        assert moved == set(change), name
+
+
+def test_failure_signals_read_the_trainer_s_rows(tmp_path):
+    from rlvmr_nb.lab.learning_demo import failure_signals
+
+    rows = [{"iteration": 0, "success": 0.25, "repetitive": 0.4, "entropy": 0.17, "kl": 0.01, "lr": 3e-4},
+            {"iteration": 1, "success": 0.5, "repetitive": 0.3, "entropy": 0.15, "kl": 0.03, "lr": 3e-4}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert failure_signals(tmp_path) == [{k: v for k, v in r.items() if k != "lr"} for r in rows]
 
 
 def test_the_lab_demo_shares_the_classroom_cold_start():

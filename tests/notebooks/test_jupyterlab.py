@@ -338,7 +338,7 @@ def _assigned_names(source: str) -> set[str]:
             for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)}
 
 
-def test_make_lab_pairs_each_notebook_and_writes_ci_size_run_copies(tmp_path):
+def test_make_lab_pairs_each_notebook_and_writes_ci_size_and_lesson_run_copies(tmp_path):
     from ipykernel.ipkernel import IPythonKernel
 
     root = tmp_path / "repo"
@@ -365,6 +365,26 @@ def test_make_lab_pairs_each_notebook_and_writes_ci_size_run_copies(tmp_path):
         later = [c for c in copy_nb["cells"][index + 1:] if c["cell_type"] == "code"]
         assert not [n for c in later for n in _assigned_names("".join(c["source"])) if n in values], name
         assert not [c for c in copy_nb["cells"] if "injected-parameters" in c["metadata"].get("tags", [])]
+
+    # The lesson's copies (docs/teaching.md): notebook 06 with each configs/lesson file in its parameters cell, the
+    # lab demo at its own size (configs/lab/demo.json, not the CI one), each exercise one change away from it.
+    lesson_files = sorted((root / "configs" / "lesson").glob("*.json"))
+    assert [p.stem for p in lesson_files][:1] == ["0_demo"] and len(lesson_files) >= 3
+    lesson = {}
+    for path in lesson_files:
+        copy_path = root / "runs" / "lab" / "lesson" / f"{path.stem}.ipynb"
+        index, values = _parameters_cell(copy_path)
+        assert values == json.loads(path.read_text()), path.name
+        assert "Run copy of notebooks/06_metacognition_lab.py with the lesson's parameters of configs/lesson/" \
+            in "".join(json.loads(copy_path.read_text())["cells"][index]["source"])
+        lesson[path.stem] = values
+    demo = lesson.pop("0_demo")
+    assert demo["demo_config_file"] == "configs/lab/demo.json" and demo["demo_overrides"] == {}
+    assert demo["config_file"] == "configs/lab/classroom.json"  # the closing part: make metalab's experiment
+    for name, values in lesson.items():
+        changed = {k for k in values if values[k] != demo[k]}
+        assert changed == {"demo_overrides", "demo_out_dir"} and len(values["demo_overrides"]) == 1, name
+    assert len({v["demo_out_dir"] for v in (demo, *lesson.values())}) == 1 + len(lesson)  # a rerun resumes a folder
 
     # An edit to a source refreshes its untouched copy; a copy the user changed is left alone, and said so.
     tour_copy, cases_copy = root / "runs" / "lab" / "00_tour.ipynb", root / "runs" / "lab" / "05_case_studies.ipynb"

@@ -320,7 +320,8 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     p = sub.add_parser("lab-demo", help="minutes of the method learning: RLVMR from the lab's cold start on a few "
                                         "training layouts, training success and the layouts before/after, with "
                                         "intervals (the end of `make demo`)")
-    p.add_argument("--config", default=LAB_DEMO_CONFIG, help="a LabConfig JSON file (seeds[0] is the seed)")
+    p.add_argument("--config", default=LAB_DEMO_CONFIG,
+                   help="a LabConfig JSON file (seeds[0] is the seed; the algo it names when it names one, else RLVMR)")
     p.add_argument("--out", default=LAB_DEMO_OUT, help="run folder; rerunning resumes")
     p.add_argument("--figures", default=None, help="figure folder (default <out>/figures)")
     p.set_defaults(func=_cmd_lab_demo)

@@ -34,6 +34,7 @@ from matplotlib.ticker import MaxNLocator
 from ..plots import method_color, save_figure
 from ..plots.style import figure_style
 from ..records import parse_episode_id, read_episodes
+from ..runs.logs import read_metrics
 from ..runs.machine import machine_facts
 from .config import LabConfig
 from .experiment import run_arm, run_coldstart, run_evaluation
@@ -75,11 +76,34 @@ def training_curve(run_dir: str | os.PathLike) -> list[dict[str, float]]:
     return curve
 
 
-def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str = "rlvmr",
+def demo_algo(config: LabConfig) -> str:
+    """The method the learning demo trains: the configuration's one algo when it lists one (``"algos": ["grpo"]``
+    turns the demo into the lesson's GRPO exercise, docs/teaching.md), RLVMR when it lists several (the lab's
+    configurations, which name the arms of a comparison)."""
+    return config.algos[0] if len(config.algos) == 1 else "rlvmr"
+
+
+FAILURE_SIGNALS = ("success", "repetitive", "invalid", "invalid_malformed", "entropy", "kl", "clip_frac")
+"""The trainer's per-iteration metrics (``metrics.jsonl``) in which the lesson's failure modes show
+(docs/teaching.md, part (d)): looping (`repetitive`: steps that reissue an earlier command and learn nothing new,
+paper Fig. 1's repetitive-action rate), refused or malformed commands (`invalid`, `invalid_malformed`), collapsing
+exploration (`entropy` of the sampled tokens falling towards 0) and the policy leaving its cold start (`kl`, paper
+Eq. 5's penalty term; `clip_frac`, the share of tokens PPO's clip held back)."""
+
+
+def failure_signals(run_dir: str | os.PathLike) -> list[dict[str, float]]:
+    """Per iteration of a trainer run folder: `FAILURE_SIGNALS` (those the run logged), for a table or a plot."""
+    return [{"iteration": row["iteration"], **{k: row[k] for k in FAILURE_SIGNALS if k in row}}
+            for row in read_metrics(run_dir)]
+
+
+def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str | None = None,
                       figures_dir: str | os.PathLike | None = None, progress: bool = True) -> LearningDemo:
-    """Cold start (cached), `algo` trained on the pool for `config.train.run.iterations` (seed `config.seeds[0]`), the pool
-    played before and after at the evaluation temperature (`heldin_episodes` plays of each layout of the pool); the figure and ``learning_demo.json`` are written
-    to `figures_dir` (default ``<out>/figures``) and `out`. A rerun resumes (every stage skips what is written)."""
+    """Cold start (cached), `algo` (default `demo_algo`) trained on the pool for `config.train.run.iterations` (seed
+    `config.seeds[0]`), the pool played before and after at the evaluation temperature (`heldin_episodes` plays of
+    each layout of the pool); the figure and ``learning_demo.json`` are written to `figures_dir` (default
+    ``<out>/figures``) and `out`. A rerun resumes (every stage skips what is written)."""
+    algo = algo or demo_algo(config)
     config = replace(config, heldin_tasks=config.train_pool)  # the layouts played before/after: the whole pool
     out = Path(out)
     seed = config.seeds[0]
