@@ -541,9 +541,10 @@ def test_every_lab_configuration_loads_and_keeps_its_seeds_apart():
     assert not reported["pilot"] & reported["pilot_learning"]
     assert not set(SWEEP_SEEDS) & set().union(*reported.values(), configs["classroom"].seeds)
     # the avoidable-repetition pilot draws seeds no other configuration or sweep uses, and plays the pinned reference
-    others = set().union(*(set(c.seeds) for name, c in configs.items() if name not in ("avoidable_pilot", "ci", "demo")))
-    assert not set(configs["avoidable_pilot"].seeds) & (others | set(SWEEP_SEEDS))
-    assert configs["avoidable_pilot"].reference_record and configs["avoidable_pilot"].primary_endpoint == "avoidable"
+    for pilot in ("avoidable_pilot", "branching_pilot"):
+        others = set().union(*(set(c.seeds) for name, c in configs.items() if name not in (pilot, "ci", "demo")))
+        assert not set(configs[pilot].seeds) & (others | set(SWEEP_SEEDS))
+        assert configs[pilot].reference_record and configs[pilot].primary_endpoint == "avoidable"
     # the classroom runs the sweep variant it was chosen as, on its own seeds (docs/lab.md, 'Classroom budget'), and
     # every variant still builds on the budget it ran on, whatever the classroom file says now. The variant measured
     # unseen L0 on all 60 layouts x 4 plays; the classroom keeps its pre-registered 20 layouts x 1 play.

@@ -424,3 +424,53 @@ def test_holm_on_the_recorded_runs_secondaries():
                                    {"invalid L0+L1": 1 / 64, "success L1 (b)": 1 / 64, "success L0": 0.5,
                                     "repetitive L2": 0.75})
     assert decided["invalid L0+L1"]["verdict"] == "inconclusive after Holm (unadjusted: supported)"
+
+
+def test_a_run_with_the_avoidable_primary_draws_its_preregistered_comparisons():
+    """The hypothesis figure of an avoidable-repetition run shows the comparisons it pre-registered (primary,
+    co-primary, secondaries) with their verdicts, not the repetitive-action rate an earlier design tested."""
+    from rlvmr_nb.lab.figures import plot_lab_differences
+
+    def test(kind, differences, verdict):
+        mean = sum(differences) / len(differences)
+        return {"kind": kind, "levels": ["L0", "L1"], "differences": differences, "verdict": verdict,
+                "t": {"mean": mean, "lo": mean - 0.02, "hi": mean + 0.02}}
+
+    pre = {"seeds": [1, 2, 3], "effect_for_power": 0.05, "fairness": {"fair_test": False},
+           "primary": {**test("lower", [0.01, -0.02, 0.0], "inconclusive"), "metric": "avoidable"},
+           "co_primary": test("lower", [-0.01, -0.02, -0.03], "supported"),
+           "secondaries": {"success L0": test("higher", [0.1, 0.1, 0.1], "uninformative (no spread)")}}
+    fig = plot_lab_differences({"preregistered": pre, "differences": []})
+    ax = fig.axes[0]
+    labels = [t.get_text() for t in ax.get_yticklabels()]
+    assert [label.split(":")[0] for label in labels] == ["primary", "co-primary", "secondary"]
+    assert "above 0 wanted" in labels[2]
+    assert [t.get_text() for t in ax.texts] == ["inconclusive", "supported", "uninformative"]
+    assert "NOT a fair test" in fig._suptitle.get_text()
+
+
+def test_the_endpoints_compare_the_configured_pair_of_arms(monkeypatch):
+    """`LabConfig.comparison` picks the two arms every pre-registered endpoint compares: with ('spark_mr', 'rlvmr')
+    the primary's 'a' side is SPARK-MR's per-seed value and 'b' RLVMR's (a run without GRPO still gets its tests);
+    a pair that names one arm twice is refused."""
+    from episode_builders import episode, step
+
+    from rlvmr_nb.lab import stats
+    from rlvmr_nb.lab.config import LabConfig
+
+    repeats = [step(0, "explore", "go to kitchen"), step(1, "monitor", "go to kitchen")]
+    fresh = [step(0, "explore", "go to kitchen"), step(1, "explore", "go to garden")]
+    won = {"spark_mr": [episode(fresh, won=True)], "rlvmr": [episode(repeats, won=False)]}
+
+    def eval_episodes(out, arm, seeds, level):
+        return [won.get(arm, [episode(repeats, won=False)]) for _ in seeds]
+
+    monkeypatch.setattr(stats, "load_eval_episodes", eval_episodes)
+    config = LabConfig(algos=("rlvmr", "spark_mr"), comparison=("spark_mr", "rlvmr"), seeds=(1, 2, 3),
+                       levels=("L0", "L1"), bootstrap=50)
+    pre = stats.preregistered(config, "unused")
+    assert pre["comparison"] == "SPARK-MR - RLVMR"
+    assert pre["primary"]["a"] == [0.0] * 3 and pre["primary"]["b"] == [0.5] * 3  # 'a' is the branching arm
+    assert pre["secondaries"]["success L0"]["differences"] == [1.0] * 3
+    with pytest.raises(ValueError, match="two different arms"):
+        LabConfig(comparison=("rlvmr", "rlvmr"))

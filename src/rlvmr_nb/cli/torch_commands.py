@@ -134,9 +134,15 @@ def cmd_lab(args: argparse.Namespace) -> int:
     out = args.out or f"runs/metalab/{config.name}"
     summary = run_lab(config, out)
     report = write_lab_report(summary, out, args.figures or f"{out}/figures", args.results)
-    # the fairness check beside the verdicts: they speak to the claim only where GRPO's own curve rose
-    print(json.dumps({"hypothesis": summary["hypothesis"], "training_rise": summary["training_rise"],
-                      "patterns": report["patterns"]}, indent=2))
+    # the fairness check beside the verdicts: they speak to the claim only where the run is a fair test
+    pre = summary["preregistered"]
+    if config.primary_endpoint == "avoidable":  # its own verdicts, not the repetitive-rate hypothesis it replaced
+        verdicts = {"primary": pre["primary"]["verdict"], "co_primary": pre["co_primary"]["verdict"],
+                    "claim_a": pre["claim_a"], "fairness": pre["fairness"]["verdict"]}
+    else:
+        verdicts = {"hypothesis": summary["hypothesis"]}
+    print(json.dumps({**verdicts, "training_rise": summary["training_rise"], "patterns": report["patterns"]},
+                     indent=2))
     for name, path in report["paths"].items():
         print(f"{name}: {path}")
     return 0

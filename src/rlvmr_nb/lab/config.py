@@ -76,6 +76,10 @@ class LabConfig:
     same kind that also differ in their rollouts: each task's `group_size` leaves grow as a tree from 4 roots, so
     their group needs `group_size` >= 4 (refused when the file is loaded); evaluation plays them as it plays every
     arm, one rollout per task."""
+    comparison: tuple[str, str] = ("rlvmr", "grpo")
+    """The two arms (a, b) every pre-registered endpoint compares, a − b paired over seeds: RLVMR − GRPO, the paper's
+    claim, by default. ('spark_mr', 'rlvmr') asks what branching adds to RLVMR (docs/lab.md, 'Branching in the
+    lab'). A run that trains only one of them (the demo) computes no endpoint."""
     seeds: tuple[int, ...] = (0, 1)
     train_pool: int = 6
     """Training layouts the RL arms draw their tasks from: the first `train_pool` of the 400-layout training
@@ -159,6 +163,9 @@ class LabConfig:
 
     def __post_init__(self) -> None:
         self.algos, self.seeds, self.levels = tuple(self.algos), tuple(self.seeds), tuple(self.levels)
+        self.comparison = tuple(self.comparison)
+        if len(self.comparison) != 2 or self.comparison[0] == self.comparison[1]:
+            raise ValueError(f"comparison names two different arms (a, b), compared as a - b; got {self.comparison}")
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "train_pool", "eval_tasks", "heldin_tasks",
                                 "heldin_episodes", "bootstrap", "workers"])

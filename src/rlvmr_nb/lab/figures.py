@@ -3,7 +3,10 @@
 * `plot_lab_metrics` — success, repetitive-action, invalid-action rate and episode length per level and
   arm (paper Figs. 1, 3 and 5 measure the same quantities): bars at the pooled estimate, 95 % two-stage
   bootstrap intervals, one dot per seed.
-* `plot_lab_differences` — the hypothesis: RLVMR − GRPO per level with its interval, against zero.
+* `plot_lab_differences` — the hypothesis: RLVMR − GRPO per level with its interval, against zero; for a run whose
+  primary is avoidable repetition, `plot_preregistered` instead.
+* `plot_preregistered` — every pre-registered RLVMR − GRPO comparison (primary, co-primary, secondaries) as paired
+  per-seed differences with the t interval over seeds and the verdict its exact test gave.
 * `plot_lab_training` — training success, episode length, invalid and repetitive rates per iteration
   (paper Fig. 6), mean over seeds with seaborn's bootstrap band over seeds.
 
@@ -76,9 +79,49 @@ def plot_lab_metrics(summary: Mapping[str, Any], title: str | None = None) -> Fi
     return fig
 
 
+def plot_preregistered(summary: Mapping[str, Any], title: str | None = None) -> Figure:
+    """The pre-registered comparisons of a run whose primary is avoidable repetition (docs/lab.md, 'Pre-registration:
+    avoidable repetition'), one row each: RLVMR − GRPO per seed (dots; paired by seed), the paired t interval over
+    seeds (bar) and, at the right, the verdict of the exact sign-flip test the pre-registration names. The dashed
+    line is 0; the dotted one the −5 pp effect a 'refuted' verdict is judged against."""
+    pre = summary["preregistered"]
+    pair = pre.get("comparison", "RLVMR - GRPO").replace(" - ", " − ")
+    rows = [(f"primary: avoidable repetition ({'+'.join(pre['primary']['levels'])})", pre["primary"]),
+            (f"co-primary: wasted steps ({'+'.join(pre['co_primary']['levels'])})", pre["co_primary"]),
+            *((f"secondary: {name}", test) for name, test in pre["secondaries"].items())]
+    with figure_style():
+        fig = Figure(figsize=(8.4, 0.55 * len(rows) + 1.4), layout="constrained")
+        ax = fig.subplots()
+        for y, (label, test) in enumerate(rows):
+            t = test["t"]
+            if t.get("lo") == t.get("lo"):  # NaN when every seed gave the same difference
+                ax.plot([t["lo"], t["hi"]], [y, y], color="#333333", linewidth=1.6, solid_capstyle="butt")
+            ax.scatter(test["differences"], [y] * len(test["differences"]), s=14, color=method_color("RLVMR"),
+                       alpha=0.75, zorder=3)
+            ax.plot([t["mean"]], [y], marker="|", markersize=12, color="#111111")
+            ax.annotate(test["verdict"].split(" (")[0], (1.01, y), xycoords=("axes fraction", "data"), va="center",
+                        fontsize=8)
+        ax.axvline(0, color="#777777", linewidth=0.8, linestyle="--")
+        ax.axvline(-pre["effect_for_power"], color="#777777", linewidth=0.8, linestyle=":")
+        wanted = {"lower": "below 0 wanted", "higher": "above 0 wanted", "non-inferior": "above −5 pp wanted"}
+        ax.set_yticks(range(len(rows)), [f"{label}\n{wanted.get(test['kind'], test['kind'])}" for label, test in rows],
+                      fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel(f"{pair} (fraction; dots: seeds, bar: 95 % t interval over seeds, tick: mean)")
+        ax.grid(axis="x", alpha=0.25, linewidth=0.5)
+        gate = pre["fairness"]
+        fig.suptitle(title or f"Pre-registered comparisons over {len(pre['seeds'])} seeds; fairness gate: "
+                              f"{'fair test' if gate['fair_test'] else 'NOT a fair test'}", fontsize=9.5)
+    return fig
+
+
 def plot_lab_differences(summary: Mapping[str, Any], title: str | None = None) -> Figure:
-    """RLVMR − GRPO per level for the repetitive-action rate and the success rate, with 95 % intervals."""
+    """RLVMR − GRPO per level for the repetitive-action rate and the success rate, with 95 % intervals; a run whose
+    primary is avoidable repetition gets `plot_preregistered`, the comparisons it pre-registered."""
+    if summary.get("preregistered", {}).get("primary", {}).get("metric") == "avoidable":
+        return plot_preregistered(summary, title)
     diffs = _frame(summary["differences"])
+    pair = diffs["comparison"].iloc[0].replace(" - ", " − ") if not diffs.empty else ""
     if diffs.empty:
         raise ValueError("the summary has no RLVMR - GRPO differences (train both 'grpo' and 'rlvmr')")
     with figure_style():
@@ -92,7 +135,7 @@ def plot_lab_differences(summary: Mapping[str, Any], title: str | None = None) -
             ax.axvline(0, color="#777777", linewidth=0.8, linestyle="--")
             ax.set_yticks(list(ys), list(rows["level"]))
             ax.invert_yaxis()
-            ax.set_title(f"RLVMR − GRPO: {label}")
+            ax.set_title(f"{pair}: {label}")
             ax.set_xlabel("difference (fraction; 95 % interval)")
             ax.grid(axis="x", alpha=0.25, linewidth=0.5)
         fig.suptitle(title or "Hypothesis: repetitive rate lower (left of 0), unseen success not lower", fontsize=9.5)

@@ -183,7 +183,8 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
         t, flip = primary["t"], primary["sign_flip"]
         levels = "+".join(primary["levels"])
         measure = "avoidable repetition" if primary["metric"] == "avoidable" else "repetitive-action rate"
-        lines.append(f"**Primary** (per-episode {measure}, unseen {levels}, RLVMR − GRPO, paired over "
+        pair = pre.get("comparison", "RLVMR - GRPO").replace(" - ", " − ")
+        lines.append(f"**Primary** (per-episode {measure}, unseen {levels}, {pair}, paired over "
                      f"{t['n']} seeds): {_sign_flip(flip)} → **{primary['verdict']}**. "
                      f"Beside it: {_t_beside(t, flip)}; "
                      f"paired bootstrap (descriptive, too narrow at few seeds) {_interval(primary['bootstrap'])}.")

@@ -198,7 +198,7 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
 
     def values(metric: str, levels: Sequence[str]) -> dict[str, Any]:
         return {"metric": metric, **{side: [paired.seed_endpoint(x, metric) for x in merged(arm, levels)]
-                                     for side, arm in (("a", "rlvmr"), ("b", "grpo"))}}
+                                     for side, arm in zip(("a", "b"), config.comparison)}}
 
     result: dict[str, Any] = {"seeds": list(seeds), "effect_for_power": PRIMARY_EFFECT,
                               "margin": paired.NON_INFERIORITY_MARGIN, "alpha": paired.ALPHA,
@@ -228,8 +228,9 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
         level: {arm_label(a): {b: float(np.nanmean([paired.seed_endpoint(x, f"success@{b}") for x in eps[(a, level)]]))
                                for b in budgets} for a in (COLDSTART_ARM, *config.algos)}
         for level in config.levels}
-    if not {"grpo", "rlvmr"} <= set(config.algos) or len(seeds) < 2:
+    if not set(config.comparison) <= set(config.algos) or len(seeds) < 2:
         return result
+    result["comparison"] = f"{arm_label(config.comparison[0])} - {arm_label(config.comparison[1])}"
     unseen = [lv for lv in ("L0", "L1") if lv in config.levels]
     secondaries = {}
     looping = config.primary_endpoint  # the L2 repetition secondary reads the primary's measure
@@ -289,10 +290,12 @@ def lab_summary(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | No
         for seed, r in zip(config.seeds, seeds_rows):
             per_seed.append({"arm": arm_label(arm), "level": level, "seed": seed, "episodes": int(len(r)), **pooled(r)})
     differences = []
-    if {"grpo", "rlvmr"} <= set(config.algos):
+    a, b = config.comparison
+    if {a, b} <= set(config.algos):
         for level in config.levels:
-            d = bootstrap(rows[("rlvmr", level)], config.bootstrap, other=rows[("grpo", level)])
-            differences += [{"level": level, "metric": m, "comparison": "RLVMR - GRPO", **v} for m, v in d.items()]
+            d = bootstrap(rows[(a, level)], config.bootstrap, other=rows[(b, level)])
+            differences += [{"level": level, "metric": m, "comparison": f"{arm_label(a)} - {arm_label(b)}", **v}
+                            for m, v in d.items()]
     curves = [{"arm": arm_label(algo), "seed": seed, **{k: r.get(k) for k in
                ("iteration", "success", "episode_length", "invalid", "repetitive", "rollout_s", "update_s")}}
               for algo in config.algos for seed in config.seeds
