@@ -148,7 +148,9 @@ def _error_outputs(driver) -> list:
 def open_notebook(browser: Browser, folders: tuple[str, ...], name: str):
     """Double-click through `folders` from the root, then on `name`; returns its tab once the kernel is
     idle and the notebook holds what the kernel reported about itself."""
-    browser.driver.find_element(By.CSS_SELECTOR, ".jp-BreadCrumbs-home").click()
+    # waited for: when this is the session's first page (a test run alone, or first under -k), the file browser
+    # is still rendering and an immediate lookup found no breadcrumbs
+    browser.wait().until(EC.element_to_be_clickable((By.CSS_SELECTOR, ".jp-BreadCrumbs-home"))).click()
     for folder in folders:
         browser.double_click(_file_item(folder))
     browser.wait().until(EC.presence_of_element_located(_file_item(name)))
