@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--work", default="/tmp/lab-reference-build", help="build: scratch run folder")
     args = p.parse_args(argv)
 
+    from rlvmr_nb.envs.alfworld_data import rlvmr_cache_dir
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import play_reference, run_coldstart
     from rlvmr_nb.lab.reference import checkpoint_sha256, reference_result
@@ -52,8 +53,7 @@ def main(argv: list[str] | None = None) -> int:
                              f"(coldstart_dagger_rounds 0), this one has {coldstart.coldstart_dagger_rounds} rounds")
         sft = run_coldstart(coldstart, args.work)
         sha = checkpoint_sha256(sft)
-        root = Path(os.environ.get("RLVMR_CACHE") or Path.home() / ".cache" / "rlvmr-nb").expanduser()
-        folder = root / "lab-reference" / f"policy-{sha[:12]}"
+        folder = rlvmr_cache_dir() / "lab-reference" / f"policy-{sha[:12]}"
         if not folder.is_dir():
             shutil.copytree(sft, folder)
         assert checkpoint_sha256(folder) == sha  # the copy is the pinned folder

@@ -35,6 +35,7 @@ import torch
 from ..coldstart import build_coldstart_dataset, load_coldstart_samples, read_samples
 from ..coldstart.lab_dagger import dagger_samples, draw_samples
 from ..coldstart.sft import SFTConfig, train_sft
+from ..envs.alfworld_data import rlvmr_cache_dir
 from ..envs.lab_world import level_tasks
 from ..evaluate import EvalConfig, evaluate_policy, write_results
 from ..evaluate import eval_tasks as eval_task_list
@@ -124,7 +125,7 @@ def coldstart_key(config: LabConfig) -> str:
 def coldstart_cache_dir(config: LabConfig) -> Path:
     """Where a finished cold start of `config` is kept for every later run: ``$RLVMR_CACHE/lab-coldstart/<key>``
     (``~/.cache/rlvmr-nb`` when unset; the Makefile sets it). ``RLVMR_LAB_COLDSTART_CACHE=0`` turns the cache off."""
-    root = Path(os.environ.get("RLVMR_CACHE") or Path.home() / ".cache" / "rlvmr-nb").expanduser()
+    root = rlvmr_cache_dir()
     return root / "lab-coldstart" / coldstart_key(config)
 
 

@@ -28,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
+from ..envs.alfworld_data import rlvmr_cache_dir
 from ..records import Episode
 from . import paired
 from .config import LabConfig
@@ -107,7 +108,7 @@ def reference_result(config: LabConfig, out: str | os.PathLike,
     target = Path(out) / "reference_L0.json"
     if target.is_file():
         return json.loads(target.read_text())
-    root = Path(os.environ.get("RLVMR_CACHE") or Path.home() / ".cache" / "rlvmr-nb").expanduser()
+    root = rlvmr_cache_dir()
     cached = root / "lab-reference" / f"{reference_key(config)}.json"
     record = committed_record(config)
     if record is None and cached.is_file():
