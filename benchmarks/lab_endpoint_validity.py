@@ -3,8 +3,8 @@
 An endpoint that claims to measure looping must read near 0 for an agent that does not loop and high for one that
 does, *within* won and within failed episodes; otherwise it measures failure (the lab's pre-registered primary, the
 repetitive-action rate, flags about half the steps of every policy's failed episodes, and the expert's necessary
-back-tracks). This plays every test task of L0, L1 and L2 at the lab's horizon (`LAB_HORIZON`, the lab configurations'
-``max_steps`` 24) with
+back-tracks). This plays every test task of L0, L1 and L2 of the configuration's lab world at that world's horizon
+(`envs.lab_world.HORIZONS`: 24 steps in the small house, 26 in the larger one) with
 
 * the prompt-only expert (`envs.lab_world.expert_choice`; deterministic, one play a task),
 * a uniformly random admissible policy (``--random-seeds`` plays a task, each its own seeded stream),
@@ -93,17 +93,18 @@ def criterion_cells(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, s
     return cells
 
 
-def play_scripted(levels: Sequence[str], random_seeds: int) -> dict[str, dict[str, list]]:
-    from rlvmr_nb.envs.lab_world import expert_choice
+def play_scripted(levels: Sequence[str], random_seeds: int, env_name: str = "lab") -> dict[str, dict[str, list]]:
+    from rlvmr_nb.envs.lab_world import HORIZONS, expert_choice
     from rlvmr_nb.lab import scripted
 
+    horizon = HORIZONS[env_name]
     played: dict[str, dict[str, list]] = {"expert": {}, "random": {}}
     for level in levels:
-        played["expert"][level] = scripted.play_level(level, lambda task: expert_choice, "expert")
+        played["expert"][level] = scripted.play_level(level, lambda task: expert_choice, "expert", horizon, env_name)
         played["random"][level] = [
             ep for seed in range(random_seeds)
             for ep in scripted.play_level(level, lambda task: scripted.random_player(f"{seed}:{task.task_id}"),
-                                          f"random-{seed}")]
+                                          f"random-{seed}", horizon, env_name)]
     return played
 
 
@@ -125,15 +126,14 @@ def play_coldstart(config: Any, folder: Path, levels: Sequence[str], seeds: Sequ
     """Every test task of each level played once per sampling seed with the lab's evaluation settings."""
     from dataclasses import replace
 
-    from rlvmr_nb.envs.lab_world import level_tasks
     from rlvmr_nb.evaluate import evaluate_policy
-    from rlvmr_nb.lab.experiment import eval_config
+    from rlvmr_nb.lab.experiment import eval_config, lab_tasks
     from rlvmr_nb.runs.policy import load_policy
 
     model, tokenizer, _ = load_policy(str(folder))
     played: dict[str, list] = {}
     for level in levels:
-        tasks = level_tasks("test", level)
+        tasks = lab_tasks(config, "test", level)
         played[level] = [ep for seed in seeds for ep in evaluate_policy(
             model, tokenizer, replace(eval_config(config, level, seed), max_tasks=None), tasks=tasks,
             progress=False)[0]]
@@ -177,16 +177,17 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--build-dir", default="runs/lab-endpoint-validity", help="where --coldstart build writes")
     args = p.parse_args(argv)
 
-    from rlvmr_nb.envs.lab_world import LAB_HORIZON
+    from rlvmr_nb.envs.lab_world import HORIZONS
     from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import coldstart_key
 
     config = load_lab_config(args.config)
-    if config.max_steps != LAB_HORIZON:
-        raise SystemExit(f"{args.config} plays {config.max_steps} steps, the expert and random policy {LAB_HORIZON}")
+    world, horizon = config.train.rollout.env, HORIZONS[config.train.rollout.env]
+    if config.train.rollout.max_steps != horizon:
+        raise SystemExit(f"{args.config} plays {config.train.rollout.max_steps} steps, the expert and random policy {horizon}")
     start = time.perf_counter()
-    played = play_scripted(args.levels, args.random_seeds)
+    played = play_scripted(args.levels, args.random_seeds, world)
     scripted_s = time.perf_counter() - start
     folder, coldstart_note = coldstart_folder(config, args.coldstart, Path(args.build_dir))
     if folder is not None:
@@ -201,10 +202,10 @@ def main(argv: list[str] | None = None) -> int:
     doc = {
         "what": "avoidable repetition (rlvmr_nb.lab.endpoints) against the old repetition rate, per level, won and "
                 "failed apart: expert, random admissible policy, cold start (docs/lab.md, 'The endpoint')",
-        "horizon": LAB_HORIZON, "levels": args.levels, "tasks_per_level": 60, "random_seeds": args.random_seeds,
+        "world": world, "horizon": horizon, "levels": args.levels, "tasks_per_level": 60, "random_seeds": args.random_seeds,
         "coldstart": {"config": args.config, "key": coldstart_key(config), "found": coldstart_note,
                       "sampling_seeds": args.coldstart_seeds if folder is not None else None,
-                      "temperature": config.eval_temperature, "max_new_tokens": config.max_new_tokens},
+                      "temperature": config.eval_temperature, "max_new_tokens": config.train.rollout.max_new_tokens},
         "rates": "means of per-episode rates (flagged steps / steps), as the lab's endpoints average them",
         "criterion": {"rule": {p: f"avoidable {s} {b}" for p, (s, b) in CRITERION.items()}, "cells": cells,
                       "met_where_decided": all(v == "pass" for v in decided),

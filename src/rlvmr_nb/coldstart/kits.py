@@ -10,13 +10,13 @@ Everything heavy (TextWorld, the ScienceWorld JVM bridge) is imported inside the
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Sequence
 
 from ..envs.alfworld import ALFWorldEnv
 from ..envs.alfworld_experts import play_expert
 from ..envs.base import TaskSpec
-from ..envs.lab_world import LabEnv, lab_expert_actions
+from ..envs.lab_world import LabEnv, LargeLabEnv, lab_expert_actions
 from ..envs.registry import env_names, get_env
 from ..envs.scienceworld import ScienceWorldEnv
 from ..envs.scienceworld_gold import scienceworld_gold_episode
@@ -177,6 +177,10 @@ def _lab_expert_env(expert: str) -> Any:
     return LabEnv()
 
 
+def _large_lab_expert_env(expert: str) -> Any:
+    return LargeLabEnv()
+
+
 def _lab_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
     template = Episode(task_id=task.task_id, env=task.env, split=task.split, task_type=task.task_type,
                        info={"expert": "search"})
@@ -200,6 +204,8 @@ LAB = ColdStartKit(
     describe_expert=lambda expert, share: {"expert": "lab searching expert (knows the map, not the containers)",
                                            "handcoded_share": None},
 )
+LAB_LARGE = replace(LAB, env="lab_large", make_expert_env=_large_lab_expert_env)
+"""The larger house's kit: the same searching expert and tag rules (`envs.lab_world`, module docstring)."""
 
 
 def kit_names() -> Sequence[str]:

@@ -33,11 +33,11 @@ def dagger_samples(episodes: Sequence[Episode], prompt_config: PromptConfig | No
     history), and the expert's tagged choice there as the response (`lab_world_rules.policy_state_label`). Returns the
     samples and counts. Each episode is replayed in the world beside its steps; a replay that disagrees with the
     rollout raises."""
-    config = prompt_config or PromptConfig(env="lab", show_admissible=True, max_prompt_tokens=None)
     rows: list[dict[str, Any]] = []
     no_choice = 0
     for ep in episodes:
-        rendered = step_samples(ep, config)
+        # the episode's own world's prompt (the larger house's shows the room's leads)
+        rendered = step_samples(ep, prompt_config or PromptConfig(env=ep.env, show_admissible=True, max_prompt_tokens=None))
         if len(rendered) != len(ep.steps):
             raise ValueError(f"{ep.episode_id}: every step of a policy's episode is labelled; some are marked untrained")
         world, state = build_world(ep.task_id)

@@ -65,6 +65,15 @@ class LabRecord:
             chain.append(self.parents[chain[-1]])  # type: ignore[arg-type]
         return chain
 
+    def leads(self, admissible_now: Sequence[str]) -> list[str]:
+        """The room's leads, the larger house's prompt line (`envs.lab_world`, module docstring): the ``open``
+        commands of its containers whose contents were never seen, then the ``go to`` commands of its exits to rooms
+        never visited, each sorted (the searching expert takes the first while it searches). Only admissible
+        commands and the record go in, so the line says nothing the prompt does not already show."""
+        opens = sorted(c for c in admissible_now if c.startswith("open ") and c[5:] not in self.searched)
+        walks = sorted(c for c in admissible_now if c.startswith("go to ") and not self.visited(c[6:]))
+        return opens + walks
+
     def lines(self) -> list[str]:
         """The record as prompt lines (few tokens: rooms, containers, what worked, what was refused)."""
         rooms = " ; ".join(r if p is None else f"{r} from {p}" for r, p in self.parents.items())

@@ -24,6 +24,15 @@ combinations; L1 tests new layouts whose (object, destination) pair never occurs
 does, only the combination is new); L2 tests the held-out task kind ``put_two``. A task id
 ``kind:combos:variation`` (``'put:s:12'``, ``'bring:u:20004'``) builds the same world every time.
 
+The larger house (`LARGE_ENV_NAME`, task ids ending in ``:large``; docs/lab.md, 'The larger house'). The same game
+and splits in a house of 8-10 rooms with 5-6 containers, where three things are readable that the small house
+leaves to chance: every object has a home room (`HOMES`: the key's is the garage), where it is hidden in a
+container most of the time (`HOME_SHARE`), so the task sentence says where to look first; the prompt lists the
+leads of the room (its unsearched containers and unvisited exits, `envs.lab_record.LabRecord.leads`), so choosing a
+new place is reading a line rather than a set difference; and the horizon (`LARGE_HORIZON`) is the one the
+searching expert needs. The expert searches as in the small house and ignores the homes, so its imitation leaves
+something a policy can learn on any layout: search the home room first.
+
 Every answer names the room the agent is in (after ``take``, ``open``, ``put``, a refused command...), so
 the agent never has to remember where it is from an earlier observation.
 
@@ -68,6 +77,20 @@ SPLIT_SIZES = {"train": 400, "test": 60}
 """Training tasks per pool, and test tasks per level (new variation ranges, so layouts are new)."""
 _TEST_OFFSET = {"L0": 10_000, "L1": 20_000, "L2": 30_000}
 
+LARGE_ENV_NAME = "lab_large"
+"""The larger house's registry name (`LargeLabEnv`); its task ids end in ``:large``."""
+LARGE = "large"
+"""The house field of a larger house's task id (``'put:s:12:large'``); a three-field id is the small house."""
+LARGE_ROOM_POOL: tuple[str, ...] = ROOM_POOL + ("pantry", "office", "porch", "library", "nursery", "laundry")
+LARGE_CONTAINER_POOL: tuple[str, ...] = CONTAINER_POOL + ("shelf", "trunk", "locker", "wardrobe")
+HOMES: dict[str, str] = {"apple": "kitchen", "key": "garage", "book": "library", "mug": "pantry", "ball": "garden",
+                         "coin": "study", "pen": "office", "cup": "kitchen", "sock": "bedroom", "lamp": "attic"}
+"""The home room of every object in the larger house: the house always has its targets' homes, each with a
+container, and hides a target there with probability `HOME_SHARE`."""
+HOME_SHARE = 0.8
+"""How often a larger house hides a target in a container of its home room (else anywhere, as the small house
+does): often enough that searching the home room first pays, not so often that the rest of the house never matters."""
+
 
 def combination_is_heldout(obj: str, destination: str) -> bool:
     """Whether (object, destination) is one of the combinations no training task uses (L1): a stable
@@ -107,11 +130,20 @@ class LabWorld:
 
 
 def parse_lab_task_id(tid: str) -> tuple[str, str, int]:
-    """'put:s:3' -> ('put', 's', 3); a ValueError that shows the expected form otherwise."""
+    """'put:s:3' -> ('put', 's', 3) (a ``:large`` suffix, the larger house, is allowed; `house_of` reads it); a
+    ValueError that shows the expected form otherwise."""
     parts = tid.split(":")
+    if len(parts) == 4 and parts[3] == LARGE:
+        parts = parts[:3]
     if len(parts) != 3 or parts[0] not in TASK_KINDS or parts[1] not in (SEEN, UNSEEN) or not parts[2].isdigit():
-        raise ValueError(f"lab task id {tid!r} must look like 'put:s:3' (kinds {TASK_KINDS}, combos 's' or 'u')")
+        raise ValueError(f"lab task id {tid!r} must look like 'put:s:3' or 'put:s:3:large' (kinds {TASK_KINDS}, "
+                         f"combos 's' or 'u')")
     return parts[0], parts[1], int(parts[2])
+
+
+def house_of(tid: str) -> str:
+    """'large' for a larger house's task id, 'small' otherwise."""
+    return LARGE if tid.endswith(":" + LARGE) else "small"
 
 
 def _tree_exits(rng: random.Random, rooms: Sequence[str]) -> dict[str, list[str]]:
@@ -136,6 +168,8 @@ def _tree_exits(rng: random.Random, rooms: Sequence[str]) -> dict[str, list[str]
 def build_world(tid: str) -> tuple[LabWorld, RoomState]:
     """The layout and initial state of a lab task; deterministic in the task id."""
     kind, combos, variation = parse_lab_task_id(tid)
+    if house_of(tid) == LARGE:
+        return _build_large_world(tid, kind, combos, variation)
     rng = random.Random(f"lab:{kind}:{combos}:{variation}")  # str seeds hash with sha512: stable across runs
     for _ in range(1000):  # redraw until the (object, destination) combination has the wanted class
         rooms = (HUB, *rng.sample(ROOM_POOL, rng.choice((4, 5))))
@@ -157,16 +191,61 @@ def build_world(tid: str) -> tuple[LabWorld, RoomState]:
                 where[obj] = rng.choice(hidden)
             else:
                 where[obj] = rng.choice([*rooms[1:], *(c for c, _ in containers)])
-        if kind == "bring" and any(where[t] == destination or dict(containers).get(where[t]) == destination
-                                   for t in targets):
+        if _starts_delivered(kind, targets, destination, where, containers):
             continue
-        if kind != "bring" and any(where[t] == destination for t in targets):
-            continue
-        opened = frozenset(c for c, _ in containers if rng.random() < 0.2)
-        world = LabWorld(rooms=rooms, exits=tuple((r, tuple(sorted(exits[r]))) for r in rooms),
-                         containers=containers, kind=kind, targets=targets, destination=destination)
-        return world, RoomState(room=HUB, where=tuple(sorted(where.items())), opened=opened)
+        return _layout(rng, rooms, exits, containers, kind, targets, destination, where)
     raise RuntimeError(f"no layout for lab task {tid!r} (bug in build_world)")
+
+
+def _starts_delivered(kind: str, targets: Sequence[str], destination: str, where: dict[str, str],
+                      containers: Sequence[tuple[str, str]]) -> bool:
+    """Whether a drawn layout has a target already at its destination (in the room, or in a container there)."""
+    if kind == "bring":
+        return any(where[t] == destination or dict(containers).get(where[t]) == destination for t in targets)
+    return any(where[t] == destination for t in targets)
+
+
+def _layout(rng: random.Random, rooms: tuple[str, ...], exits: dict[str, list[str]],
+            containers: tuple[tuple[str, str], ...], kind: str, targets: tuple[str, ...], destination: str,
+            where: dict[str, str]) -> tuple[LabWorld, RoomState]:
+    """The world and initial state of an accepted draw; a fifth of the containers start open (the last draw)."""
+    opened = frozenset(c for c, _ in containers if rng.random() < 0.2)
+    world = LabWorld(rooms=rooms, exits=tuple((r, tuple(sorted(exits[r]))) for r in rooms),
+                     containers=containers, kind=kind, targets=targets, destination=destination)
+    return world, RoomState(room=HUB, where=tuple(sorted(where.items())), opened=opened)
+
+
+def _build_large_world(tid: str, kind: str, combos: str, variation: int) -> tuple[LabWorld, RoomState]:
+    """The larger house of a ``:large`` task id (module docstring): 7-9 rooms besides the hallway, always with the
+    targets' home rooms, 5-6 containers, one of them in each home room, the destination elsewhere."""
+    rng = random.Random(f"lab-large:{kind}:{combos}:{variation}")
+    for _ in range(1000):  # redraw until the combination has the wanted class and the targets start away from it
+        objects = rng.sample(OBJECT_POOL, 4 if kind == "put_two" else 3)
+        targets = tuple(objects[:2] if kind == "put_two" else objects[:1])
+        homes = sorted({HOMES[t] for t in targets})
+        others = [r for r in LARGE_ROOM_POOL if r not in homes]
+        side = rng.choice((7, 8, 9))
+        rooms = (HUB, *rng.sample(homes + rng.sample(others, side - len(homes)), side))
+        exits = _tree_exits(rng, rooms)
+        names = rng.sample(LARGE_CONTAINER_POOL, rng.choice((5, 6)))
+        containers = tuple((c, homes[i] if i < len(homes) else rng.choice(rooms[1:])) for i, c in enumerate(names))
+        away = [r for r in rooms[1:] if r not in homes] if kind == "bring" else [c for c, r in containers if r not in homes]
+        if not away:
+            continue
+        destination = rng.choice(away)
+        if kind != "put_two" and combination_is_heldout(targets[0], destination) != (combos == UNSEEN):
+            continue
+        where: dict[str, str] = {}
+        for obj in objects:
+            at_home = [c for c, r in containers if r == HOMES[obj] and c != destination]
+            if obj in targets and at_home and rng.random() < HOME_SHARE:
+                where[obj] = rng.choice(at_home)
+            else:
+                where[obj] = rng.choice([*rooms[1:], *(c for c, _ in containers if c != destination)])
+        if _starts_delivered(kind, targets, destination, where, containers):
+            continue
+        return _layout(rng, rooms, exits, containers, kind, targets, destination, where)
+    raise RuntimeError(f"no layout for lab task {tid!r} (bug in _build_large_world)")
 
 
 def admissible(world: LabWorld, state: RoomState) -> list[str]:
@@ -210,6 +289,17 @@ def is_won(world: LabWorld, state: RoomState) -> bool:
 LAB_HORIZON = 24
 """Steps per episode the lab configurations use: the prompt-only expert needs at most this many on at least
 95 % of the test tasks of every level (`expert_solve_rates`; measured per level in tests/envs/test_lab_world.py)."""
+
+
+LARGE_HORIZON = 26
+"""Steps per episode in the larger house: the searching expert wins at least 95 % of the test tasks of every level
+within them (L0 100 %, L1 98.3 %, L2 95 %; all within 28; tests/envs/test_lab_world.py), so the horizon binds on
+a policy that searches more slowly than the expert, and a policy that searches the home room first has steps to
+spare."""
+
+
+HORIZONS: dict[str, int] = {ENV_NAME: LAB_HORIZON, LARGE_ENV_NAME: LARGE_HORIZON}
+"""Each lab world's horizon, by registry name."""
 
 
 def parse_goal(goal: str) -> tuple[str, tuple[str, ...], str]:
@@ -287,11 +377,13 @@ def lab_expert_actions(task: TaskSpec | str, seed: int = 0, max_steps: int = 60)
     return actions
 
 
-def expert_solve_rates(horizon: int, role: str = "test", levels: Sequence[str] = ("L0", "L1", "L2")) -> dict[str, float]:
-    """Per level, the share of its `role` tasks the prompt-only expert wins within `horizon` steps."""
+def expert_solve_rates(horizon: int, role: str = "test", levels: Sequence[str] = ("L0", "L1", "L2"),
+                       house: str = "small") -> dict[str, float]:
+    """Per level, the share of its `role` tasks (in the small or the larger house) the prompt-only expert wins within
+    `horizon` steps."""
     rates = {}
     for level in levels:
-        tasks = level_tasks(role, level)
+        tasks = level_tasks(role, level, house)
         rates[level] = sum(len(lab_expert_actions(t, max_steps=200)) <= horizon for t in tasks) / len(tasks)
     return rates
 
@@ -299,20 +391,26 @@ def expert_solve_rates(horizon: int, role: str = "test", levels: Sequence[str] =
 # ----- splits ---------------------------------------------------------------------------------------
 
 
-def lab_tasks(kinds: Sequence[str], combos: str, start: int, n: int, split: str) -> list[TaskSpec]:
-    """`n` tasks cycling through `kinds` from variation `start` on."""
-    return [TaskSpec(task_id=f"{kinds[i % len(kinds)]}:{combos}:{start + i}", env=ENV_NAME, split=split,
+def lab_tasks(kinds: Sequence[str], combos: str, start: int, n: int, split: str, house: str = "small") -> list[TaskSpec]:
+    """`n` tasks cycling through `kinds` from variation `start` on, in the small or the larger house."""
+    suffix, env = (f":{LARGE}", LARGE_ENV_NAME) if house == LARGE else ("", ENV_NAME)
+    return [TaskSpec(task_id=f"{kinds[i % len(kinds)]}:{combos}:{start + i}{suffix}", env=env, split=split,
                      task_type=kinds[i % len(kinds)]) for i in range(n)]
 
 
-def level_tasks(role: str, level: str) -> list[TaskSpec]:
+def level_tasks(role: str, level: str, house: str = "small") -> list[TaskSpec]:
     """The registry's task lists: one training pool for every level (seen combinations of the training
     kinds), and per level a test split of new layouts: L0 seen combinations, L1 unseen combinations,
-    L2 the held-out kind (module docstring)."""
+    L2 the held-out kind (module docstring). `house` 'large': the same splits in the larger house."""
     if role == "train":
-        return lab_tasks(TRAIN_KINDS, SEEN, 0, SPLIT_SIZES["train"], "train")
+        return lab_tasks(TRAIN_KINDS, SEEN, 0, SPLIT_SIZES["train"], "train", house)
     kinds, combos = {"L0": (TRAIN_KINDS, SEEN), "L1": (TRAIN_KINDS, UNSEEN), "L2": (HELDOUT_KINDS, SEEN)}[level]
-    return lab_tasks(kinds, combos, _TEST_OFFSET[level], SPLIT_SIZES["test"], f"{level}/test")
+    return lab_tasks(kinds, combos, _TEST_OFFSET[level], SPLIT_SIZES["test"], f"{level}/test", house)
+
+
+def large_level_tasks(role: str, level: str) -> list[TaskSpec]:
+    """`level_tasks` of the larger house (its registry entry's task lists)."""
+    return level_tasks(role, level, LARGE)
 
 
 def heldout_task_types(level: str) -> frozenset[str]:
@@ -329,6 +427,7 @@ class LabEnv(FrozenStateFork):
     Forks by sharing its frozen state (`envs.forking.FrozenStateFork`): microseconds, no replay."""
 
     name = ENV_NAME
+    house = "small"
 
     def __init__(self, *, max_steps: int = 50) -> None:
         if max_steps < 1:
@@ -341,8 +440,8 @@ class LabEnv(FrozenStateFork):
         self._observation = ""
 
     def reset(self, task: TaskSpec) -> Reset:
-        if task.env not in (ENV_NAME, ""):
-            raise ValueError(f"task {task.task_id!r} is for env {task.env!r}, not {ENV_NAME!r}")
+        if task.env not in (self.name, "") or house_of(task.task_id) != self.house:
+            raise ValueError(f"task {task.task_id!r} (env {task.env!r}) is not a task of {self.name!r}")
         self._world, self._state = build_world(task.task_id)
         self._t, self._task = 0, task
         self._observation = describe(self._world, self._state)
@@ -378,7 +477,14 @@ class LabEnv(FrozenStateFork):
         return self.admissible_actions()
 
     def __repr__(self) -> str:
-        return f"LabEnv(max_steps={self.max_steps})"
+        return f"{type(self).__name__}(max_steps={self.max_steps})"
+
+
+class LargeLabEnv(LabEnv):
+    """`LabEnv` over the larger house (module docstring): its tasks' ids end in ``:large``."""
+
+    name = LARGE_ENV_NAME
+    house = LARGE
 
 
 def describe_task(task: TaskSpec | str) -> dict[str, Any]:

@@ -197,3 +197,13 @@ register_env(EnvSpec(
     description="the metacognition lab: a small house with closed containers and dead ends, L0/L1/L2 splits "
                 "(new layouts / unseen object-destination pairs / a held-out task kind)",
 ))
+register_env(EnvSpec(
+    name="lab_large",
+    env_class="rlvmr_nb.envs.lab_world:LargeLabEnv",
+    task_lists="rlvmr_nb.envs.lab_world:large_level_tasks",
+    prompt_family="lab_large",
+    heldout_types="rlvmr_nb.envs.lab_world:heldout_task_types",
+    coldstart_kit="rlvmr_nb.coldstart.kits:LAB_LARGE",
+    description="the lab's larger house: 8-10 rooms, objects hidden in their home rooms, the room's leads in the "
+                "prompt; the lab's splits (docs/lab.md, 'The larger house')",
+))

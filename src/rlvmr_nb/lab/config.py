@@ -27,6 +27,8 @@ from ..train_config import TrainConfig
 from ..update.config import UpdateConfig
 from ..update.loss_terms import LossConfig
 
+LAB_WORLDS = ("lab", "lab_large")
+"""The worlds a lab run may play (`LabConfig.train`'s env): the small house, the larger one (`envs.lab_world`)."""
 PRIMARY_ENDPOINTS = ("repetitive", "avoidable")
 """`LabConfig.primary_endpoint`'s choices."""
 
@@ -201,6 +203,8 @@ class LabConfig:
                              f"sft_epochs >= 2, got {self.sft_epochs}")
         if not self.algos or not self.seeds or not self.levels:
             raise ValueError("a lab run needs at least one algo, one seed and one level")
+        if self.train.rollout.env not in LAB_WORLDS:
+            raise ValueError(f"env: a lab run plays one of the lab worlds {LAB_WORLDS}, got {self.train.rollout.env!r}")
         for algo in self.algos:
             check_arm(self.train, algo)
 

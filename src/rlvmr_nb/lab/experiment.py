@@ -36,7 +36,8 @@ from ..coldstart import build_coldstart_dataset, load_coldstart_samples, read_sa
 from ..coldstart.lab_dagger import dagger_samples, draw_samples
 from ..coldstart.sft import SFTConfig, train_sft
 from ..envs.alfworld_data import rlvmr_cache_dir
-from ..envs.lab_world import level_tasks
+from ..envs.lab_world import ENV_NAME
+from ..envs.registry import get_env
 from ..evaluate import EvalConfig, evaluate_policy, write_results
 from ..evaluate import eval_tasks as eval_task_list
 from ..models import load_model
@@ -113,6 +114,8 @@ def coldstart_key(config: LabConfig) -> str:
     """A hash of the cold-start settings and of the code that makes a cold start (`COLDSTART_SOURCES`)."""
     package = Path(__file__).resolve().parents[1]
     values = {f: getattr(config, f) for f in COLDSTART_FIELDS}
+    if config.train.rollout.env != ENV_NAME:  # the small house's keys stay what they were before the larger one
+        values["env"] = config.train.rollout.env
     if config.coldstart_dagger_rounds:
         values.update({f: getattr(config.train.rollout, f) for f in DAGGER_FIELDS})
     digest = hashlib.sha256(json.dumps(values, sort_keys=True).encode())
@@ -160,7 +163,7 @@ def run_coldstart(config: LabConfig, out: str | os.PathLike, progress: bool = Fa
 
 
 def _build_coldstart(config: LabConfig, root: Path, progress: bool) -> None:
-    data = build_coldstart_dataset("lab", "L0", config.coldstart_trajectories, seed=0, out_dir=root / "data",
+    data = build_coldstart_dataset(config.train.rollout.env, "L0", config.coldstart_trajectories, seed=0, out_dir=root / "data",
                                    progress=progress)
     if not config.coldstart_dagger_rounds:
         train_coldstart_policy(config, data, root, progress)
@@ -188,7 +191,7 @@ def dagger_coldstart(config: LabConfig, data: Path, root: Path, progress: bool =
     play_rollout = replace(config.train.rollout, group_size=1, branch_roots=0)  # one play per task: no tree
     demos = read_samples(data)
     demo_tasks = {s["task_id"] for s in demos}
-    tasks = [t for t in level_tasks("train", "L0") if t.task_id in demo_tasks]
+    tasks = [t for t in lab_tasks(config, "train", "L0") if t.task_id in demo_tasks]
     per_round = (config.sft_epochs - first) * len(demos) // rounds
     labelled: list[dict] = []
     for r in range(rounds):
@@ -225,7 +228,8 @@ def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: 
     with the configuration's SFT settings (`root`/sft, returned). `_build_coldstart`'s second half; the benchmarks
     that train a cold start on other data (`benchmarks/lab_coldstart_epochs.py`) call it too."""
     init = build_lab_policy(data, root / "init", LabPolicyConfig(layers=config.policy_layers,
-                                                                  hidden_size=config.policy_hidden))
+                                                                  hidden_size=config.policy_hidden),
+                            env_name=config.train.rollout.env)
     model, tokenizer = load_model(str(init))
     samples = load_coldstart_samples(data, tokenizer)
     train_sft(model, tokenizer, samples, coldstart_sft_config(config), out_dir=root / "sft", progress=progress)
@@ -245,9 +249,15 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
                    engine=replace(base.engine, generation_batch_size=base.run.tasks_per_iteration * base.rollout.group_size))
 
 
+def lab_tasks(config: LabConfig, role: str, level: str) -> list:
+    """The `role` split of `level` in the configuration's lab world (`envs.lab_world`: the small house or the larger
+    one, `LabConfig.train`'s env)."""
+    return get_env(config.train.rollout.env).tasks(role, level)
+
+
 def training_pool(config: LabConfig) -> list:
     """The layouts every RL arm draws its tasks from (`LabConfig.train_pool`), the same for all arms."""
-    pool = level_tasks("train", "L0")
+    pool = lab_tasks(config, "train", "L0")
     if config.train_pool > len(pool):
         raise ValueError(f"train_pool {config.train_pool} exceeds the lab's {len(pool)} training layouts")
     return pool[: config.train_pool]

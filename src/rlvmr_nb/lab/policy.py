@@ -33,7 +33,8 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ..coldstart import read_samples
-from ..envs.lab_world import LabEnv, lab_expert_actions, level_tasks
+from ..envs.lab_world import ENV_NAME, lab_expert_actions
+from ..envs.registry import get_env
 from ..rollout.prompts import AgentMemory, PromptConfig
 from ..rollout.tags import META_TAGS
 from ..runs.policy import write_config
@@ -111,16 +112,18 @@ def make_policy(tokenizer: Any, config: LabPolicyConfig = LabPolicyConfig()) -> 
     return model.eval()
 
 
-def world_corpus(seed: int = 0, random_steps: int = 12) -> list[str]:
-    """Every kind of text the lab world and its prompts produce, from the TRAINING layouts only: for each
+def world_corpus(seed: int = 0, random_steps: int = 12, env_name: str = ENV_NAME) -> list[str]:
+    """Every kind of text the lab world `env_name` (the small house or the larger one) and its prompts produce, from
+    the TRAINING layouts only: for each
     training task, the task sentence and what the expert and `random_steps` random commands see and may send;
     both prompt styles' fixed text. No test layout is built, so the vocabulary never depends on held-out text
     (tests/lab/test_lab.py checks it and that the test levels' text is still covered). Words only matter
     here, not their frequencies in play."""
     rng = random.Random(seed)
-    env = LabEnv(max_steps=10_000)
+    spec = get_env(env_name)
+    env = spec.make_env(max_steps=10_000)
     texts: list[str] = ["(none) " + " ".join(f"<{t}> </{t}>" for t in (*META_TAGS, "think", "action"))]
-    for task in level_tasks("train", "L0"):
+    for task in spec.tasks("train", "L0"):
         reset = env.reset(task)
         texts += [reset.task_text, reset.observation, *reset.admissible_actions]
         for action in lab_expert_actions(task):
@@ -131,7 +134,7 @@ def world_corpus(seed: int = 0, random_steps: int = 12) -> list[str]:
             result = env.step(rng.choice([*env.admissible_actions(), "look around"]))
             texts += [result.observation, *result.admissible_actions]
     for style in ("meta_think", "think"):
-        memory = AgentMemory(task="x", config=PromptConfig(env="lab", style=style, max_prompt_tokens=None))
+        memory = AgentMemory(task="x", config=PromptConfig(env=env_name, style=style, max_prompt_tokens=None))
         texts.append(memory.render("x", ["x"]))
         # every line of the record (`envs.lab_record.LabRecord.lines`) appears once
         memory.record("You are in the x. You see a closed x. Exits: x.", "<think>x</think><action>take x</action>")
@@ -141,11 +144,12 @@ def world_corpus(seed: int = 0, random_steps: int = 12) -> list[str]:
 
 
 def build_lab_policy(coldstart_dir: str | os.PathLike, out_dir: str | os.PathLike,
-                     config: LabPolicyConfig = LabPolicyConfig()) -> Path:
-    """Vocabulary from the training layouts' text and the cold-start set's prompts and responses, then a fresh
-    policy saved as a model folder (loadable by `models.load_model`). Returns the folder."""
+                     config: LabPolicyConfig = LabPolicyConfig(), env_name: str = ENV_NAME) -> Path:
+    """Vocabulary from the training layouts' text of the world `env_name` and the cold-start set's prompts and
+    responses, then a fresh policy saved as a model folder (loadable by `models.load_model`). Returns the folder."""
     samples = read_samples(coldstart_dir)
-    vocabulary = build_vocabulary([*world_corpus(), *(s["prompt"] for s in samples), *(s["response"] for s in samples)])
+    vocabulary = build_vocabulary([*world_corpus(env_name=env_name), *(s["prompt"] for s in samples),
+                                   *(s["response"] for s in samples)])
     tokenizer = make_tokenizer(vocabulary)
     model = make_policy(tokenizer, config)
     out = Path(out_dir)

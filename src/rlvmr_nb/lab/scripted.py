@@ -15,7 +15,8 @@ from typing import Callable, Sequence
 
 from ..envs.base import TaskSpec
 from ..envs.lab_record import LabRecord, lab_record
-from ..envs.lab_world import ENV_NAME, LAB_HORIZON, LabEnv, level_tasks
+from ..envs.lab_world import ENV_NAME, LAB_HORIZON, LARGE_ENV_NAME, house_of
+from ..envs.registry import get_env
 from ..records import Episode, Step
 
 Chooser = Callable[[str, LabRecord, Sequence[str]], str]
@@ -28,7 +29,7 @@ def play(task: TaskSpec | str, choose: Chooser, max_steps: int = LAB_HORIZON, me
     `LAB_HORIZON`, by default). Each step keeps what a rollout keeps; the output is the bare ``<action>`` block, so
     every step is well formed."""
     spec = task if isinstance(task, TaskSpec) else _spec(task)
-    env = LabEnv(max_steps=max_steps)
+    env = get_env(spec.env).make_env(max_steps=max_steps)
     reset = env.reset(spec)
     observations, actions, steps = [reset.observation], [], []
     admissible_now, won = list(reset.admissible_actions), False
@@ -43,13 +44,14 @@ def play(task: TaskSpec | str, choose: Chooser, max_steps: int = LAB_HORIZON, me
         admissible_now, won = list(result.admissible_actions), result.won
         if result.done:
             break
-    return Episode(task_id=spec.task_id, env=ENV_NAME, split=spec.split, task_type=reset.task_type,
+    return Episode(task_id=spec.task_id, env=spec.env, split=spec.split, task_type=reset.task_type,
                    task_text=reset.task_text, episode_id=f"{method}:{spec.task_id}", steps=steps, won=won,
                    info={"method": method})
 
 
 def _spec(task_id: str) -> TaskSpec:
-    return TaskSpec(task_id=task_id, env=ENV_NAME, split="", task_type=task_id.split(":")[0])
+    env = LARGE_ENV_NAME if house_of(task_id) == "large" else ENV_NAME
+    return TaskSpec(task_id=task_id, env=env, split="", task_type=task_id.split(":")[0])
 
 
 def random_player(seed: int | str) -> Chooser:
@@ -67,6 +69,7 @@ def play_commands(task: TaskSpec | str, commands: Sequence[str]) -> Episode:
 
 
 def play_level(level: str, choose: Callable[[TaskSpec], Chooser], method: str,
-               max_steps: int = LAB_HORIZON) -> list[Episode]:
-    """Every test task of `level` (`envs.lab_world.level_tasks`) played once, `choose(task)` giving each its player."""
-    return [play(task, choose(task), max_steps, method) for task in level_tasks("test", level)]
+               max_steps: int = LAB_HORIZON, env_name: str = ENV_NAME) -> list[Episode]:
+    """Every test task of `level` in the lab world `env_name` (`envs.lab_world.level_tasks`) played once,
+    `choose(task)` giving each its player."""
+    return [play(task, choose(task), max_steps, method) for task in get_env(env_name).tasks("test", level)]

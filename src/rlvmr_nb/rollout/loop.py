@@ -58,7 +58,7 @@ class RolloutConfig:
     `run_rollouts` whole."""
 
     env: str = "alfworld"
-    """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy' or 'lab'."""
+    """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy', 'lab' or 'lab_large' (the lab's larger house)."""
     level: str = "L0"
     """Generalisation level (paper §2.1): L0, L1 or L2. Training samples its training split, evaluation its
     test split."""

@@ -8,7 +8,7 @@ more entry here. The layouts follow the official prompts of paper App. C in our 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
 from rlvmr_nb.envs.lab_record import lab_record
@@ -144,9 +144,10 @@ _THINK_FORMAT = "Answer : <think> one sentence </think> , then <action> ."
 
 
 def lab_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
-               available: str | Sequence[str] | None, window: int) -> str:
+               available: str | Sequence[str] | None, window: int, leads: bool = False) -> str:
     """One lab prompt listing at most `window` (and at most `LAB_HISTORY_WINDOW`) latest actions and the
-    episode's record (`envs.lab_record.LabRecord.lines`)."""
+    episode's record (`envs.lab_record.LabRecord.lines`); with `leads`, the room's leads after it
+    (`LabRecord.leads`: the larger house's prompt, `lab_large_layout`)."""
 
     cfg = memory.config
     t = memory.steps_taken
@@ -159,6 +160,8 @@ def lab_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
         parts.append("Step 1.")
     record = lab_record([e.observation for e in memory.entries] + [observation], [e.action or "" for e in memory.entries])
     parts += record.lines()
+    if leads:
+        parts.append("Leads: " + (" ; ".join(record.leads(admissible)) or "none") + " .")
     parts.append(f"Now: {observation}")
     if cfg.show_admissible:
         parts.append("Admissible: " + " ; ".join(admissible) + " .")
@@ -168,6 +171,12 @@ def lab_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
     else:
         parts.append(_THINK_FORMAT)
     return "\n".join(parts)
+
+
+def lab_large_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
+                     available: str | Sequence[str] | None, window: int) -> str:
+    """The larger house's prompt: the lab prompt with the room's leads (`envs.lab_world`, module docstring)."""
+    return lab_layout(memory, observation, admissible, available, window, leads=True)
 
 
 PROMPT_FAMILIES: dict[str, PromptFamily] = {
@@ -206,6 +215,7 @@ PROMPT_FAMILIES: dict[str, PromptFamily] = {
     ),
 }
 """Prompt family of each environment, keyed by `PromptConfig.env`."""
+PROMPT_FAMILIES["lab_large"] = replace(PROMPT_FAMILIES["lab"], layout=lab_large_layout)  # the lab's, with leads
 
 ENVS: tuple[str, ...] = tuple(PROMPT_FAMILIES)
 

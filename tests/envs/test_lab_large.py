@@ -1,0 +1,110 @@
+"""The lab's larger house (`envs.lab_world`, 'lab_large'): its layouts, homes, horizon, prompt leads, and that adding
+it left the small house's layouts and cold-start keys as they were."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import Counter
+
+import pytest
+
+from rlvmr_nb.envs import lab_world as lab
+from rlvmr_nb.envs.lab_record import lab_record
+from rlvmr_nb.envs.registry import get_env
+from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig
+
+SMALL_HOUSE_LAYOUTS_SHA256 = "4a602f09d0bee4b7c0df6eb6c07c10e2a408e673d0189b42e50fa9e44006f832"
+"""`describe_task` of every small-house task (train, L0-L2 test), as built before the larger house existed. Pure
+Python with string-seeded `random.Random`: the same on every machine."""
+
+
+def test_the_small_house_builds_the_layouts_it_built_before_the_larger_house():
+    """Guards against the larger house's code changing a random draw of the small one: every recorded lab result
+    and cached cold start is of those layouts."""
+    ids = [t.task_id for role, level in (("train", "L0"), ("test", "L0"), ("test", "L1"), ("test", "L2"))
+           for t in lab.level_tasks(role, level)]
+    layouts = json.dumps([lab.describe_task(i) for i in ids], sort_keys=True).encode()
+    assert hashlib.sha256(layouts).hexdigest() == SMALL_HOUSE_LAYOUTS_SHA256
+
+
+def test_larger_house_tasks_are_registered_with_their_own_ids_env_and_splits():
+    spec = get_env("lab_large")
+    train, l0, l2 = spec.tasks("train", "L0"), spec.tasks("test", "L0"), spec.tasks("test", "L2")
+    assert (len(train), len(l0), len(l2)) == (400, 60, 60)
+    assert all(t.task_id.endswith(":large") and t.env == "lab_large" for t in [*train, *l0, *l2])
+    assert {t.task_type for t in l2} == {"put_two"} and "put_two" not in {t.task_type for t in train}
+    assert lab.build_world("put:s:7:large") == lab.build_world("put:s:7:large")
+    assert lab.build_world("put:s:7:large") != lab.build_world("put:s:7")
+    with pytest.raises(ValueError, match="put:s:3:large"):
+        lab.build_world("put:s:7:huge")
+    # a world refuses the other house's tasks, so a run cannot mix them
+    with pytest.raises(ValueError, match="lab_large"):
+        lab.LargeLabEnv().reset(get_env("lab").tasks("test", "L0")[0])
+    with pytest.raises(ValueError, match="'lab'"):
+        lab.LabEnv().reset(l0[0])
+
+
+def test_every_larger_house_hides_its_targets_mostly_at_home_and_is_larger():
+    tasks = [t for role, level in (("train", "L0"), ("test", "L0"), ("test", "L1"), ("test", "L2"))
+             for t in get_env("lab_large").tasks(role, level)]
+    at_home = Counter()
+    for task in tasks:
+        world, state = lab.build_world(task.task_id)
+        assert 8 <= len(world.rooms) <= 10 and 5 <= len(world.containers) <= 6
+        for target in world.targets:
+            home = lab.HOMES[target]
+            assert home in world.rooms and world.containers_in(home), (task.task_id, target)
+            location = state.location(target)
+            at_home[dict(world.containers).get(location) == home] += 1
+        # the destination is never a home, so a target at home always has to be carried away
+        assert world.destination not in {lab.HOMES[t] for t in world.targets}
+        assert dict(world.containers).get(world.destination) not in {lab.HOMES[t] for t in world.targets}
+    share = at_home[True] / sum(at_home.values())
+    assert abs(share - lab.HOME_SHARE) < 0.05, share  # a home the draw ignored would show here
+
+
+@pytest.mark.parametrize("level", ["L0", "L1", "L2"])
+def test_the_expert_solves_nearly_every_larger_house_within_its_horizon(level):
+    rate = lab.expert_solve_rates(lab.LARGE_HORIZON, levels=[level], house="large")[level]
+    assert rate >= 0.95, (level, rate)
+    assert lab.expert_solve_rates(lab.LAB_HORIZON - 6, levels=[level], house="large")[level] < 0.95
+    assert lab.HORIZONS["lab_large"] == lab.LARGE_HORIZON
+
+
+def test_leads_list_unsearched_containers_then_unvisited_exits_and_only_the_larger_prompt_shows_them():
+    observations = ["You are in the hallway. You see nothing. Exits: garage, study.",
+                    "You are in the study. You see a closed box, an open chest. In the chest: nothing. Exits: hallway."]
+    record = lab_record(observations, ["go to study"])
+    admissible = ["go to hallway", "open box", "close chest", "look"]
+    assert record.leads(admissible) == ["open box"]  # the chest was seen open; the hallway was visited
+    record = lab_record(observations[:1], [])
+    assert record.leads(["go to study", "go to garage", "look"]) == ["go to garage", "go to study"]
+    prompts = {}
+    for env in ("lab", "lab_large"):
+        memory = AgentMemory(task="put the key in the box.", config=PromptConfig(env=env, max_prompt_tokens=None))
+        prompts[env] = memory.render(observations[0], ["go to garage", "go to study", "look"])
+    assert "Leads: go to garage ; go to study ." in prompts["lab_large"].splitlines()
+    assert "Leads" not in prompts["lab"]
+    assert prompts["lab_large"].replace("Leads: go to garage ; go to study .\n", "") == prompts["lab"]
+
+
+def test_the_expert_takes_the_first_lead_while_it_searches():
+    """The leads line makes the expert's search choice readable: in every searching step of its winning episodes
+    (nothing carried, no target in sight) it sends the line's first command, or walks back when the line is empty."""
+    env = lab.LargeLabEnv(max_steps=60)
+    checked = 0
+    for task in get_env("lab_large").tasks("test", "L0")[:20]:
+        reset = env.reset(task)
+        observations, actions, admissible = [reset.observation], [], reset.admissible_actions
+        for action in lab.lab_expert_actions(task):
+            record = lab_record(observations, actions)
+            searching = not any(c.startswith(("take ", "drop ")) for c in admissible)
+            if searching and record.leads(admissible):
+                assert action == record.leads(admissible)[0], (task.task_id, action)
+                checked += 1
+            result = env.step(action)
+            observations.append(result.observation)
+            actions.append(action)
+            admissible = result.admissible_actions
+    assert checked > 100
