@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -108,3 +109,21 @@ def test_the_expert_takes_the_first_lead_while_it_searches():
             actions.append(action)
             admissible = result.admissible_actions
     assert checked > 100
+
+
+def test_the_small_house_cold_start_key_does_not_name_the_world():
+    """Guards against the larger house renaming every cached small-house cold start: the key hashes the world's name
+    only when it is not the small house."""
+    import hashlib as h
+
+    from rlvmr_nb.lab import experiment
+    from rlvmr_nb.lab.config import LabConfig
+
+    config = LabConfig()
+    values = {f: getattr(config, f) for f in experiment.COLDSTART_FIELDS}
+    values.update({f: getattr(config.train.rollout, f) for f in experiment.DAGGER_FIELDS})  # the classroom's DAgger
+    digest = h.sha256(json.dumps(values, sort_keys=True).encode())
+    package = Path(experiment.__file__).resolve().parents[1]
+    for name in experiment.COLDSTART_SOURCES:
+        digest.update(name.encode() + (package / name).read_bytes())
+    assert experiment.coldstart_key(config) == digest.hexdigest()[:16]
