@@ -504,6 +504,9 @@ def test_make_demo_ends_with_the_lab_learning_demo(tmp_path, monkeypatch, capsys
     monkeypatch.setattr(cli, "install_alfworld_data", lambda source: tmp_path)
     monkeypatch.setattr(cli, "run_demo_chain", lambda **kwargs: {})
     monkeypatch.setattr(cli, "LAB_DEMO_CONFIG", str(ROOT / "configs" / "lab" / "ci.json"))
+    # the demo points $ALFWORLD_DATA at the installed games; monkeypatch puts the variable back at teardown, so the
+    # stub's folder does not leak into later tests (an ALFWorld cold-start test then failed on the missing folder)
+    monkeypatch.setenv("ALFWORLD_DATA", str(tmp_path))
     assert cli.main(["demo", "--train"]) == 0
     assert "paired plays" in capsys.readouterr().out
     assert (tmp_path / "runs" / "figures" / "demo" / "lab_ci_learning.png").is_file()
