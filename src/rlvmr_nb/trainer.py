@@ -82,7 +82,18 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
             used only with `config.validate_every` (`trainer_validation`).
     """
     device = use_device(resolve_device(config.device))  # a clear error when CUDA is asked for and absent
-    rank, world = dist.rank_world(process_group_backend(device), config.placement.collective_timeout_s)
+    # torchrun: the process group is made here (unless the caller made one) and ended here on every rank, once the
+    # loop's DDP/FSDP modules are gone with its frame (`update.distributed`: a group held at the exit can abort a rank)
+    with dist.process_group(process_group_backend(device), config.placement.collective_timeout_s) as (rank, world):
+        rows = _train_loop(config, device, rank, world, tasks, make_env_slots, policy, tokenizer, validation_pool)
+    if config.run.export_hf and rank == 0:  # from the final checkpoint, as `rlvmr-nb export` does (LoRA merged)
+        export_policy(config.run.out_dir, Path(config.run.out_dir) / HF_EXPORT, overwrite=True)
+    return rows
+
+
+def _train_loop(config: TrainConfig, device: torch.device, rank: int, world: int, tasks: Sequence[TaskSpec] | None,
+                make_env_slots: Any, policy: Any, tokenizer: Any, validation_pool: Any) -> list[dict]:
+    """`train`'s iterations on this rank (`rank` of `world`), as the module docstring lists them."""
     out_dir = Path(config.run.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     random.seed(config.seed)
@@ -183,8 +194,6 @@ def train(config: TrainConfig, tasks: Sequence[TaskSpec] | None = None,
         generator.close()
         if hasattr(env_slots, "close"):
             env_slots.close()
-    if run.export_hf and rank == 0:  # from the final checkpoint, as `rlvmr-nb export` does (LoRA merged)
-        export_policy(out_dir, out_dir / HF_EXPORT, overwrite=True)
     return rows
 
 

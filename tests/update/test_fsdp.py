@@ -26,6 +26,14 @@ def _env() -> dict:
     return dict(os.environ, PYTHONPATH=str(HERE) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
 
 
+def _torchrun_exits_cleanly(cmd: list[str]) -> str:
+    """Run `cmd` (a torchrun launch); every rank must exit 0 without gloo's teardown abort. Returns its stderr."""
+    done = subprocess.run(cmd, env=_env(), capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert "terminate called" not in done.stderr, done.stderr[-4000:]  # a rank aborted in the interpreter's teardown
+    return done.stderr
+
+
 def test_fsdp_settings_are_checked():
     assert TrainConfig.from_dict(dict(sharding="fsdp")).placement.sharding == "fsdp"
     with pytest.raises(ValueError, match="sharding"):
@@ -85,9 +93,9 @@ def test_torchrun_fsdp_training_validates_checkpoints_and_resumes(tmp_path):
            "--max-steps", "2", "--max-new-tokens", "6", "--max-prompt-tokens", "2048", "--mini-batch-size", "4",
            "--micro-batch-size", "2", "--save-every", "1", "--lr", "1e-3", "--device", "cpu", "--sharding", "fsdp",
            "--validate-every", "1", "--validation-tasks", "3", "--collective-timeout-s", "300", "--out", str(out)]
-    subprocess.run([*cmd, "--iterations", "1"], env=_env(), check=True, timeout=600)
+    _torchrun_exits_cleanly([*cmd, "--iterations", "1"])
     first, _, _ = load_policy(out / "ckpt-00000")
-    subprocess.run([*cmd, "--iterations", "2"], env=_env(), check=True, timeout=600)
+    _torchrun_exits_cleanly([*cmd, "--iterations", "2"])
     rows = read_metrics(out)
     assert [r["iteration"] for r in rows] == [0, 1] and all(r["samples"] == 12 for r in rows)
     config = json.loads((out / "config.json").read_text())
@@ -99,3 +107,33 @@ def test_torchrun_fsdp_training_validates_checkpoints_and_resumes(tmp_path):
     second, _, _ = load_policy(out)
     changed = [k for k, v in first.state_dict().items() if not torch.equal(v, second.state_dict()[k])]
     assert changed, "the resumed iteration did not update the restored weights"
+
+
+def _group_reports(tmp_path: Path, mode: str) -> list[list[dict]]:
+    reports = tmp_path / "reports"
+    _torchrun_exits_cleanly([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+                             str(HERE / "torchrun_group_script.py"), str(tmp_path / "run"), str(reports), mode])
+    return [json.loads((reports / f"rank{r}.json").read_text()) for r in (0, 1)]
+
+
+@pytest.mark.slow
+def test_train_ends_the_process_group_it_created_on_every_rank(tmp_path):
+    """Three `train` calls in one torchrun process per rank (tests/torchrun_group_script.py): the first two create
+    their group and end it (no group left, gloo's threads of the ended group gone, the second call not stuck on the
+    first group's store keys); the third runs on the script's own group, which it keeps."""
+    for calls in _group_reports(tmp_path, "twice"):
+        first, resumed, on_callers_group = calls
+        assert first["iterations"] == [0] and resumed["iterations"] == [1]
+        for call in (first, resumed):
+            assert not call["initialized"]
+            assert call["threads_after"] < call["threads_before_end"], call  # the default group was freed, joined
+        assert on_callers_group == {"iterations": [2], "initialized": True, "ended_by_train": False}
+
+
+@pytest.mark.slow
+def test_a_rank_that_fails_leaves_no_group_and_its_peer_is_released(tmp_path):
+    """Rank 1 raises in its first iteration while rank 0 waits for it in a collective: both ranks come back with an
+    error (rank 0's from gloo, once rank 1's process is gone), and neither keeps the group."""
+    rank0, rank1 = _group_reports(tmp_path, "error")
+    assert rank1[0]["error"] == "RuntimeError: rank 1 fails on purpose" and not rank1[0]["initialized"]
+    assert rank0[0]["error"] and not rank0[0]["initialized"], rank0

@@ -186,17 +186,26 @@ def test_two_process_bf16_compute_with_token_micro_batches_equals_one_process(tm
 
 
 def test_the_collective_timeout_reaches_the_process_group(monkeypatch):
-    """`PlacementConfig.collective_timeout_s` is what `init_process_group` gets (NCCL's own default is 10 minutes)."""
+    """`PlacementConfig.collective_timeout_s` is what `init_process_group` and torchrun's store get (NCCL's own default
+    is 10 minutes); the group's store keys carry a prefix of their own (`distributed.start_process_group`)."""
     import torch.distributed as tdist
 
     seen = {}
     monkeypatch.setenv("WORLD_SIZE", "2")
     monkeypatch.setattr(tdist, "is_initialized", lambda: False)
+
+    def rendezvous(url, **kw):
+        seen["rendezvous"] = (url, kw)
+        return iter([(tdist.HashStore(), 1, 2)])
+
+    monkeypatch.setattr(tdist, "rendezvous", rendezvous)
     monkeypatch.setattr(tdist, "init_process_group", lambda backend, **kw: seen.update(kw, backend=backend))
     monkeypatch.setattr(tdist, "get_rank", lambda: 1)
     monkeypatch.setattr(tdist, "get_world_size", lambda: 2)
     timeout = TrainConfig.from_dict(dict(collective_timeout_s=90)).placement.collective_timeout_s
     assert dist.rank_world("gloo", timeout) == (1, 2)
-    assert seen == {"backend": "gloo", "timeout": datetime.timedelta(seconds=90)}
+    assert isinstance(seen.pop("store"), tdist.PrefixStore)
+    assert seen == {"backend": "gloo", "timeout": datetime.timedelta(seconds=90), "rank": 1, "world_size": 2,
+                    "rendezvous": ("env://", {"timeout": datetime.timedelta(seconds=90)})}
     with pytest.raises(ValueError, match="collective_timeout_s"):
         TrainConfig.from_dict(dict(collective_timeout_s=0))

@@ -14,32 +14,127 @@ mini-batch and drops no data, so a run's update does not depend on how many GPUs
 With the loss of a micro-batch multiplied by its share of the mini-batch (1 / the mini-batch's global micro-batch
 count, or its token share with `UpdateConfig.micro_batch_tokens`) and by `world` (DDP averages), the summed gradient
 equals the single-process gradient accumulation.
+
+The process group (`process_group`): under torchrun `trainer.train` creates the default group unless its caller made
+one, and ends it when the run ends, on every rank. Three things decide how (each measured with 2 gloo ranks on CPU):
+
+* A rank leaves only after a barrier: a rank that destroys its group while a peer is still inside a collective with
+  it (the sending side of the last broadcast) makes that peer fail with "Connection closed by peer".
+* The group must be freed before the interpreter exits. Gloo runs collectives on worker threads, and a worker can
+  still hold the last reference to a collective's tensors (those of `broadcast_object_list` and `all_gather_object`
+  wrap Python memory) just after the caller saw it finish; dropped while the interpreter tears down, that reference
+  needs the GIL, the thread is ended mid-C++ and the rank aborts ("terminate called without an active exception";
+  benchmarks/gloo_teardown.py, 2 ranks on one core, object collectives last: 6 of 12 launches aborted with the group
+  left to the exit, 0 of 12 with it ended here). `destroy_process_group` joins those threads only when nothing else
+  holds the group: a destroyed group that is still held keeps them running into the exit, and whether one of them
+  still holds a tensor then is left to timing. So the run's DDP and FSDP modules are let go first, and on gloo FSDP
+  shards over a group of its own (`sharding_mesh`), which torch's caches may keep.
+* Every group gets its own prefix in torchrun's store. The store outlives the group, and torch names a new default
+  group as it named the destroyed one, so a second group in the same job (a second `train` call) would read the first
+  one's addresses: the rank that looks first fails to connect, and the other waits for it.
+
+After an error there is no barrier (the other ranks may be inside any collective, which a barrier would be matched
+against). A gloo group is destroyed, so that the process is left without a group and a retry in it starts a new one;
+its connections stay open while the error's traceback holds the run's modules (measured: a destroyed group that is
+still held does not fail a peer waiting in a collective), so the peers are released when this process exits, and
+torchrun then ends the job. An NCCL group is left to the process's exit and torchrun: aborting communicators while
+peers are inside a collective has been seen to block (not measured here: no GPU).
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime
+import gc
 import os
 import random
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 
 from ..records import Episode, parse_episode_id
 
 
+_groups_created = 0
+"""Default process groups this process has created (`start_process_group`): the next one's store prefix."""
+
+
+def start_process_group(backend: str | None = None, timeout_s: float | None = None) -> bool:
+    """Under torchrun with no process group yet, create the default group with `backend` (default: nccl when CUDA is
+    visible, else gloo; the trainer passes `devices.process_group_backend` of its device) and a collective timeout of
+    `timeout_s` seconds (`PlacementConfig.collective_timeout_s`; None: the backend's default). True when this call
+    created it; False outside torchrun or when a group exists (its creator keeps it).
+
+    The group's keys in torchrun's store carry a prefix of their own (module doc: a second group in the job)."""
+    global _groups_created
+    if torchrun_world_size() <= 1 or dist.is_initialized():
+        return False
+    timeout = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
+    store, rank, world = next(dist.rendezvous("env://", **timeout))
+    store = dist.PrefixStore(f"rlvmr_nb/default_pg/{_groups_created}", store)
+    _groups_created += 1  # every rank creates its groups in the same order, so the prefixes agree
+    dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"), store=store, rank=rank,
+                            world_size=world, **timeout)
+    return True
+
+
 def rank_world(backend: str | None = None, timeout_s: float | None = None) -> tuple[int, int]:
-    """``(rank, world_size)``; initialises the process group under torchrun with `backend` (default: nccl when
-    CUDA is visible, else gloo; the trainer passes `devices.process_group_backend` of its device) and a collective
-    timeout of `timeout_s` seconds (`PlacementConfig.collective_timeout_s`; None: the backend's default)."""
-    if torchrun_world_size() > 1:
-        if not dist.is_initialized():
-            options = {} if timeout_s is None else {"timeout": datetime.timedelta(seconds=timeout_s)}
-            dist.init_process_group(backend or ("nccl" if torch.cuda.is_available() else "gloo"), **options)
-        return dist.get_rank(), dist.get_world_size()
-    return 0, 1
+    """``(rank, world_size)``; under torchrun the default group is created first if there is none
+    (`start_process_group`) and kept: `process_group` is the form that also ends it."""
+    start_process_group(backend, timeout_s)
+    return _current_rank_world()
+
+
+def _current_rank_world() -> tuple[int, int]:
+    return (dist.get_rank(), dist.get_world_size()) if torchrun_world_size() > 1 else (0, 1)
+
+
+@contextlib.contextmanager
+def process_group(backend: str | None = None, timeout_s: float | None = None) -> Iterator[tuple[int, int]]:
+    """``with process_group(...) as (rank, world):`` the block runs on the default group; a group this call
+    created (`start_process_group`) is ended when the block ends, on every rank: after a barrier when the block
+    finished, without one (gloo only) when it raised (module doc). A caller's own group is left as it is.
+
+    The block should let go of what holds the group (DDP- or FSDP-wrapped modules) before it ends, so that the
+    destroy frees the group and joins gloo's threads (`trainer.train` runs its loop in a function of its own)."""
+    created = start_process_group(backend, timeout_s)
+    try:
+        yield _current_rank_world()
+    except BaseException:
+        if created:
+            abandon_process_group()
+        raise
+    if created:
+        end_process_group()
+
+
+def end_process_group() -> None:
+    """Every rank's last step with the group: wait for the others, then destroy it (module doc)."""
+    gc.collect()  # modules that hold the group through reference cycles go now, so the destroy frees it
+    dist.barrier()
+    dist.destroy_process_group()
+
+
+def abandon_process_group() -> None:
+    """This rank's exit from the group after an error: no barrier; a gloo group is destroyed (module doc)."""
+    if dist.is_initialized() and dist.get_backend() == "gloo":
+        dist.destroy_process_group()
+
+
+def sharding_mesh(device: torch.device, timeout_s: float | None = None) -> DeviceMesh:
+    """The ranks FSDP shards over (`sharding.shard_logprob_model`), on `device`'s type. On gloo (CPU ranks) over a
+    group of its own, whose collectives wait `timeout_s` seconds as the default group's do
+    (`PlacementConfig.collective_timeout_s`): torch's DTensor caches keep the mesh, and so its group, until the
+    interpreter exits, and a mesh over the default group would keep that group, and its threads, alive after
+    `end_process_group` (module doc). NCCL shards over the default group, as before: a second communicator would take
+    GPU memory, and the abort is gloo's (NCCL's teardown is not measured here: no GPU)."""
+    if dist.get_backend() == "gloo":
+        timeout = None if timeout_s is None else datetime.timedelta(seconds=timeout_s)
+        return DeviceMesh.from_group(dist.new_group(timeout=timeout), device.type)
+    return init_device_mesh(device.type, (dist.get_world_size(),))
 
 
 def torchrun_world_size() -> int:

@@ -45,12 +45,13 @@ from typing import Any, Sequence
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 from torch.distributed.tensor import DTensor
 from transformers import AutoModelForCausalLM
 
 from .config import PlacementConfig, UpdateConfig
+from .distributed import sharding_mesh
 from .logprobs import ResponseLogprobModel, response_logprobs
 from .precision import ComputeCopy, bf16_compute
 from .reference_policy import frozen_copy
@@ -144,16 +145,16 @@ def whole_copy(model: Any, device: torch.device, dtype: torch.dtype) -> Any:
 # --------------------------------------------------------------------------------------------------
 
 
-def shard_logprob_model(logprob_model: torch.nn.Module, device: torch.device, offload_to_cpu: bool = False,
+def shard_logprob_model(logprob_model: torch.nn.Module, mesh: DeviceMesh, offload_to_cpu: bool = False,
                         bf16_compute: bool = False) -> torch.nn.Module:
-    """Apply FSDP2 in place to a `ResponseLogprobModel` (units as the module docstring says); returns it.
+    """Apply FSDP2 in place to a `ResponseLogprobModel` (units as the module docstring says) over `mesh`
+    (`distributed.sharding_mesh`); returns it.
 
-    Parameters move to `device` shard by shard (a meta-device model stays there for `materialize`); with
+    Parameters move to the mesh's device shard by shard (a meta-device model stays there for `materialize`); with
     `offload_to_cpu` (CUDA only) the shards stay in CPU memory and only the unit being computed is copied to the GPU;
     with `bf16_compute` units are gathered and computed in bf16 and gradients reduced in fp32."""
-    mesh = init_device_mesh(device.type, (dist.get_world_size(),))
     options: dict[str, Any] = {"mesh": mesh}
-    if offload_to_cpu and device.type == "cuda":
+    if offload_to_cpu and mesh.device_type == "cuda":
         options["offload_policy"] = CPUOffloadPolicy()
     if bf16_compute:
         options["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
@@ -197,6 +198,7 @@ def place_sharded_models(source: Any | None, device: torch.device, placement: Pl
     blueprint = ModelBlueprint.from_rank0(source, rank)
     state = source.state_dict() if rank == 0 else {}
     options = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    mesh = sharding_mesh(device, placement.collective_timeout_s)  # one for the policy and its reference
 
     def sharded(offload: bool, compute: bool, frozen: bool) -> torch.nn.Module:
         model = meta_model(blueprint.model_class, blueprint.config, blueprint.dtype)
@@ -204,7 +206,7 @@ def place_sharded_models(source: Any | None, device: torch.device, placement: Pl
         if not frozen:
             enable_checkpointing(model, update)
         wrapper = ResponseLogprobModel(model, update.bf16_autocast and not compute)
-        shard_logprob_model(wrapper, device, offload_to_cpu=offload, bf16_compute=compute)
+        shard_logprob_model(wrapper, mesh, offload_to_cpu=offload, bf16_compute=compute)
         materialize(wrapper, torch.device("cpu") if offload and device.type == "cuda" else device,
                     {f"model.{k}": v for k, v in blueprint.buffers.items()})
         # rank 0 sends each tensor, each rank keeps its shard (a copy of the dict: torch writes the shards into it)
