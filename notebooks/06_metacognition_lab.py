@@ -255,8 +255,9 @@ Image(filename=str(report["paths"]["training"]))
 # ## Case studies
 #
 # `casestudy.search_runs` over each arm's evaluation episodes: loops (3 or more stalled repeats of one
-# command, paper §2.2) and recoveries through `<reflection>` (paper §4.2). The longest GRPO loop and the
-# best RLVMR recovery, whatever the search found:
+# command, paper §2.2) and recoveries through `<reflection>` (paper §4.2). The longest loop of the comparison's
+# arm b and the best recovery of its arm a (`LabConfig.comparison`; by default GRPO's loop and RLVMR's recovery), whatever
+# the search found:
 
 # %%
 print(pd.DataFrame(report["patterns"]).to_string(index=False))

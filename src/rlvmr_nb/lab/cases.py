@@ -3,8 +3,10 @@
 The paper argues with two transcripts (paper §2.2, §4.2): a GRPO agent looping on one command while the
 world answers "Nothing happens.", and an RLVMR agent that recovers from a failed step through a
 ``<reflection>``. Here `casestudy.search_runs` looks for the same two patterns in each arm's evaluation
-episodes; the page shows the longest GRPO loop next to the best RLVMR recovery (won first, then progress)
-and counts the patterns per arm. Nothing is hand-picked: if a pattern does not occur, the page says so.
+episodes and counts them per arm; the page shows the longest loop of the run's comparison arm b next to the
+best recovery (won first, then progress) of its arm a (`LabConfig.comparison`, a − b: by default the paper's pair,
+GRPO's loop beside RLVMR's recovery; ('spark_mr', 'rlvmr') shows RLVMR's loop beside SPARK-MR's recovery).
+Nothing is hand-picked: if a pattern does not occur, the page says so.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..casestudy import episode_html, legend_html, search_runs
+from .config import LabConfig
 from .layout import arm_label
 
 
@@ -30,8 +33,10 @@ def pattern_counts(found: dict[str, Any]) -> list[dict[str, Any]]:
              "recoveries_per_100": 100 * len(s.recoveries) / max(1, s.episodes)} for arm, s in found.items()]
 
 
-def case_study_html(found: dict[str, Any], loop_arm: str = "grpo", recovery_arm: str = "rlvmr") -> str:
-    """The page: pattern counts, then the longest loop of `loop_arm` beside the best recovery of `recovery_arm`."""
+def case_study_html(found: dict[str, Any], comparison: Sequence[str] = LabConfig.comparison) -> str:
+    """The page: pattern counts, then the longest loop of the `comparison`'s arm b beside the best recovery of its
+    arm a (`LabConfig.comparison`, a − b: the arm the claim expects to loop beside the one expected to recover)."""
+    recovery_arm, loop_arm = comparison
     counts = pattern_counts(found)
     table = "".join(f"<tr><td>{c['arm']}</td><td>{c['episodes']}</td><td>{c['loops']}</td><td>{c['recoveries']}</td></tr>"
                     for c in counts)

@@ -12,6 +12,7 @@ from ..casestudy import save_html
 from ..runs.machine import provenance
 from ..plots import save_figure
 from .cases import case_study_html, find_cases, pattern_counts
+from .config import LabConfig
 from .figures import plot_lab_differences, plot_lab_metrics, plot_lab_training
 
 
@@ -31,7 +32,8 @@ def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures
     arms = ["cold start", *summary["config"]["algos"]]
     found = find_cases(out, arms)
     counts = pattern_counts(found)
-    paths["case_studies"] = save_html(figures / f"lab_{name}_case_studies.html", case_study_html(found),
+    comparison = summary["config"].get("comparison", LabConfig.comparison)  # results written before it existed
+    paths["case_studies"] = save_html(figures / f"lab_{name}_case_studies.html", case_study_html(found, comparison),
                                       title=f"Metacognition lab ({name}): case studies")
     document = {**summary, "case_study_patterns": counts, "provenance": provenance()}
     target = Path(results_file) if results_file else Path(out) / "lab_results.json"
