@@ -48,6 +48,9 @@ def test_a_tiny_iteration_is_rehearsed_end_to_end_through_the_cli(tmp_path, caps
         ("H100 80GB", 1), ("H100 80GB", 2), ("A100 40GB", 1), ("A100 40GB", 2)]
     assert all(r["seconds"]["iteration"] > 0 for r in doc["plan"]["setups"])
     assert "H100 80GB" in printed and "A100 40GB" in printed and f"results: {out}" in printed
+    # the provenance every results file carries (`runs.machine.provenance`), with the seed the tasks were drawn from
+    assert doc["provenance"]["seed"] == 0 and doc["provenance"]["versions"]["transformers"]
+    assert doc["provenance"]["machine_facts"]["cpu"]
 
 
 def test_playing_in_waves_changes_no_episode(smollm2_tokenizer):

@@ -18,16 +18,12 @@ model's tokenizer (SmolLM2's, `models.resolve_tokenizer`) unless `tokenizer` nam
 from __future__ import annotations
 
 import os
-import platform
-import subprocess
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Sequence
 
-import transformers
-
 from ..models import resolve_tokenizer
 from ..rollout.generation.scripted import ResponseLengths
+from ..runs.machine import provenance
 from .hardware import CARDS, MEASURED_ON, card, shape_for_model
 from .memory import MemoryMeasurements
 from .play import cpu_count, play_iteration
@@ -116,7 +112,7 @@ def rehearse(config: Any, *, config_path: str = "", tokenizer: str = DEFAULT_TOK
                             "allreduce_gbps": ALLREDUCE_GBPS},
                  "setups": rows},
         "kinds": KINDS,
-        "provenance": provenance(),
+        "provenance": provenance(config.seed),  # the seed the played tasks and sampling derive from
     }
 
 
@@ -132,19 +128,6 @@ KINDS = {
                  "measured here, split over the ranks",
     "assumed": "the scripted responses' lengths; random admissible actions (episodes run to the horizon)",
 }
-
-
-def provenance() -> dict[str, Any]:
-    """The command's commit, versions and time."""
-    try:
-        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                             timeout=30).stdout.strip() or None
-    except OSError:
-        sha = None
-
-    return {"git_sha": sha, "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-            "python": platform.python_version(), "transformers": transformers.__version__,
-            "machine": platform.machine()}
 
 
 def format_report(doc: dict[str, Any]) -> str:
