@@ -96,9 +96,9 @@ from pathlib import Path
 import pandas as pd
 from IPython.display import HTML, Image, Markdown, display
 
-from rlvmr_nb.envs.lab_world import describe_task, level_tasks
+from rlvmr_nb.envs.lab_world import describe_task
 from rlvmr_nb.lab import load_lab_config, run_coldstart, run_seeds
-from rlvmr_nb.lab.experiment import StageTimer, run_reference
+from rlvmr_nb.lab.experiment import StageTimer, lab_tasks, run_reference
 from rlvmr_nb.lab.report import fairness_markdown, preregistered_markdown, results_markdown, write_lab_report
 from rlvmr_nb.lab.stats import lab_summary
 from rlvmr_nb.models import describe_model, load_model
@@ -120,12 +120,13 @@ pd.Series(config.flat()).to_frame("setting")  # the lab's own settings, then the
 # the expert the cold start imitates decides from what the policy sees too. One expert episode's last prompt:
 
 # %%
-from rlvmr_nb.envs.lab_world import LAB_HORIZON, expert_solve_rates
-from rlvmr_nb.envs.lab_record import lab_record
+from rlvmr_nb.envs.lab_world import HORIZONS, expert_solve_rates
 
-display(pd.DataFrame([{"level": lvl, **describe_task(level_tasks("test", lvl)[0])} for lvl in config.levels]))
-print(f"horizon {config.train.rollout.max_steps} steps; the prompt-only expert wins within {LAB_HORIZON} steps:",
-      {lvl: f"{r:.0%}" for lvl, r in expert_solve_rates(LAB_HORIZON, levels=config.levels).items()})
+world = config.train.rollout.env  # the small house ('lab') or the larger one ('lab_large'; docs/lab.md)
+display(pd.DataFrame([{"level": lvl, **describe_task(lab_tasks(config, "test", lvl)[0])} for lvl in config.levels]))
+print(f"{world}: horizon {config.train.rollout.max_steps} steps; the prompt-only expert wins within {HORIZONS[world]} "
+      f"steps:", {lvl: f"{r:.0%}" for lvl, r in expert_solve_rates(HORIZONS[world], levels=config.levels,
+                                                                         env_name=world).items()})
 
 # %% [markdown]
 # ## Cold start

@@ -67,9 +67,9 @@ def test_every_larger_house_hides_its_targets_mostly_at_home_and_is_larger():
 
 @pytest.mark.parametrize("level", ["L0", "L1", "L2"])
 def test_the_expert_solves_nearly_every_larger_house_within_its_horizon(level):
-    rate = lab.expert_solve_rates(lab.LARGE_HORIZON, levels=[level], house="large")[level]
+    rate = lab.expert_solve_rates(lab.LARGE_HORIZON, levels=[level], env_name="lab_large")[level]
     assert rate >= 0.95, (level, rate)
-    assert lab.expert_solve_rates(lab.LAB_HORIZON - 6, levels=[level], house="large")[level] < 0.95
+    assert lab.expert_solve_rates(lab.LAB_HORIZON - 6, levels=[level], env_name="lab_large")[level] < 0.95
     assert lab.HORIZONS["lab_large"] == lab.LARGE_HORIZON
 
 

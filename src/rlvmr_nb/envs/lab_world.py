@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
@@ -130,7 +130,7 @@ class LabWorld:
 
 
 def parse_lab_task_id(tid: str) -> tuple[str, str, int]:
-    """'put:s:3' -> ('put', 's', 3) (a ``:large`` suffix, the larger house, is allowed; `house_of` reads it); a
+    """'put:s:3' -> ('put', 's', 3) (a ``:large`` suffix, the larger house, is allowed; `env_of` reads it); a
     ValueError that shows the expected form otherwise."""
     parts = tid.split(":")
     if len(parts) == 4 and parts[3] == LARGE:
@@ -141,9 +141,10 @@ def parse_lab_task_id(tid: str) -> tuple[str, str, int]:
     return parts[0], parts[1], int(parts[2])
 
 
-def house_of(tid: str) -> str:
-    """'large' for a larger house's task id, 'small' otherwise."""
-    return LARGE if tid.endswith(":" + LARGE) else "small"
+def env_of(tid: str) -> str:
+    """The lab world a task id belongs to: `LARGE_ENV_NAME` for a ``:large`` id, `ENV_NAME` (the small house)
+    otherwise."""
+    return LARGE_ENV_NAME if tid.endswith(":" + LARGE) else ENV_NAME
 
 
 def _tree_exits(rng: random.Random, rooms: Sequence[str]) -> dict[str, list[str]]:
@@ -168,7 +169,7 @@ def _tree_exits(rng: random.Random, rooms: Sequence[str]) -> dict[str, list[str]
 def build_world(tid: str) -> tuple[LabWorld, RoomState]:
     """The layout and initial state of a lab task; deterministic in the task id."""
     kind, combos, variation = parse_lab_task_id(tid)
-    if house_of(tid) == LARGE:
+    if env_of(tid) == LARGE_ENV_NAME:
         return _build_large_world(tid, kind, combos, variation)
     rng = random.Random(f"lab:{kind}:{combos}:{variation}")  # str seeds hash with sha512: stable across runs
     for _ in range(1000):  # redraw until the (object, destination) combination has the wanted class
@@ -347,14 +348,11 @@ def _last_done(record: LabRecord, obj: str) -> str | None:
 
 
 def _explore(record: LabRecord, commands: set[str], open_containers: bool) -> str:
-    """Depth-first search step: an unsearched closed container here, else an unvisited exit, else back."""
-    if open_containers:
-        closed = sorted(c[5:] for c in commands if c.startswith("open ") and c[5:] not in record.searched)
-        if closed:
-            return f"open {closed[0]}"
-    new_exits = sorted(c[6:] for c in commands if c.startswith("go to ") and not record.visited(c[6:]))
-    if new_exits:
-        return f"go to {new_exits[0]}"
+    """Depth-first search step: the room's first lead (`LabRecord.leads`: an unsearched closed container here, else an
+    unvisited exit; no containers while delivering), else back to the room this one was first entered from."""
+    leads = [c for c in record.leads(sorted(commands)) if open_containers or c.startswith("go to ")]
+    if leads:
+        return leads[0]
     back = record.parents.get(record.room)
     if back is None:
         raise RuntimeError(f"lab expert: nothing left to search from the {record.room} (bug)")
@@ -378,12 +376,12 @@ def lab_expert_actions(task: TaskSpec | str, seed: int = 0, max_steps: int = 60)
 
 
 def expert_solve_rates(horizon: int, role: str = "test", levels: Sequence[str] = ("L0", "L1", "L2"),
-                       house: str = "small") -> dict[str, float]:
-    """Per level, the share of its `role` tasks (in the small or the larger house) the prompt-only expert wins within
-    `horizon` steps."""
+                       env_name: str = ENV_NAME) -> dict[str, float]:
+    """Per level, the share of its `role` tasks in the lab world `env_name` (the small or the larger house) the
+    prompt-only expert wins within `horizon` steps."""
     rates = {}
     for level in levels:
-        tasks = level_tasks(role, level, house)
+        tasks = level_tasks(role, level, env_name)
         rates[level] = sum(len(lab_expert_actions(t, max_steps=200)) <= horizon for t in tasks) / len(tasks)
     return rates
 
@@ -391,26 +389,27 @@ def expert_solve_rates(horizon: int, role: str = "test", levels: Sequence[str] =
 # ----- splits ---------------------------------------------------------------------------------------
 
 
-def lab_tasks(kinds: Sequence[str], combos: str, start: int, n: int, split: str, house: str = "small") -> list[TaskSpec]:
-    """`n` tasks cycling through `kinds` from variation `start` on, in the small or the larger house."""
-    suffix, env = (f":{LARGE}", LARGE_ENV_NAME) if house == LARGE else ("", ENV_NAME)
-    return [TaskSpec(task_id=f"{kinds[i % len(kinds)]}:{combos}:{start + i}{suffix}", env=env, split=split,
+def lab_tasks(kinds: Sequence[str], combos: str, start: int, n: int, split: str,
+              env_name: str = ENV_NAME) -> list[TaskSpec]:
+    """`n` tasks cycling through `kinds` from variation `start` on, in the lab world `env_name`."""
+    suffix = f":{LARGE}" if env_name == LARGE_ENV_NAME else ""
+    return [TaskSpec(task_id=f"{kinds[i % len(kinds)]}:{combos}:{start + i}{suffix}", env=env_name, split=split,
                      task_type=kinds[i % len(kinds)]) for i in range(n)]
 
 
-def level_tasks(role: str, level: str, house: str = "small") -> list[TaskSpec]:
+def level_tasks(role: str, level: str, env_name: str = ENV_NAME) -> list[TaskSpec]:
     """The registry's task lists: one training pool for every level (seen combinations of the training
     kinds), and per level a test split of new layouts: L0 seen combinations, L1 unseen combinations,
-    L2 the held-out kind (module docstring). `house` 'large': the same splits in the larger house."""
+    L2 the held-out kind (module docstring). `env_name` `LARGE_ENV_NAME`: the same splits in the larger house."""
     if role == "train":
-        return lab_tasks(TRAIN_KINDS, SEEN, 0, SPLIT_SIZES["train"], "train", house)
+        return lab_tasks(TRAIN_KINDS, SEEN, 0, SPLIT_SIZES["train"], "train", env_name)
     kinds, combos = {"L0": (TRAIN_KINDS, SEEN), "L1": (TRAIN_KINDS, UNSEEN), "L2": (HELDOUT_KINDS, SEEN)}[level]
-    return lab_tasks(kinds, combos, _TEST_OFFSET[level], SPLIT_SIZES["test"], f"{level}/test", house)
+    return lab_tasks(kinds, combos, _TEST_OFFSET[level], SPLIT_SIZES["test"], f"{level}/test", env_name)
 
 
 def large_level_tasks(role: str, level: str) -> list[TaskSpec]:
     """`level_tasks` of the larger house (its registry entry's task lists)."""
-    return level_tasks(role, level, LARGE)
+    return level_tasks(role, level, LARGE_ENV_NAME)
 
 
 def heldout_task_types(level: str) -> frozenset[str]:
@@ -427,7 +426,6 @@ class LabEnv(FrozenStateFork):
     Forks by sharing its frozen state (`envs.forking.FrozenStateFork`): microseconds, no replay."""
 
     name = ENV_NAME
-    house = "small"
 
     def __init__(self, *, max_steps: int = 50) -> None:
         if max_steps < 1:
@@ -440,7 +438,7 @@ class LabEnv(FrozenStateFork):
         self._observation = ""
 
     def reset(self, task: TaskSpec) -> Reset:
-        if task.env not in (self.name, "") or house_of(task.task_id) != self.house:
+        if task.env not in (self.name, "") or env_of(task.task_id) != self.name:
             raise ValueError(f"task {task.task_id!r} (env {task.env!r}) is not a task of {self.name!r}")
         self._world, self._state = build_world(task.task_id)
         self._t, self._task = 0, task
@@ -484,7 +482,6 @@ class LargeLabEnv(LabEnv):
     """`LabEnv` over the larger house (module docstring): its tasks' ids end in ``:large``."""
 
     name = LARGE_ENV_NAME
-    house = LARGE
 
 
 def describe_task(task: TaskSpec | str) -> dict[str, Any]:

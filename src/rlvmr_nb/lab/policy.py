@@ -114,8 +114,8 @@ def make_policy(tokenizer: Any, config: LabPolicyConfig = LabPolicyConfig()) -> 
 
 def world_corpus(seed: int = 0, random_steps: int = 12, env_name: str = ENV_NAME) -> list[str]:
     """Every kind of text the lab world `env_name` (the small house or the larger one) and its prompts produce, from
-    the TRAINING layouts only: for each
-    training task, the task sentence and what the expert and `random_steps` random commands see and may send;
+    the TRAINING layouts only: for each training task, the task sentence and what the expert and `random_steps`
+    random commands see and may send;
     both prompt styles' fixed text. No test layout is built, so the vocabulary never depends on held-out text
     (tests/lab/test_lab.py checks it and that the test levels' text is still covered). Words only matter
     here, not their frequencies in play."""

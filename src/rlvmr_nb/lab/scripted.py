@@ -15,7 +15,7 @@ from typing import Callable, Sequence
 
 from ..envs.base import TaskSpec
 from ..envs.lab_record import LabRecord, lab_record
-from ..envs.lab_world import ENV_NAME, LAB_HORIZON, LARGE_ENV_NAME, house_of
+from ..envs.lab_world import ENV_NAME, LAB_HORIZON, env_of
 from ..envs.registry import get_env
 from ..records import Episode, Step
 
@@ -50,8 +50,7 @@ def play(task: TaskSpec | str, choose: Chooser, max_steps: int = LAB_HORIZON, me
 
 
 def _spec(task_id: str) -> TaskSpec:
-    env = LARGE_ENV_NAME if house_of(task_id) == "large" else ENV_NAME
-    return TaskSpec(task_id=task_id, env=env, split="", task_type=task_id.split(":")[0])
+    return TaskSpec(task_id=task_id, env=env_of(task_id), split="", task_type=task_id.split(":")[0])
 
 
 def random_player(seed: int | str) -> Chooser:

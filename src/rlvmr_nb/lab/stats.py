@@ -23,7 +23,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..envs.lab_world import level_tasks
+from ..envs.registry import get_env
 from ..records import Episode, read_episodes
 from ..runs.logs import read_metrics
 from ..scoring.metrics import repetitive_steps
@@ -266,7 +266,7 @@ def reference_fairness(config: LabConfig, out: str | os.PathLike,
     l0 = {arm_label(a): [paired.seed_endpoint(x, "success") for x in eps[(a, "L0")]] for a in config.algos}
     layouts = min(len({ep.task_id for ep in x}) for a in config.algos for x in eps[(a, "L0")])
     coldstart = [paired.seed_endpoint(x, "success") for x in eps[(COLDSTART_ARM, "L0")]]
-    gate = reference.reference_gate(heldin, l0, coldstart, record["success"], layouts, len(level_tasks("test", "L0")),
+    gate = reference.reference_gate(heldin, l0, coldstart, record["success"], layouts, len(get_env(config.train.rollout.env).tasks("test", "L0")),
                                     margin=config.fairness_l0_margin, bootstrap=config.bootstrap)
     return {**gate, "reference": {k: record[k] for k in ("sha256", "plays", "layouts", "episodes", "success")}}
 
