@@ -12,7 +12,9 @@ back-tracks). This plays every test task of L0, L1 and L2 of the configuration's
   (`lab.experiment.coldstart_cache_dir`), with the lab's evaluation settings (`lab.experiment.eval_config`:
   temperature 0.4, 64 new tokens, the meta-think prompt) and sampling seeds ``--coldstart-seeds`` (the classroom's
   evaluation seeds), on all 60 tasks a level rather than the configuration's 20. ``--coldstart build`` builds it when
-  the cache lacks it (the classroom's two-round DAgger cold start: ~7-15 min here); ``skip`` leaves it out.
+  the cache lacks it (the classroom's two-round DAgger cold start: ~7-15 min here); ``reference`` plays the
+  configuration's pinned reference instead (`lab.reference.pinned_reference`, hash checked: a cold start of the
+  reference's recipe is that checkpoint bit for bit on the machine that built it); ``skip`` leaves it out.
 
 Per policy and level, over all, won and failed episodes: the means of the per-episode avoidable-repetition rate (the
 proposed primary), its novel-moves-only part (outside delivery), the old repetition rate
@@ -115,6 +117,10 @@ def coldstart_folder(config: Any, mode: str, build_dir: Path) -> tuple[Path | No
     cached = coldstart_cache_dir(config)
     if mode == "skip":
         return None, "skipped (--coldstart skip)"
+    if mode == "reference":  # the demonstrations-only cold start the configuration pins (hash checked)
+        from rlvmr_nb.lab.reference import pinned_reference
+
+        return pinned_reference(config), f"the pinned reference {config.reference_sha256} ({config.reference_checkpoint})"
     if (cached / "sft" / "sft_log.jsonl").is_file():
         return cached / "sft", f"cached: {cached}"
     if mode == "cached":
@@ -169,9 +175,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="plays of every test task by the random admissible policy (each its own seeded stream)")
     p.add_argument("--config", default="configs/lab/classroom.json",
                    help="the lab configuration whose cold start plays")
-    p.add_argument("--coldstart", choices=("cached", "build", "skip"), default="cached",
+    p.add_argument("--coldstart", choices=("cached", "build", "reference", "skip"), default="cached",
                    help="cached: play the cold start if the lab's cache holds it, else leave it out and say so; "
-                        "build: build it when missing (~7-15 min); skip: leave it out")
+                        "build: build it when missing (~7-15 min); reference: play the configuration's pinned "
+                        "reference (its hash checked; the demonstrations-only cold start of its recipe); "
+                        "skip: leave it out")
     p.add_argument("--coldstart-seeds", type=int, nargs="+", default=[0, 1],
                    help="the cold start's sampling seeds (the classroom's evaluation seeds: play 0 of each)")
     p.add_argument("--build-dir", default="runs/lab-endpoint-validity", help="where --coldstart build writes")
@@ -181,6 +189,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import coldstart_key
+    from rlvmr_nb.lab.reference import checkpoint_sha256
 
     config = load_lab_config(args.config)
     world, horizon = config.train.rollout.env, HORIZONS[config.train.rollout.env]
@@ -204,6 +213,7 @@ def main(argv: list[str] | None = None) -> int:
                 "failed apart: expert, random admissible policy, cold start (docs/lab.md, 'The endpoint')",
         "world": world, "horizon": horizon, "levels": args.levels, "tasks_per_level": 60, "random_seeds": args.random_seeds,
         "coldstart": {"config": args.config, "key": coldstart_key(config), "found": coldstart_note,
+                      "sha256": checkpoint_sha256(folder) if folder is not None else None,
                       "sampling_seeds": args.coldstart_seeds if folder is not None else None,
                       "temperature": config.eval_temperature, "max_new_tokens": config.train.rollout.max_new_tokens},
         "rates": "means of per-episode rates (flagged steps / steps), as the lab's endpoints average them",

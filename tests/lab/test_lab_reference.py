@@ -137,3 +137,23 @@ def test_the_committed_reference_record_is_the_pilots_reference(monkeypatch):
     record = reference.committed_record(config)
     assert (record["layouts"], record["plays"], record["episodes"]) == (60, 16, 960)
     assert record["success"] == sum(record["won"]) / 960
+
+
+def test_the_endpoint_validity_script_plays_the_pinned_reference_only_when_its_hash_holds(tmp_path):
+    """`benchmarks/lab_endpoint_validity.py --coldstart reference` stands the pinned reference in for the cold start of
+    its recipe: a folder whose files changed after pinning must be refused, not played as if it were the reference."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "lab_endpoint_validity.py"
+    spec = importlib.util.spec_from_file_location("lab_endpoint_validity", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    folder = _policy_folder(tmp_path / "ref")
+    config = LabConfig(reference_checkpoint=str(folder), reference_sha256=reference.checkpoint_sha256(folder),
+                       fairness_l0_margin=-0.05)
+    found, note = module.coldstart_folder(config, "reference", tmp_path / "build")
+    assert found == folder and config.reference_sha256 in note
+    (folder / "config.json").write_text('{"edited": true}')
+    with pytest.raises(ValueError, match="may not change"):
+        module.coldstart_folder(config, "reference", tmp_path / "build")
