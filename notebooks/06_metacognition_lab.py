@@ -21,22 +21,26 @@
 # worse, while RLVMR's verifiable meta-reasoning rewards cut repetition and hold up on unseen tasks.
 # Testing it on ALFWorld needs a GPU cluster. This notebook tests it in minutes on a laptop CPU:
 #
-# * **the world** (`rlvmr_nb.envs.lab_world`): a small house, rooms joined as a tree with dead ends and one
+# * **the world** (`rlvmr_nb.envs.lab_world`): a house, rooms joined as a tree with dead ends and one
 #   cycle, objects hidden in closed containers, distractors; tens of thousands of steps a second. Splits:
 #   L0 new layouts, L1 unseen (object, destination) combinations, L2 a held-out task kind
-#   (`put_two`, "put the X and the Y in the C.");
+#   (`put_two`, "put the X and the Y in the C."). Two sizes (`env`): the small house (`lab`: 5-6 rooms, the
+#   classroom's) and the larger one (`lab_large`: 8-10 rooms, objects hidden in their home rooms, the room's
+#   unsearched containers and unvisited exits listed in the prompt; `configs/lab/large_*.json`, docs/lab.md,
+#   'The larger house'), the one where RL raised unseen-layout success over its cold start;
 # * **the policy** (`rlvmr_nb.lab.policy`): a ~0.5 M-parameter Llama with a word-level vocabulary
 #   built from the world's text, loaded, sampled and trained by the same code as SmolLM2;
 # * **one cold start** (paper §3.3): expert trajectories tagged by the `RuleTeacher`, SFT from scratch, then
 #   DAgger rounds in which the expert labels the states the policy itself reached (a lab deviation, docs/lab.md);
-# * **two arms from that checkpoint, equal budget, several seeds**: GRPO (outcome advantage only,
-#   the paper's "w/o A^MC" from the cold start: same prompt and tags) and RLVMR (GRPO-MR, the same
-#   code as every other run of this package, `docs/method.md`, 'Advantages'); a configuration may add GiGPO
-#   (anchor-state step advantages, paper Table 1) as a third arm from the same checkpoint (the CI one does);
+# * **arms from that checkpoint, equal budget, several seeds**: GRPO (outcome advantage only,
+#   the paper's "w/o A^MC" from the cold start: same prompt and tags), RLVMR (GRPO-MR, the same
+#   code as every other run of this package, `docs/method.md`, 'Advantages') and, in the configurations that list
+#   it (`algos`; the larger house's, the CI one), GiGPO (anchor-state step advantages, paper Table 1), which tells
+#   step-level credit apart from the meta-reasoning reward;
 # * **evaluation** on L0/L1/L2 with 95 % intervals (two-stage bootstrap over seeds and episodes).
 #
 # **What you learn.** How to test a claim about RL for agents with a controlled experiment: one cold
-# start, two training rules at equal budget, several seeds, held-out splits, and intervals that decide
+# start, training rules at equal budget, several seeds, held-out splits, and intervals that decide
 # whether a difference is real; and what repetitive behaviour and `<reflection>` recoveries look like.
 #
 # **Prerequisites.** Nothing to download: the world, its expert and the policy are built here. No GPU.
@@ -48,29 +52,30 @@
 # from a fresh clone: 19 min 8 s (docs/lab.md, 'The third classroom').
 # The learning demo's section adds ~3.6 min (218 s in `make demo`; `configs/lab/demo.json`, the cold start cached).
 #
-# ## The hypothesis and its test, stated before the run (docs/lab.md, 'Pre-registration')
+# ## The hypothesis and its test, stated before the run (docs/lab.md)
 #
 # At equal training budget from the same cold start,
-# **(a)** RLVMR's repetitive-action rate is lower than GRPO's, and
+# **(a)** RLVMR loops less than GRPO, and
 # **(b)** RLVMR's success on the unseen splits (L1, L2) is not lower than GRPO's.
+# The configuration says which pre-registration a run follows, and the report below prints it:
 #
-# * **Fairness check first** (it can fail, and then nothing below speaks to the claim): GRPO's success on a
-#   fixed set of held-in training layouts, played with the same sampling seeds before (the cold start) and
-#   after training, must rise by ≥ 15 pp with a 95 % interval above zero, and no RL arm may fall below the
-#   cold start on unseen L0.
-# * **Primary endpoint**: the per-episode repetitive-action rate on unseen L0 + L1 episodes, RLVMR − GRPO,
-#   paired over seeds (both arms of a seed play the same tasks with the same sampling seed); paired t over
-#   seeds, 95 % interval; "supported" when the interval lies below zero. Re-analysed after the runs
-#   (docs/lab.md, 'Re-analysis'): the verdicts now rest on the exact sign-flip test over seeds, one-sided at
-#   2.5 %, and read supported / refuted (the interval excludes −5 pp) / inconclusive; the t interval is printed
-#   beside it.
-# * **Secondary endpoints**, Holm-adjusted together: repetition on L2, the invalid-step rate on L0 + L1,
-#   success on L0, and (b) as non-inferiority with margin −5 pp on L1 and L2.
-# * **Descriptive**: repetition of won and of failed episodes apart, success within 8/16/24 steps.
-# * **Seeds**: the number that gives ≥ 80 % power for a 5 pp difference, with a pilot's SD (printed below
-#   with this run as the pilot).
+# * **the current one** (docs/lab.md, 'Pre-registration: avoidable repetition'; `primary_endpoint` 'avoidable',
+#   the larger house's configurations): the primary is *avoidable repetition* (a repeat while the record showed an
+#   unvisited exit or unsearched container, or a known destination: `rlvmr_nb.lab.endpoints`), validated before any
+#   RL run (the expert 0 %, a random admissible policy ~30 %, within won and within failed episodes); wasted steps
+#   (repeated, refused or malformed) are a co-primary, so trading loops for refused commands cannot pass. The
+#   fairness gate holds every arm to a **reference** policy pinned by hash before any cold start was chosen: each
+#   arm must learn its held-in layouts and stay within −5 pp of the better of the reference and its own cold start
+#   on all 60 unseen L0 layouts;
+# * **the classroom's** (docs/lab.md, 'Pre-registration (stated before the recorded run)', the small house): the
+#   repetitive-action rate as primary, and a gate against the run's own cold start, which a weak cold start can
+#   pass (docs/lab.md, 'Lever: DAgger'); kept so the classroom's and the recorded runs' verdicts stay reproducible.
 #
-# Whatever comes out is reported as it is; the world was not tuned to make it come out.
+# Every comparison is paired over seeds (both arms of a seed play the same tasks with the same sampling seeds) and
+# decided by the exact sign-flip test over seeds, one-sided at 2.5 % in its pre-registered direction, Holm over the
+# secondaries; a verdict reads supported / refuted (the interval excludes the −5 pp effect the seeds were planned
+# for) / inconclusive. Seeds come from a power calculation on a pilot of ≥ 5 seeds. Whatever comes out is reported
+# as it is; the world was not tuned to make it come out.
 #
 # Batch use: `rlvmr-nb lab --config configs/lab/classroom.json` runs the same stages, or
 # `rlvmr-nb notebook 06_metacognition_lab -f configs/06_metacognition_lab.json` (`-p KEY VALUE` as papermill's).
@@ -184,7 +189,7 @@ Image(filename=str(demo.figure))
 pd.DataFrame(failure_signals(demo.run_dir)).set_index("iteration").round(3)
 
 # %% [markdown]
-# ## Training: GRPO and RLVMR from the same checkpoint
+# ## Training: the arms from the same checkpoint
 #
 # Every arm: `trainer.train` with the meta-think prompt, the same seeds, iterations, tasks, rollouts and
 # learning rate, drawing its tasks from the same small pool of training layouts (`train_pool`: a policy
@@ -217,8 +222,10 @@ display(Markdown(results_markdown(summary)))
 Image(filename=str(report["paths"]["metrics"]))
 
 # %% [markdown]
-# **Is it a fair test?** Only if outcome-only GRPO could learn this world too. The pre-registered check
-# (paired: the same held-in layouts and sampling seeds before and after training), then the verdicts. The
+# **Is it a fair test?** Only if every arm could learn this world and none bought it with unseen layouts. The
+# pre-registered check (paired: the same held-in layouts and sampling seeds before and after training; with a
+# pinned reference, each arm against the better of the reference and its cold start on all 60 unseen L0 layouts),
+# then the verdicts. The
 # training curves' rise (last iterations minus first, `lab.stats.training_rise`) is shown beside it as a
 # second view.
 
