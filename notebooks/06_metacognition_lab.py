@@ -302,6 +302,11 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # Why the RL arms of the recorded runs lose unseen layouts at all: their demonstrations-only cold start imitates its
 # expert poorly there (it takes a target in sight in about a third of those steps), and RL sharpens the routes it
 # meets (docs/lab.md, 'Which decisions the policies get right', 'Lever: DAgger').
+#
+# The current pre-registration in the larger house (`configs/lab/large_pilot.json`, GRPO / RLVMR / GiGPO, seeds
+# 730-734; docs/lab.md, 'The larger house's pilot: result'): every arm learns its 24 layouts, GRPO and GiGPO pass the
+# reference gate, RLVMR misses it (−3.1 pp [−5.3, −0.9] against the −5 pp margin), so it is not a fair test;
+# descriptively RLVMR − GRPO avoidable repetition −1.0 pp [−2.5, +0.5], wasted steps −2.0 pp [−3.8, −0.2].
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))
