@@ -37,7 +37,6 @@ from ..coldstart.lab_dagger import dagger_samples, draw_samples
 from ..coldstart.sft import SFTConfig, train_sft
 from ..envs.alfworld_data import rlvmr_cache_dir
 from ..envs.lab_world import ENV_NAME
-from ..envs.registry import get_env
 from ..evaluate import EvalConfig, evaluate_policy, write_results
 from ..evaluate import eval_tasks as eval_task_list
 from ..models import load_model
@@ -59,6 +58,7 @@ from .layout import (  # noqa: F401
     arm_label,
     coldstart_dir,
     eval_path,  # (re-exported)
+    lab_tasks,  # (re-exported)
 )
 from .policy import LabPolicyConfig, build_lab_policy
 from .reference import reference_result
@@ -247,12 +247,6 @@ def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int
                    run=replace(base.run, out_dir=str(Path(out) / "runs" / f"{algo}-seed{seed}"),
                                save_every=base.run.iterations),
                    engine=replace(base.engine, generation_batch_size=base.run.tasks_per_iteration * base.rollout.group_size))
-
-
-def lab_tasks(config: LabConfig, role: str, level: str) -> list:
-    """The `role` split of `level` in the configuration's lab world (`envs.lab_world`: the small house or the larger
-    one, `LabConfig.train`'s env)."""
-    return get_env(config.train.rollout.env).tasks(role, level)
 
 
 def training_pool(config: LabConfig) -> list:

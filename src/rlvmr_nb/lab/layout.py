@@ -1,10 +1,13 @@
-"""Where a lab run folder keeps each stage's output, and the arms' names (shared by the experiment and
-its statistics)."""
+"""Where a lab run folder keeps each stage's output, the arms' names and the configuration's task lists (shared by the
+experiment and its statistics)."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
+
+from ..envs.registry import get_env
 
 COLDSTART_ARM = "cold start"
 """The cold-start checkpoint itself, evaluated like the trained arms (the common starting point)."""
@@ -35,3 +38,9 @@ REFERENCE_SEED = 999
 configuration runs it, so the reference's episodes never share sampling seeds with an arm's."""
 REFERENCE_LEVEL = "L0"
 """The level the reference plays (`lab.reference`): the one the fairness gate's condition is about."""
+
+
+def lab_tasks(config: Any, role: str, level: str) -> list:
+    """The `role` split of `level` in a `LabConfig`'s lab world (`envs.lab_world`: the small house or the larger one,
+    `LabConfig.train`'s env)."""
+    return get_env(config.train.rollout.env).tasks(role, level)

@@ -23,13 +23,12 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ..envs.registry import get_env
 from ..records import Episode, read_episodes
 from ..runs.logs import read_metrics
 from ..scoring.metrics import repetitive_steps
 from . import paired, reference
 from .config import LabConfig
-from .layout import COLDSTART_ARM, HELDIN, arm_label, eval_path
+from .layout import COLDSTART_ARM, HELDIN, arm_label, eval_path, lab_tasks
 
 METRICS: tuple[str, ...] = ("success", "repetitive", "invalid", "episode_length", "format_valid")
 _COLUMNS = ("won", "steps", "repetitive", "invalid", "malformed")
@@ -266,8 +265,9 @@ def reference_fairness(config: LabConfig, out: str | os.PathLike,
     l0 = {arm_label(a): [paired.seed_endpoint(x, "success") for x in eps[(a, "L0")]] for a in config.algos}
     layouts = min(len({ep.task_id for ep in x}) for a in config.algos for x in eps[(a, "L0")])
     coldstart = [paired.seed_endpoint(x, "success") for x in eps[(COLDSTART_ARM, "L0")]]
-    gate = reference.reference_gate(heldin, l0, coldstart, record["success"], layouts, len(get_env(config.train.rollout.env).tasks("test", "L0")),
-                                    margin=config.fairness_l0_margin, bootstrap=config.bootstrap)
+    gate = reference.reference_gate(heldin, l0, coldstart, record["success"], layouts,
+                                    len(lab_tasks(config, "test", "L0")), margin=config.fairness_l0_margin,
+                                    bootstrap=config.bootstrap)
     return {**gate, "reference": {k: record[k] for k in ("sha256", "plays", "layouts", "episodes", "success")}}
 
 
