@@ -27,7 +27,8 @@
 #   (`put_two`, "put the X and the Y in the C."). Two sizes (`env`): the small house (`lab`: 5-6 rooms, the
 #   classroom's) and the larger one (`lab_large`: 8-10 rooms, objects hidden in their home rooms, the room's
 #   unsearched containers and unvisited exits listed in the prompt; `configs/lab/large_*.json`, docs/lab.md,
-#   'The larger house'), the one where RL raised unseen-layout success over its cold start;
+#   'The larger house'), where RL raised unseen-layout success over its cold start on two sweep seeds and
+#   not on the pilot's five;
 # * **the policy** (`rlvmr_nb.lab.policy`): a ~0.5 M-parameter Llama with a word-level vocabulary
 #   built from the world's text, loaded, sampled and trained by the same code as SmolLM2;
 # * **one cold start** (paper §3.3): expert trajectories tagged by the `RuleTeacher`, SFT from scratch, then
@@ -307,6 +308,10 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # 730-734; docs/lab.md, 'The larger house's pilot: result'): every arm learns its 24 layouts, GRPO and GiGPO pass the
 # reference gate, RLVMR misses it (−3.1 pp [−5.3, −0.9] against the −5 pp margin), so it is not a fair test;
 # descriptively RLVMR − GRPO avoidable repetition −1.0 pp [−2.5, +0.5], wasted steps −2.0 pp [−3.8, −0.2].
+# The arms learned which exit pays on their 24 layouts, not where objects live (`benchmarks/lab_homes_usage.py`);
+# the sweep that drew from all 400 training layouts instead (seeds 740-741) learned nothing at the same budget
+# (flat training success; unseen L0 +0.0 pp GRPO, +1.25 pp RLVMR), so no run follows it either: the lab still
+# lacks a set-up where RL moves unseen success (docs/lab.md, 'The training pool').
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))
