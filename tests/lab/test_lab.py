@@ -289,12 +289,6 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
             if r["arm"] == "cold start" and r["level"] == "L0"]
     assert gate["l0_vs_bar"]["GiGPO"]["bar"] == pytest.approx([max(record["success"], c) for c in cold])
     assert "Fairness check (reference gate)" in preregistered_markdown({"preregistered": {"fairness": gate}})
-    # a pool of all training layouts asks a smaller held-in rise (LabConfig.heldin_min_rise): the gate reads it
-    for floor in (0.0, 0.9):
-        rises = stats.preregistered(replace(gated, heldin_min_rise=floor), out)["fairness"]["heldin"].values()
-        assert all(r["required_rise"] == floor and r["passes"] == (r["rise"] >= floor and r["lo"] > 0) for r in rises)
-    with pytest.raises(ValueError, match="heldin_min_rise"):
-        replace(gated, heldin_min_rise=15)
     # the avoidable-repetition pre-registration on the same run: its primary, wasted steps as co-primary, claim (a)
     looping = stats.preregistered(replace(load_lab_config(ROOT / "configs" / "lab" / "ci.json"),
                                           primary_endpoint="avoidable"), out)

@@ -153,12 +153,6 @@ class LabConfig:
     heldin_episodes: int = 12
     """Sampled episodes per held-in layout and policy (one sampling seed, the same before and after training). One
     episode per layout left the check's per-seed estimate an SE of ~10 pp (docs/lab.md, 'Budget')."""
-    heldin_min_rise: float = 0.15
-    """The least held-in rise (after − before, paired play by play) the fairness gate reads as "the arm learned its
-    training layouts", besides its interval lying above 0 (`lab.paired.heldin_rise`). 15 pp fits a pool whose
-    layouts training meets about eleven times each; a pool of all 400 training layouts meets each about 0.6 times, so
-    its held-in rise is the rise on the training distribution, and its configurations ask 5 pp (docs/lab.md, 'The
-    training pool')."""
     eval_temperature: float = 0.4
     bootstrap: int = 2000
     """Bootstrap resamples for the confidence intervals (seeds, then episodes within a seed)."""
@@ -179,8 +173,6 @@ class LabConfig:
                                 "heldin_episodes", "bootstrap", "workers"])
         require_positive(self, ["eval_episodes", "reference_plays"])
         require_choice(self, "primary_endpoint", PRIMARY_ENDPOINTS)
-        if not 0.0 <= self.heldin_min_rise < 1.0:
-            raise ValueError(f"heldin_min_rise is a rise in success, in [0, 1); got {self.heldin_min_rise}")
         if self.power_pilot_seeds is not None and (self.power_pilot_sd is None or self.power_pilot_seeds < 2):
             raise ValueError(f"power_pilot_seeds states how many seeds (>= 2) power_pilot_sd came from: set both, "
                              f"got {self.power_pilot_seeds} seeds, SD {self.power_pilot_sd}")

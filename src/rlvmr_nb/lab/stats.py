@@ -217,7 +217,7 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
         result["fairness"] = paired.fairness_check(
             eps[(COLDSTART_ARM, HELDIN)], eps[("grpo", HELDIN)], eps[(COLDSTART_ARM, "L0")] if "L0" in config.levels
             else [], {arm_label(a): eps[(a, "L0")] for a in config.algos} if "L0" in config.levels else {},
-            rise=config.heldin_min_rise, bootstrap=config.bootstrap, l0_margin=config.fairness_l0_margin)
+            bootstrap=config.bootstrap, l0_margin=config.fairness_l0_margin)
     result["repetition_by_outcome"] = {
         outcome: {arm_label(a): [paired.seed_endpoint(x, "repetitive", won) for x in merged(a, config.levels)]
                   for a in (COLDSTART_ARM, *config.algos)}
@@ -261,8 +261,7 @@ def reference_fairness(config: LabConfig, out: str | os.PathLike,
     played (the fewest any arm played in any seed) against the level's whole test split."""
     record = json.loads((Path(out) / "reference_L0.json").read_text())
     heldin = {arm_label(a): paired.heldin_rise(eps[(COLDSTART_ARM, HELDIN)], eps[(a, HELDIN)],
-                                               rise=config.heldin_min_rise, bootstrap=config.bootstrap)
-              for a in config.algos}
+                                               bootstrap=config.bootstrap) for a in config.algos}
     l0 = {arm_label(a): [paired.seed_endpoint(x, "success") for x in eps[(a, "L0")]] for a in config.algos}
     layouts = min(len({ep.task_id for ep in x}) for a in config.algos for x in eps[(a, "L0")])
     coldstart = [paired.seed_endpoint(x, "success") for x in eps[(COLDSTART_ARM, "L0")]]
