@@ -136,9 +136,11 @@ def cmd_lab(args: argparse.Namespace) -> int:
     report = write_lab_report(summary, out, args.figures or f"{out}/figures", args.results)
     # the fairness check beside the verdicts: they speak to the claim only where the run is a fair test
     pre = summary["preregistered"]
-    if config.primary_endpoint == "avoidable":  # its own verdicts, not the repetitive-rate hypothesis it replaced
+    if config.primary_endpoint == "avoidable" and "primary" in pre:  # not the repetitive-rate hypothesis it replaced
         verdicts = {"primary": pre["primary"]["verdict"], "co_primary": pre["co_primary"]["verdict"],
                     "claim_a": pre["claim_a"], "fairness": pre["fairness"]["verdict"]}
+    elif config.primary_endpoint == "avoidable":  # one arm (a sweep): no comparison to give a verdict on
+        verdicts = {"fairness": pre["fairness"]["verdict"]}
     else:
         verdicts = {"hypothesis": summary["hypothesis"]}
     print(json.dumps({**verdicts, "training_rise": summary["training_rise"], "patterns": report["patterns"]},
