@@ -310,8 +310,9 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # descriptively RLVMR − GRPO avoidable repetition −1.0 pp [−2.5, +0.5], wasted steps −2.0 pp [−3.8, −0.2].
 # The arms learned which exit pays on their 24 layouts, not where objects live (`benchmarks/lab_homes_usage.py`);
 # the sweep that drew from all 400 training layouts instead (seeds 740-741) learned nothing at the same budget
-# (flat training success; unseen L0 +0.0 pp GRPO, +1.25 pp RLVMR), so no run follows it either: the lab still
-# lacks a set-up where RL moves unseen success (docs/lab.md, 'The training pool').
+# (flat training success; unseen L0 +0.0 pp GRPO, +1.25 pp RLVMR), and three times the budget did not help (GRPO,
+# seeds 742-743: held-in +4.2 pp [−2.1, +10.9], unseen L0 +0.4 / 0.0 pp over the cold start), so no run follows
+# either: the lab still lacks a set-up where RL moves unseen success (docs/lab.md, 'The training pool', 'The budget').
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))
