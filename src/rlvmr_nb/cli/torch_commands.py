@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from typing import Any, Mapping
 
 from ..devices import resolve_device
 from ..envs.registry import LEVELS, env_names
@@ -24,6 +24,7 @@ from ..evaluate import (
     write_seed_results,
 )
 from ..lab import load_lab_config, run_lab
+from ..lab.config import LabConfig
 from ..lab.learning_demo import describe, run_learning_demo
 from ..lab.report import write_lab_report
 from ..models import ensure_embedded_model
@@ -129,20 +130,24 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
+def lab_verdicts(config: LabConfig, summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The verdicts `rlvmr-nb lab` prints, with the fairness check beside them: they speak to the claim only where
+    the run is a fair test. Under the avoidable-repetition primary a run with one arm (a sweep) compares nothing, so
+    it has the fairness check alone; the repetitive-rate rule reports its hypothesis."""
+    pre = summary["preregistered"]
+    if config.primary_endpoint != "avoidable":
+        return {"hypothesis": summary["hypothesis"]}
+    compared = {"primary": pre["primary"]["verdict"], "co_primary": pre["co_primary"]["verdict"],
+                "claim_a": pre["claim_a"]} if "primary" in pre else {}
+    return {**compared, "fairness": pre["fairness"]["verdict"]}
+
+
 def cmd_lab(args: argparse.Namespace) -> int:
     config = load_lab_config(args.config, **({"workers": args.workers} if args.workers else {}))
     out = args.out or f"runs/metalab/{config.name}"
     summary = run_lab(config, out)
     report = write_lab_report(summary, out, args.figures or f"{out}/figures", args.results)
-    # the fairness check beside the verdicts: they speak to the claim only where the run is a fair test
-    pre = summary["preregistered"]
-    if config.primary_endpoint == "avoidable" and "primary" in pre:  # not the repetitive-rate hypothesis it replaced
-        verdicts = {"primary": pre["primary"]["verdict"], "co_primary": pre["co_primary"]["verdict"],
-                    "claim_a": pre["claim_a"], "fairness": pre["fairness"]["verdict"]}
-    elif config.primary_endpoint == "avoidable":  # one arm (a sweep): no comparison to give a verdict on
-        verdicts = {"fairness": pre["fairness"]["verdict"]}
-    else:
-        verdicts = {"hypothesis": summary["hypothesis"]}
+    verdicts = lab_verdicts(config, summary)
     print(json.dumps({**verdicts, "training_rise": summary["training_rise"], "patterns": report["patterns"]},
                      indent=2))
     for name, path in report["paths"].items():
