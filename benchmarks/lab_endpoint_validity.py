@@ -6,7 +6,7 @@ repetitive-action rate, flags about half the steps of every policy's failed epis
 back-tracks). This plays every test task of L0, L1 and L2 of the configuration's lab world at that world's horizon
 (`envs.lab_world.HORIZONS`: 24 steps in the small house, 26 in the larger one) with
 
-* the prompt-only expert (`envs.lab_world.expert_choice`; deterministic, one play a task),
+* the prompt-only expert (`envs.lab_expert.expert_choice`; deterministic, one play a task),
 * a uniformly random admissible policy (``--random-seeds`` plays a task, each its own seeded stream),
 * the lab's cold start (``--config``'s, the classroom's by default), from the cold-start cache the lab builds
   (`lab.experiment.coldstart_cache_dir`), with the lab's evaluation settings (`lab.experiment.eval_config`:
@@ -96,7 +96,8 @@ def criterion_cells(results: dict[str, dict[str, Any]]) -> dict[str, dict[str, s
 
 
 def play_scripted(levels: Sequence[str], random_seeds: int, env_name: str = "lab") -> dict[str, dict[str, list]]:
-    from rlvmr_nb.envs.lab_world import HORIZONS, expert_choice
+    from rlvmr_nb.envs.lab_expert import expert_choice
+    from rlvmr_nb.envs.lab_world import HORIZONS
     from rlvmr_nb.lab import scripted
 
     horizon = HORIZONS[env_name]

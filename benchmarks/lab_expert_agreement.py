@@ -1,7 +1,7 @@
 """Which decisions GRPO changes: each policy's agreement with the prompt-only expert, by the kind of decision the
 expert would make at that step, on the held-in training layouts and on unseen L0 (descriptive; no verdict changes).
 
-The expert decides from what the prompt shows (`envs.lab_world.expert_choice`: the task, the episode's record and the
+The expert decides from what the prompt shows (`envs.lab_expert.expert_choice`: the task, the episode's record and the
 admissible commands), so at every step a policy took, the expert's choice from the *same* prompt is defined, and
 so is its kind: `take` a target in sight, `open` an unsearched container here, `explore` (go to an exit not yet
 visited), `back` (nothing new here: go to the room this one was entered from), `deliver` (carry the target along
@@ -48,7 +48,7 @@ def decision_kind(expert: str, record: object, goal: str, admissible: list[str])
 def agreement(episodes_file: Path) -> dict[str, list[int]]:
     """Per decision kind, [steps where the policy chose what the expert would, steps] over one evaluation file."""
     from rlvmr_nb.envs.lab_record import lab_record
-    from rlvmr_nb.envs.lab_world import expert_choice
+    from rlvmr_nb.envs.lab_expert import expert_choice
 
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0])
     for line in episodes_file.read_text().splitlines():

@@ -126,7 +126,8 @@ pd.Series(config.flat()).to_frame("setting")  # the lab's own settings, then the
 # the expert the cold start imitates decides from what the policy sees too. One expert episode's last prompt:
 
 # %%
-from rlvmr_nb.envs.lab_world import HORIZONS, expert_solve_rates
+from rlvmr_nb.envs.lab_expert import expert_solve_rates
+from rlvmr_nb.envs.lab_world import HORIZONS
 
 world = config.train.rollout.env  # the small house ('lab') or the larger one ('lab_large'; docs/lab.md)
 display(pd.DataFrame([{"level": lvl, **describe_task(lab_tasks(config, "test", lvl)[0])} for lvl in config.levels]))

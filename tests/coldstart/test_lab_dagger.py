@@ -10,6 +10,7 @@ from collections import Counter
 import pytest
 
 from rlvmr_nb.coldstart.lab_dagger import dagger_samples, draw_samples
+from rlvmr_nb.envs import lab_expert
 from rlvmr_nb.envs import lab_world as lab
 from rlvmr_nb.envs.lab_record import lab_record
 from rlvmr_nb.rollout.prompts import AgentMemory, PromptConfig
@@ -47,7 +48,7 @@ def label_of(sample: dict) -> tuple[str | None, str]:
 def test_on_the_experts_own_path_every_label_is_the_experts_next_command():
     """Guards against a labeller that reads the world instead of the prompt, or is one step off: replaying the
     expert's winning commands, each step's label must be exactly the command the expert took there."""
-    expert = lab.lab_expert_actions(TASK)
+    expert = lab_expert.lab_expert_actions(TASK)
     episode = play(TASK, expert)
     assert episode.won
     rows, counts = dagger_samples([episode])
@@ -74,7 +75,7 @@ def test_a_stray_state_gets_the_choice_the_expert_makes_from_that_prompts_record
     for step, row in zip(episode.steps, rows, strict=True):
         observations.append(step.observation)
         record = lab_record(observations, [s.action for s in episode.steps[: step.t]])
-        assert label_of(row)[1] == lab.expert_choice(episode.task_text, record, step.admissible_actions)
+        assert label_of(row)[1] == lab_expert.expert_choice(episode.task_text, record, step.admissible_actions)
         assert row["prompt"] == memory.render(step.observation, step.admissible_actions)
         memory.record(step.observation, step.output, step.action)
     assert "scripted planning" in rows[-1]["prompt"]  # the policy's own plan, not the expert's, is what it is shown
@@ -92,7 +93,7 @@ def test_a_refused_step_is_followed_by_a_reflection_of_its_kind_and_a_malformed_
 
 
 def test_a_replay_that_disagrees_with_the_rollout_raises():
-    episode = play(TASK, lab.lab_expert_actions(TASK)[:3])
+    episode = play(TASK, lab_expert.lab_expert_actions(TASK)[:3])
     episode.steps[1].feedback = "You are in the moon."
     with pytest.raises(RuntimeError, match="replaying"):
         dagger_samples([episode])

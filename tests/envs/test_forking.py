@@ -19,7 +19,8 @@ from alfworld_fixtures import alfworld_data_root, alfworld_engine  # noqa: F401 
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
 from rlvmr_nb.envs.forking import ForkDiverged, ForkPoint, fork, replay
-from rlvmr_nb.envs.lab_world import LabEnv, lab_expert_actions
+from rlvmr_nb.envs.lab_expert import lab_expert_actions
+from rlvmr_nb.envs.lab_world import LabEnv
 from rlvmr_nb.envs.lab_world import level_tasks as lab_level_tasks
 from rlvmr_nb.envs.lazy import LazyActionList, StaleActionsError
 from rlvmr_nb.envs.local import LocalEnvs

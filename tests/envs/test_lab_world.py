@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from rlvmr_nb.envs import lab_expert
 from rlvmr_nb.envs import lab_world as lab
 from rlvmr_nb.envs.registry import get_env
 from rlvmr_nb.envs.lab_record import lab_record
@@ -29,7 +30,7 @@ def test_the_searching_expert_wins_every_task_of_every_split():
     for task in {t.task_id: t for t in _all_tasks()}.values():
         env.reset(task)
         result = None
-        for action in lab.lab_expert_actions(task):
+        for action in lab_expert.lab_expert_actions(task):
             result = env.step(action)
             assert not lab.is_refusal(result.observation), (task.task_id, action)
         assert result is not None and result.won and result.done
@@ -143,14 +144,14 @@ def test_the_expert_decides_from_its_prompt_record_alone():
     for task in get_env("lab").tasks("train")[:40]:
         world, state = lab.build_world(task.task_id)
         observations, actions = [lab.describe(world, state)], []
-        for action in lab.lab_expert_actions(task):
+        for action in lab_expert.lab_expert_actions(task):
             record = lab_record(observations, actions)
-            assert lab.expert_choice(world.goal_text, record, lab.admissible(world, state)) == action
+            assert lab_expert.expert_choice(world.goal_text, record, lab.admissible(world, state)) == action
             state, answer = lab.transition(world, state, action)
             observations.append(answer)
             actions.append(action)
     record = lab_record(["You are in the hallway. You see nothing. Exits: study, garden."], [])
-    assert lab.expert_choice("put the key in the box.", record, ["go to garden", "go to study", "look"]) == "go to garden"
+    assert lab_expert.expert_choice("put the key in the box.", record, ["go to garden", "go to study", "look"]) == "go to garden"
 
 
 @pytest.mark.parametrize("level", ["L0", "L1", "L2"])
@@ -160,9 +161,9 @@ def test_the_expert_solves_nearly_every_test_task_within_the_horizon(level):
     import json
     from pathlib import Path
 
-    rate = lab.expert_solve_rates(lab.LAB_HORIZON, levels=[level])[level]
+    rate = lab_expert.expert_solve_rates(lab.LAB_HORIZON, levels=[level])[level]
     assert rate >= 0.95, (level, rate)
-    assert lab.expert_solve_rates(12, levels=[level])[level] < 0.95  # a horizon that is too short is caught
+    assert lab_expert.expert_solve_rates(12, levels=[level])[level] < 0.95  # a horizon that is too short is caught
     for name in ("classroom", "recorded"):
         config = json.loads((Path(__file__).parents[2] / "configs" / "lab" / f"{name}.json").read_text())
         assert config["max_steps"] == lab.LAB_HORIZON

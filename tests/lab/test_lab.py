@@ -53,6 +53,7 @@ def test_word_tokenizer_round_trips_what_the_parser_reads(lab_tokenizer):
 
 def test_the_vocabulary_is_built_from_training_text_only(monkeypatch):
     """Building the corpus never builds a test layout (it would fail here), yet covers the test levels' words."""
+    from rlvmr_nb.envs import lab_expert
     from rlvmr_nb.envs import lab_world as lab
     from rlvmr_nb.envs.base import TaskSpec
     from rlvmr_nb.lab.policy import words_of
@@ -65,15 +66,17 @@ def test_the_vocabulary_is_built_from_training_text_only(monkeypatch):
             raise AssertionError(f"world_corpus built the test layout {tid}")
         return real_build(tid)
 
-    monkeypatch.setattr(lab, "build_world", training_only)
+    for module in (lab, lab_expert):  # the world's, and the expert's own reference to it
+        monkeypatch.setattr(module, "build_world", training_only)
     vocabulary = set(build_vocabulary(world_corpus()))
-    monkeypatch.setattr(lab, "build_world", real_build)
+    for module in (lab, lab_expert):
+        monkeypatch.setattr(module, "build_world", real_build)
     env = lab.LabEnv(max_steps=60)
     unseen = set()
     for tid in sorted(test_ids):
         reset = env.reset(TaskSpec(task_id=tid, env="lab"))
         texts = [reset.task_text, reset.observation, *reset.admissible_actions]
-        for action in lab.lab_expert_actions(tid):
+        for action in lab_expert.lab_expert_actions(tid):
             result = env.step(action)
             texts += [result.observation, *result.admissible_actions]
         unseen |= {w for text in texts for w in words_of(text)} - vocabulary
@@ -629,7 +632,8 @@ def test_the_expert_agrees_with_itself_in_every_decision_kind(tmp_path):
     docs/lab.md's table."""
     import sys
 
-    from rlvmr_nb.envs.lab_world import LabEnv, lab_expert_actions
+    from rlvmr_nb.envs.lab_expert import lab_expert_actions
+    from rlvmr_nb.envs.lab_world import LabEnv
 
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from lab_expert_agreement import KINDS, agreement

@@ -15,7 +15,8 @@ from dataclasses import replace
 
 import pytest
 
-from rlvmr_nb.envs.lab_world import LAB_HORIZON, describe_task, expert_choice, lab_expert_actions
+from rlvmr_nb.envs.lab_expert import expert_choice, lab_expert_actions
+from rlvmr_nb.envs.lab_world import LAB_HORIZON, describe_task
 from rlvmr_nb.lab import endpoints, scripted
 from rlvmr_nb.scoring.metrics import repetitive_steps
 

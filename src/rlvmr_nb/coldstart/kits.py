@@ -16,7 +16,8 @@ from typing import Any, Callable, Sequence
 from ..envs.alfworld import ALFWorldEnv
 from ..envs.alfworld_experts import play_expert
 from ..envs.base import TaskSpec
-from ..envs.lab_world import LabEnv, LargeLabEnv, lab_expert_actions
+from ..envs.lab_expert import lab_expert_actions
+from ..envs.lab_world import LabEnv, LargeLabEnv, LargeLabHomeEnv
 from ..envs.registry import env_names, get_env
 from ..envs.scienceworld import ScienceWorldEnv
 from ..envs.scienceworld_gold import scienceworld_gold_episode
@@ -181,6 +182,10 @@ def _large_lab_expert_env(expert: str) -> Any:
     return LargeLabEnv()
 
 
+def _large_lab_home_expert_env(expert: str) -> Any:
+    return LargeLabHomeEnv()
+
+
 def _lab_expert_episode(task: TaskSpec, env: Any, expert: str, seed: int, handcoded_share: float) -> Episode:
     template = Episode(task_id=task.task_id, env=task.env, split=task.split, task_type=task.task_type,
                        info={"expert": "search"})
@@ -206,6 +211,9 @@ LAB = ColdStartKit(
 )
 LAB_LARGE = replace(LAB, env="lab_large", make_expert_env=_large_lab_expert_env)
 """The larger house's kit: the same searching expert and tag rules (`envs.lab_world`, module docstring)."""
+LAB_LARGE_HOME = replace(LAB, env="lab_large_home", make_expert_env=_large_lab_home_expert_env)
+"""The kit of the larger house with its homes named: the same expert, which ignores the homes, so its imitation leaves
+the homes for RL to learn (`envs.lab_world`, module docstring)."""
 
 
 def kit_names() -> Sequence[str]:

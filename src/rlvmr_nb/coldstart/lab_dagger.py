@@ -4,7 +4,7 @@ Why. The rule-tagged demonstrations (paper §3.3) show the expert's decisions in
 the lab, "take the cup" then always follows the same route through the same rooms, so the route predicts the
 decision as well as the cup in sight does, and a policy trained from scratch learns the route: on unseen layouts it
 took a target in sight in about a third of those steps (docs/lab.md, 'Which decisions the policies get right'). The
-lab's expert decides from the prompt alone (`envs.lab_world.expert_choice`), so every state a policy reaches has an
+lab's expert decides from the prompt alone (`envs.lab_expert.expert_choice`), so every state a policy reaches has an
 expert choice; labelled there, the cup is in sight after many routes and only the observation predicts the decision.
 
 What it adds to the paper's cold start: after SFT on the demonstrations, the policy plays their tasks; each step it

@@ -13,7 +13,7 @@ Mistakes (each replayed in the real world before it is kept; all answer "Nothing
 reflection reward counts as a failed step, `docs/method.md`, 'Meta-reasoning rewards'):
 ``repeat_go`` (walking to the room one is already in: the looping move the lab is about),
 ``not_adjacent`` (walking to a room that is not an exit of this one), ``closed`` (taking an object from
-a container before opening it). The expert decides from its prompt's record (`envs.lab_world.expert_choice`), which
+a container before opening it). The expert decides from its prompt's record (`envs.lab_expert.expert_choice`), which
 lists the refused command, so after a mistake it simply carries on with its plan.
 
 States a policy reached (DAgger, `coldstart.lab_dagger`): `policy_state_label` tags the expert's choice there by
@@ -30,7 +30,8 @@ from dataclasses import dataclass
 from typing import Sequence
 
 from ..envs.lab_record import LabRecord
-from ..envs.lab_world import LabWorld, build_world, expert_choice, is_refusal, transition, visible_objects
+from ..envs.lab_expert import expert_choice
+from ..envs.lab_world import LabWorld, build_world, is_refusal, transition, visible_objects
 from ..envs.rooms import RoomState
 from ..rollout.tags import format_step
 from ..records import Episode, Step

@@ -185,7 +185,7 @@ _TAG_GUIDE = {
 }
 # The lab world has ALFWorld's rooms-and-containers mechanics (envs/rooms.py) and its own prompt family: the
 # same guide fits it; without an entry `--teacher llm` failed on it with KeyError: 'lab'.
-_TAG_GUIDE["lab"] = _TAG_GUIDE["lab_large"] = _TAG_GUIDE["alfworld"]
+_TAG_GUIDE["lab"] = _TAG_GUIDE["lab_large"] = _TAG_GUIDE["lab_large_home"] = _TAG_GUIDE["alfworld"]
 
 
 def annotation_prompt(expert: Episode) -> str:

@@ -1,6 +1,6 @@
 """What an agent of the metacognition lab knows after some steps, read off the world's answers and its own
 commands alone: a compact record of the episode (`LabRecord`) that the lab prompt shows
-(`rollout.prompts.families.lab_layout`) and the cold-start expert decides from (`envs.lab_world.expert_choice`).
+(`rollout.prompts.families.lab_layout`) and the cold-start expert decides from (`envs.lab_expert.expert_choice`).
 
 Why the record. A policy that sees only its last four actions cannot know which rooms it already searched, so
 the map-knowing expert it used to imitate made choices the prompt could not explain, and RL could only memorise

@@ -33,18 +33,15 @@ new place is reading a line rather than a set difference; and the horizon (`LARG
 searching expert needs. The expert searches as in the small house and ignores the homes, so its imitation leaves
 something a policy can learn on any layout: search the home room first.
 
+The larger house with its homes named (`LARGE_HOME_ENV_NAME`; docs/lab.md, 'The homes named'). The same layouts and
+task ids; the prompt adds one line, the room's leads towards a target's home (`home_leads`). An LLM agent brings the
+prior that a key is likely in the garage; the lab's word-level policy has no such prior and, on the evidence of the
+larger house's sweeps, does not learn one from the layouts, so this world states it, as a line to read like the leads.
+
 Every answer names the room the agent is in (after ``take``, ``open``, ``put``, a refused command...), so
 the agent never has to remember where it is from an earlier observation.
 
-Expert (`lab_expert_actions`): an agent that decides only from what its prompt shows (the record of the
-episode, `envs.lab_record.LabRecord`, the current observation and the admissible commands). It searches depth
-first: opens the unsearched containers of its room, walks to an exit it has not visited (alphabetically
-first), else back to the room it first came from; it takes a target as soon as it sees it and delivers
-along the rooms it knows. Like ALFWorld's hand-coded expert it never peeks into closed containers; unlike
-the earlier map-knowing expert it never uses the map, so the cold start imitates choices the policy can
-infer from its own prompt. The cold start tags its trajectories (`coldstart.lab_world_rules`).
-`LAB_HORIZON` steps are enough for it on at least 95 % of the test tasks of every level
-(`expert_solve_rates`; tests/envs/test_lab_world.py).
+The searching expert, which the cold start imitates, lives in `envs.lab_expert`.
 """
 
 from __future__ import annotations
@@ -56,7 +53,6 @@ from typing import Any, Sequence
 
 from rlvmr_nb.envs.base import Reset, StepResult, TaskSpec
 from rlvmr_nb.envs.forking import FrozenStateFork
-from rlvmr_nb.envs.lab_record import LabRecord, lab_record
 # visible_objects: used by coldstart.lab_world_rules through this module
 from rlvmr_nb.envs.rooms import (AGENT, RoomState, apply_room_command, article, carried,  # noqa: F401
                                  room_commands, room_view, visible_objects)
@@ -79,6 +75,8 @@ _TEST_OFFSET = {"L0": 10_000, "L1": 20_000, "L2": 30_000}
 
 LARGE_ENV_NAME = "lab_large"
 """The larger house's registry name (`LargeLabEnv`); its task ids end in ``:large``."""
+LARGE_HOME_ENV_NAME = "lab_large_home"
+"""The larger house with the homes named in the prompt (`LargeLabHomeEnv`): the same ``:large`` task ids and layouts."""
 LARGE = "large"
 """The house field of a larger house's task id (``'put:s:12:large'``); a three-field id is the small house."""
 LARGE_ROOM_POOL: tuple[str, ...] = ROOM_POOL + ("pantry", "office", "porch", "library", "nursery", "laundry")
@@ -285,7 +283,7 @@ def is_won(world: LabWorld, state: RoomState) -> bool:
     return all(state.location(t) == world.destination for t in world.targets)
 
 
-# ----- the searching expert -------------------------------------------------------------------------
+# ----- horizons -------------------------------------------------------------------------------------
 
 LAB_HORIZON = 24
 """Steps per episode the lab configurations use: the prompt-only expert needs at most this many on at least
@@ -299,7 +297,7 @@ a policy that searches more slowly than the expert, and a policy that searches t
 spare."""
 
 
-HORIZONS: dict[str, int] = {ENV_NAME: LAB_HORIZON, LARGE_ENV_NAME: LARGE_HORIZON}
+HORIZONS: dict[str, int] = {ENV_NAME: LAB_HORIZON, LARGE_ENV_NAME: LARGE_HORIZON, LARGE_HOME_ENV_NAME: LARGE_HORIZON}
 """Each lab world's horizon, by registry name."""
 
 
@@ -313,86 +311,13 @@ def parse_goal(goal: str) -> tuple[str, tuple[str, ...], str]:
     return ("put_two" if len(targets) > 1 else "put"), targets, words[-1]
 
 
-def expert_choice(goal: str, record: LabRecord, admissible_now: Sequence[str]) -> str:
-    """The prompt-only expert's next command (module docstring), from the task sentence, the episode's record
-    (`envs.lab_record.lab_record`) and the admissible commands: nothing else, so its choice follows from its prompt."""
-    kind, targets, destination = parse_goal(goal)
-    commands = set(admissible_now)
-    carried = sorted(c[5:] for c in commands if c.startswith("drop "))
-    placed = {t for t in targets if _last_done(record, t) == f"put {t} in {destination}"}
-    missing = [t for t in targets if t not in carried and t not in placed]
-    for t in missing:
-        if f"take {t}" in commands:
-            return f"take {t}"
-    if not missing:  # deliver what it carries
-        held = [t for t in targets if t in carried]
-        if kind == "bring":
-            if record.room == destination:
-                return f"drop {held[0]}"
-            goal_room = destination
-        else:
-            goal_room = record.container_rooms.get(destination, "")
-            if record.room == goal_room:
-                return f"open {destination}" if f"open {destination}" in commands else f"put {held[0]} in {destination}"
-        step = record.path_step(goal_room)
-        if step is not None:
-            return f"go to {step}"
-        return _explore(record, commands, open_containers=False)
-    return _explore(record, commands, open_containers=True)
-
-
-def _last_done(record: LabRecord, obj: str) -> str | None:
-    """The latest accepted take/put/drop command that moved `obj` (None when none did)."""
-    moves = [c for c in record.done if c.split()[1] == obj]
-    return moves[-1] if moves else None
-
-
-def _explore(record: LabRecord, commands: set[str], open_containers: bool) -> str:
-    """Depth-first search step: the room's first lead (`LabRecord.leads`: an unsearched closed container here, else an
-    unvisited exit; no containers while delivering), else back to the room this one was first entered from."""
-    leads = [c for c in record.leads(sorted(commands)) if open_containers or c.startswith("go to ")]
-    if leads:
-        return leads[0]
-    back = record.parents.get(record.room)
-    if back is None:
-        raise RuntimeError(f"lab expert: nothing left to search from the {record.room} (bug)")
-    return f"go to {back}"
-
-
-def lab_expert_actions(task: TaskSpec | str, seed: int = 0, max_steps: int = 60) -> list[str]:
-    """The prompt-only expert's winning command sequence for a task. Deterministic in the task: its choices
-    follow from what its prompt shows (`seed` is accepted for the cold-start kit's signature and unused)."""
-    tid = task if isinstance(task, str) else task.task_id
-    world, state = build_world(tid)
-    observations, actions = [describe(world, state)], []
-    while not is_won(world, state):
-        if len(actions) >= max_steps:
-            raise RuntimeError(f"lab expert did not win {tid} in {max_steps} steps")
-        action = expert_choice(world.goal_text, lab_record(observations, actions), admissible(world, state))
-        state, answer = transition(world, state, action)
-        actions.append(action)
-        observations.append(answer)
-    return actions
-
-
-def expert_solve_rates(horizon: int, role: str = "test", levels: Sequence[str] = ("L0", "L1", "L2"),
-                       env_name: str = ENV_NAME) -> dict[str, float]:
-    """Per level, the share of its `role` tasks in the lab world `env_name` (the small or the larger house) the
-    prompt-only expert wins within `horizon` steps."""
-    rates = {}
-    for level in levels:
-        tasks = level_tasks(role, level, env_name)
-        rates[level] = sum(len(lab_expert_actions(t, max_steps=200)) <= horizon for t in tasks) / len(tasks)
-    return rates
-
-
 # ----- splits ---------------------------------------------------------------------------------------
 
 
 def lab_tasks(kinds: Sequence[str], combos: str, start: int, n: int, split: str,
               env_name: str = ENV_NAME) -> list[TaskSpec]:
     """`n` tasks cycling through `kinds` from variation `start` on, in the lab world `env_name`."""
-    suffix = f":{LARGE}" if env_name == LARGE_ENV_NAME else ""
+    suffix = f":{LARGE}" if env_name in (LARGE_ENV_NAME, LARGE_HOME_ENV_NAME) else ""
     return [TaskSpec(task_id=f"{kinds[i % len(kinds)]}:{combos}:{start + i}{suffix}", env=env_name, split=split,
                      task_type=kinds[i % len(kinds)]) for i in range(n)]
 
@@ -412,6 +337,11 @@ def large_level_tasks(role: str, level: str) -> list[TaskSpec]:
     return level_tasks(role, level, LARGE_ENV_NAME)
 
 
+def large_home_level_tasks(role: str, level: str) -> list[TaskSpec]:
+    """`level_tasks` of the larger house with its homes named: the larger house's task ids, this world's name."""
+    return level_tasks(role, level, LARGE_HOME_ENV_NAME)
+
+
 def heldout_task_types(level: str) -> frozenset[str]:
     """Task kinds a level's policy never trains on: ``put_two`` for L2."""
     return frozenset(HELDOUT_KINDS) if level == "L2" else frozenset()
@@ -426,6 +356,8 @@ class LabEnv(FrozenStateFork):
     Forks by sharing its frozen state (`envs.forking.FrozenStateFork`): microseconds, no replay."""
 
     name = ENV_NAME
+    house = ENV_NAME
+    """The house its task ids build (`env_of`): worlds that differ only in their prompt share one."""
 
     def __init__(self, *, max_steps: int = 50) -> None:
         if max_steps < 1:
@@ -438,7 +370,7 @@ class LabEnv(FrozenStateFork):
         self._observation = ""
 
     def reset(self, task: TaskSpec) -> Reset:
-        if task.env not in (self.name, "") or env_of(task.task_id) != self.name:
+        if task.env not in (self.name, "") or env_of(task.task_id) != self.house:
             raise ValueError(f"task {task.task_id!r} (env {task.env!r}) is not a task of {self.name!r}")
         self._world, self._state = build_world(task.task_id)
         self._t, self._task = 0, task
@@ -481,7 +413,13 @@ class LabEnv(FrozenStateFork):
 class LargeLabEnv(LabEnv):
     """`LabEnv` over the larger house (module docstring): its tasks' ids end in ``:large``."""
 
-    name = LARGE_ENV_NAME
+    name = house = LARGE_ENV_NAME
+
+
+class LargeLabHomeEnv(LargeLabEnv):
+    """`LargeLabEnv` under its own name, whose prompt names the homes (module docstring; the game is the same)."""
+
+    name = LARGE_HOME_ENV_NAME
 
 
 def describe_task(task: TaskSpec | str) -> dict[str, Any]:

@@ -207,3 +207,13 @@ register_env(EnvSpec(
     description="the lab's larger house: 8-10 rooms, objects hidden in their home rooms, the room's leads in the "
                 "prompt; the lab's splits (docs/lab.md, 'The larger house')",
 ))
+register_env(EnvSpec(
+    name="lab_large_home",
+    env_class="rlvmr_nb.envs.lab_world:LargeLabHomeEnv",
+    task_lists="rlvmr_nb.envs.lab_world:large_home_level_tasks",
+    prompt_family="lab_large_home",
+    heldout_types="rlvmr_nb.envs.lab_world:heldout_task_types",
+    coldstart_kit="rlvmr_nb.coldstart.kits:LAB_LARGE_HOME",
+    description="the lab's larger house with the homes named: its layouts, and a prompt line with the room's leads "
+                "towards a target's home (docs/lab.md, 'The homes named')",
+))

@@ -27,8 +27,9 @@ from ..train_config import TrainConfig
 from ..update.config import UpdateConfig
 from ..update.loss_terms import LossConfig
 
-LAB_WORLDS = ("lab", "lab_large")
-"""The worlds a lab run may play (`LabConfig.train`'s env): the small house, the larger one (`envs.lab_world`)."""
+LAB_WORLDS = ("lab", "lab_large", "lab_large_home")
+"""The worlds a lab run may play (`LabConfig.train`'s env): the small house, the larger one, the larger one with its
+homes named (`envs.lab_world`)."""
 PRIMARY_ENDPOINTS = ("repetitive", "avoidable")
 """`LabConfig.primary_endpoint`'s choices."""
 

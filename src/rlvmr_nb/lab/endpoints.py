@@ -3,7 +3,7 @@
 Why not the repetitive-action rate. The paper's looping measure (Fig. 1 and Table 1's repetitive-action rate,
 §2.1; here `scoring.metrics.repetitive_steps`) flags an action issued before whose answer says nothing new. In the
 lab house that tracks failure, not looping: a failed episode is a walk through rooms already seen, so every policy's
-failed episodes repeat on about half their steps, the prompt-only expert (`envs.lab_world.expert_choice`) is
+failed episodes repeat on about half their steps, the prompt-only expert (`envs.lab_expert.expert_choice`) is
 flagged on a few per cent of its steps for the back-tracking any depth-first search needs, and about half of a
 policy's repeats come where nothing new was in sight, so repeating was forced. An
 endpoint about *looping* must count only the repeats the agent could have avoided with what it was shown.
@@ -118,7 +118,7 @@ def normalise(command: str) -> str:
 def offer_at(goal: str, record: LabRecord, admissible_now: Sequence[str]) -> tuple[str, tuple[str, ...]]:
     """The `PHASES` entry and the offer (module docstring, 'Offer'; sorted) of one step, from only what
     its prompt shows: the task sentence, the record and the admissible commands, the inputs
-    `envs.lab_world.expert_choice` decides from. What the agent holds is read as the expert reads it (a ``drop``
+    `envs.lab_expert.expert_choice` decides from. What the agent holds is read as the expert reads it (a ``drop``
     on offer), what it delivered from the record's latest move of each target."""
     kind, targets, destination = parse_goal(goal)
     commands = set(admissible_now)

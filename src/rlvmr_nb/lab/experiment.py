@@ -99,7 +99,8 @@ COLDSTART_FIELDS: tuple[str, ...] = ("coldstart_trajectories", "policy_layers", 
 DAGGER_FIELDS: tuple[str, ...] = ("max_steps", "max_new_tokens", "temperature")
 """The training settings (`LabConfig.train`'s rollout) a DAgger round's play reads as well: part of the key only when
 `coldstart_dagger_rounds` > 0, so a plain cold start stays shared by configurations that differ in them."""
-COLDSTART_SOURCES: tuple[str, ...] = ("envs/lab_world.py", "envs/lab_record.py", "envs/rooms.py",
+COLDSTART_SOURCES: tuple[str, ...] = ("envs/lab_world.py", "envs/lab_expert.py", "envs/lab_record.py",
+                                      "envs/rooms.py",
                                       "rollout/prompts/families.py", "rollout/prompts/memory.py",
                                       "rollout/prompts/render.py", "rollout/prompts/budget.py",
                                       "coldstart/lab_world_rules.py", "coldstart/phrasing.py", "coldstart/mistakes.py",

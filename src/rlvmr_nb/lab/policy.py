@@ -33,7 +33,8 @@ from tokenizers import Regex, Tokenizer, models, normalizers, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from ..coldstart import read_samples
-from ..envs.lab_world import ENV_NAME, lab_expert_actions
+from ..envs.lab_expert import lab_expert_actions
+from ..envs.lab_world import ENV_NAME
 from ..envs.registry import get_env
 from ..rollout.prompts import AgentMemory, PromptConfig
 from ..rollout.tags import META_TAGS

@@ -2,7 +2,7 @@
 
 An endpoint about looping (`lab.endpoints`) is only worth pre-registering if it reads near 0 for an agent that does
 not loop and high for one that does, whatever they win. The two yardsticks here need no model: the prompt-only
-expert (`envs.lab_world.expert_choice`, which decides from what its prompt shows, and is a `Chooser` as it stands)
+expert (`envs.lab_expert.expert_choice`, which decides from what its prompt shows, and is a `Chooser` as it stands)
 and a uniformly random admissible policy (`random_player`). `play` writes their episodes with the fields
 `rollout.loop` fills for a policy (observation, admissible list, action, answer, won), so an endpoint reads theirs
 and a policy's the same way. A fixed command list plays the hand-made episodes of the tests (`play_commands`).
@@ -21,7 +21,7 @@ from ..records import Episode, Step
 
 Chooser = Callable[[str, LabRecord, Sequence[str]], str]
 """A player: (task sentence, the episode's record, admissible commands) -> the next command, as
-`envs.lab_world.expert_choice` takes them."""
+`envs.lab_expert.expert_choice` takes them."""
 
 
 def play(task: TaskSpec | str, choose: Chooser, max_steps: int = LAB_HORIZON, method: str = "") -> Episode:

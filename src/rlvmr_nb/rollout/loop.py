@@ -58,7 +58,8 @@ class RolloutConfig:
     `run_rollouts` whole."""
 
     env: str = "alfworld"
-    """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy', 'lab' or 'lab_large' (the lab's larger house)."""
+    """A registered env (`envs.registry`): 'alfworld', 'scienceworld', 'toy', 'lab', 'lab_large' or 'lab_large_home' (the lab's
+    larger house, and with its homes named)."""
     level: str = "L0"
     """Generalisation level (paper §2.1): L0, L1 or L2. Training samples its training split, evaluation its
     test split."""

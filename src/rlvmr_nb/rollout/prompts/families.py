@@ -12,6 +12,7 @@ from dataclasses import dataclass, replace
 from typing import Callable, Protocol, Sequence
 
 from rlvmr_nb.envs.lab_record import lab_record
+from rlvmr_nb.envs.lab_expert import home_leads
 
 from .blocks import (
     ALFWORLD_ACTION_FORMS,
@@ -144,10 +145,11 @@ _THINK_FORMAT = "Answer : <think> one sentence </think> , then <action> ."
 
 
 def lab_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
-               available: str | Sequence[str] | None, window: int, leads: bool = False) -> str:
+               available: str | Sequence[str] | None, window: int, leads: bool = False, homes: bool = False) -> str:
     """One lab prompt listing at most `window` (and at most `LAB_HISTORY_WINDOW`) latest actions and the
     episode's record (`envs.lab_record.LabRecord.lines`); with `leads`, the room's leads after it
-    (`LabRecord.leads`: the larger house's prompt, `lab_large_layout`)."""
+    (`LabRecord.leads`: the larger house's prompt, `lab_large_layout`); with `homes`, then the leads towards a
+    target's home (`envs.lab_expert.home_leads`: the larger house with its homes named, `lab_large_home_layout`)."""
 
     cfg = memory.config
     t = memory.steps_taken
@@ -162,6 +164,8 @@ def lab_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
     parts += record.lines()
     if leads:
         parts.append("Leads: " + (" ; ".join(record.leads(admissible)) or "none") + " .")
+    if homes:
+        parts.append("Home: " + (" ; ".join(home_leads(memory.task, record, admissible)) or "none") + " .")
     parts.append(f"Now: {observation}")
     if cfg.show_admissible:
         parts.append("Admissible: " + " ; ".join(admissible) + " .")
@@ -177,6 +181,13 @@ def lab_large_layout(memory: MemoryView, observation: str, admissible: Sequence[
                      available: str | Sequence[str] | None, window: int) -> str:
     """The larger house's prompt: the lab prompt with the room's leads (`envs.lab_world`, module docstring)."""
     return lab_layout(memory, observation, admissible, available, window, leads=True)
+
+
+def lab_large_home_layout(memory: MemoryView, observation: str, admissible: Sequence[str],
+                          available: str | Sequence[str] | None, window: int) -> str:
+    """The prompt of the larger house with its homes named: the larger house's, then the leads towards a target's home
+    (`envs.lab_world`, module docstring)."""
+    return lab_layout(memory, observation, admissible, available, window, leads=True, homes=True)
 
 
 PROMPT_FAMILIES: dict[str, PromptFamily] = {
@@ -216,6 +227,7 @@ PROMPT_FAMILIES: dict[str, PromptFamily] = {
 }
 """Prompt family of each environment, keyed by `PromptConfig.env`."""
 PROMPT_FAMILIES["lab_large"] = replace(PROMPT_FAMILIES["lab"], layout=lab_large_layout)  # the lab's, with leads
+PROMPT_FAMILIES["lab_large_home"] = replace(PROMPT_FAMILIES["lab"], layout=lab_large_home_layout)  # and the home leads
 
 ENVS: tuple[str, ...] = tuple(PROMPT_FAMILIES)
 
