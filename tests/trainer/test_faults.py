@@ -364,7 +364,9 @@ ADVERSARIAL = {  # name: (piece, repeats, tail) -> a ~10 MB model output
 def test_tag_parser_is_linear_on_adversarial_inputs():
     """CPU seconds, not wall: a quadratic parse of 10 MB takes minutes of CPU, a linear one a fraction of a second,
     while wall time also counts the time a loaded machine gives to other work (3.3 s wall for a niced suite beside a
-    two-worker lab run, well under 1 s of CPU)."""
+    two-worker lab run, well under 1 s of CPU). The bound is 5 CPU-s: a linear parse measured 0.3-1.0 CPU-s here (the
+    top on a 2-core Intel Xeon with a lab run on the other core, where caches and the shared core slow even CPU time),
+    a quadratic one minutes, so the bound tells them apart on any machine without pinning this one's speed."""
     code = (
         "import json, time\nfrom rlvmr_nb.rollout.tags import parse_output\nworst = {}\n"
         f"for name, (piece, repeats, tail) in {ADVERSARIAL!r}.items():\n"
@@ -380,8 +382,8 @@ def test_tag_parser_is_linear_on_adversarial_inputs():
     )
     worst = json.loads(_run_isolated(code, timeout_s=120))
     assert set(worst) == set(ADVERSARIAL)
-    slow = {k: round(v, 2) for k, v in worst.items() if v >= 1.0}
-    assert not slow, f"10 MB adversarial outputs must parse in well under a second: {slow}"
+    slow = {k: round(v, 2) for k, v in worst.items() if v >= 5.0}
+    assert not slow, f"10 MB adversarial outputs must parse in seconds (linear), not minutes: {slow}"
 
 
 _PIECES = ["<planning>", "</planning>", "<explore>", "</explore>", "<reflection>", "</reflection>", "<monitor>",
