@@ -312,8 +312,10 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # The arms learned which exit pays on their 24 layouts, not where objects live (`benchmarks/lab_homes_usage.py`);
 # the sweep that drew from all 400 training layouts instead (seeds 740-741) learned nothing at the same budget
 # (flat training success; unseen L0 +0.0 pp GRPO, +1.25 pp RLVMR), and three times the budget did not help (GRPO,
-# seeds 742-743: held-in +4.2 pp [−2.1, +10.9], unseen L0 +0.4 / 0.0 pp over the cold start), so no run follows
-# either: the lab still lacks a set-up where RL moves unseen success (docs/lab.md, 'The training pool', 'The budget').
+# seeds 742-743: held-in +4.2 pp [−2.1, +10.9], unseen L0 +0.4 / 0.0 pp over the cold start), nor did a prompt line
+# naming the way to a target's home (env `lab_large_home`, GRPO, seeds 750-751: unseen L0 +3.3 / +2.1 pp, under the
+# +3 pp stated; GRPO followed the line less than its cold start did), so no run follows either: the lab still lacks a
+# set-up where RL clearly moves unseen success (docs/lab.md, 'The training pool', 'The budget', 'The homes named').
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))
