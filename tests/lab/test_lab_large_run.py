@@ -1,4 +1,5 @@
-"""`rlvmr-nb lab` in the larger house (env 'lab_large'): the journey a lab file naming it takes, end to end."""
+"""`rlvmr-nb lab` in the larger house (env 'lab_large', and 'lab_large_home' with its homes named): the journey a lab
+file naming it takes, end to end."""
 
 from __future__ import annotations
 
@@ -14,9 +15,11 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_rlvmr_nb_lab_runs_in_the_larger_house(tmp_path, monkeypatch):
+@pytest.mark.parametrize("world, line", [("lab_large", "\nLeads: "), ("lab_large_home", "\nHome: ")])
+def test_rlvmr_nb_lab_runs_in_the_larger_house(tmp_path, monkeypatch, world, line):
     """Guards against a stage that still builds the small house's tasks, vocabulary or prompts when the lab file names
-    the larger one: the cold start, training, every level's evaluation and the results must all be of 'lab_large'."""
+    a larger one: the cold start, training, every level's evaluation and the results must all be of that world, and
+    its prompts carry its own line (the leads; the home leads)."""
     from rlvmr_nb.cli import main
     from rlvmr_nb.coldstart.dataset import read_samples
     from rlvmr_nb.lab import load_lab_config
@@ -24,7 +27,7 @@ def test_rlvmr_nb_lab_runs_in_the_larger_house(tmp_path, monkeypatch):
 
     monkeypatch.setenv("RLVMR_LAB_COLDSTART_CACHE", "0")
     settings = {**json.loads((ROOT / "configs" / "lab" / "ci.json").read_text()),
-                "name": "ci_large", "env": "lab_large", "max_steps": 6, "algos": ["grpo"], "seeds": [0],
+                "name": "ci_large", "env": world, "max_steps": 6, "algos": ["grpo"], "seeds": [0],
                 "coldstart_dagger_rounds": 1}
     config_file = tmp_path / "ci_large.json"
     config_file.write_text(json.dumps(settings))
@@ -33,12 +36,12 @@ def test_rlvmr_nb_lab_runs_in_the_larger_house(tmp_path, monkeypatch):
                  "--results", str(results), "--workers", "1"]) == 0
     samples = read_samples(out / "coldstart" / "data")
     assert samples and all(s["task_id"].endswith(":large") for s in samples)
-    assert all("\nLeads: " in s["prompt"] for s in samples)
+    assert all(line in s["prompt"] for s in samples)
     dagger = read_samples(out / "coldstart" / "dagger-r1")  # the DAgger round replays the larger house's prompt
-    assert dagger and all("\nLeads: " in s["prompt"] for s in dagger)
+    assert dagger and all(line in s["prompt"] for s in dagger)
     for level in ("L0", "L1", "L2", "heldin"):
         rows = [json.loads(line) for line in (out / "eval" / "grpo-seed0" / f"{level}.episodes.jsonl").open()]
-        assert rows and {r["env"] for r in rows} == {"lab_large"}, level
+        assert rows and {r["env"] for r in rows} == {world}, level
     doc = json.loads(results.read_text())
     assert {r["arm"] for r in doc["table"]} == {"cold start", "GRPO"}
     # the same settings in the small house are another cold start (the world is part of the cache key)
