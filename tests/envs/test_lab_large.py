@@ -180,3 +180,21 @@ def test_searching_the_named_home_first_saves_the_expert_steps_on_unseen_layouts
     homes_first = [len(lab_expert.lab_expert_actions(t, max_steps=200, use_homes=True)) for t in tasks]
     assert round(sum(plain) / 60, 1) == 16.2 and round(sum(homes_first) / 60, 1) == 14.2
     assert sum(n <= lab.LARGE_HORIZON for n in homes_first) >= sum(n <= lab.LARGE_HORIZON for n in plain) == 60
+
+
+@pytest.mark.parametrize("world", sorted(lab.HOUSES))
+def test_every_lab_world_plays_its_house_tasks_layouts_and_horizon(world):
+    """`HOUSES` is the one place a world is tied to a house: a world whose task lists built the other house's ids,
+    or whose env refused its own tasks, would pass each world's own tests and fail here."""
+    from rlvmr_nb.envs.registry import get_env
+
+    house = lab.HOUSES[world]
+    assert lab.HORIZONS[world] == lab.HORIZONS[house]
+    spec = get_env(world)
+    env = spec.make_env()
+    for level in ("L0", "L2"):
+        tasks = spec.tasks("test", level)
+        assert {lab.env_of(t.task_id) for t in tasks} == {house} and {t.env for t in tasks} == {world}
+        env.reset(tasks[0])  # its own tasks are its to play
+    # the same task ids as its house: the homes-named world changes the prompt, not the layouts
+    assert [t.task_id for t in spec.tasks("train")] == [t.task_id for t in get_env(house).tasks("train")]

@@ -30,6 +30,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, Sequence
 
 from ..envs.base import TaskSpec
+from ..envs.lab_world import HOUSES
 from ..envs.registry import get_env
 from ..rollout.tags import META_TAGS, format_step, parse_output
 from ..records import Episode, Step
@@ -185,7 +186,7 @@ _TAG_GUIDE = {
 }
 # The lab world has ALFWorld's rooms-and-containers mechanics (envs/rooms.py) and its own prompt family: the
 # same guide fits it; without an entry `--teacher llm` failed on it with KeyError: 'lab'.
-_TAG_GUIDE["lab"] = _TAG_GUIDE["lab_large"] = _TAG_GUIDE["lab_large_home"] = _TAG_GUIDE["alfworld"]
+_TAG_GUIDE.update({world: _TAG_GUIDE["alfworld"] for world in HOUSES})
 
 
 def annotation_prompt(expert: Episode) -> str:

@@ -297,8 +297,13 @@ a policy that searches more slowly than the expert, and a policy that searches t
 spare."""
 
 
-HORIZONS: dict[str, int] = {ENV_NAME: LAB_HORIZON, LARGE_ENV_NAME: LARGE_HORIZON, LARGE_HOME_ENV_NAME: LARGE_HORIZON}
-"""Each lab world's horizon, by registry name."""
+HOUSES: dict[str, str] = {ENV_NAME: ENV_NAME, LARGE_ENV_NAME: LARGE_ENV_NAME, LARGE_HOME_ENV_NAME: LARGE_ENV_NAME}
+"""The house each lab world plays in, by registry name (`env_of` reads it off a task id): worlds that differ only in
+their prompt share one house, so its task ids, layouts and horizon. The one place a new world is tied to a house."""
+
+HORIZONS: dict[str, int] = {world: {ENV_NAME: LAB_HORIZON, LARGE_ENV_NAME: LARGE_HORIZON}[house]
+                            for world, house in HOUSES.items()}
+"""Each lab world's horizon, by registry name: its house's."""
 
 
 def parse_goal(goal: str) -> tuple[str, tuple[str, ...], str]:
@@ -317,7 +322,7 @@ def parse_goal(goal: str) -> tuple[str, tuple[str, ...], str]:
 def lab_tasks(kinds: Sequence[str], combos: str, start: int, n: int, split: str,
               env_name: str = ENV_NAME) -> list[TaskSpec]:
     """`n` tasks cycling through `kinds` from variation `start` on, in the lab world `env_name`."""
-    suffix = f":{LARGE}" if env_name in (LARGE_ENV_NAME, LARGE_HOME_ENV_NAME) else ""
+    suffix = f":{LARGE}" if HOUSES[env_name] == LARGE_ENV_NAME else ""
     return [TaskSpec(task_id=f"{kinds[i % len(kinds)]}:{combos}:{start + i}{suffix}", env=env_name, split=split,
                      task_type=kinds[i % len(kinds)]) for i in range(n)]
 
@@ -356,8 +361,6 @@ class LabEnv(FrozenStateFork):
     Forks by sharing its frozen state (`envs.forking.FrozenStateFork`): microseconds, no replay."""
 
     name = ENV_NAME
-    house = ENV_NAME
-    """The house its task ids build (`env_of`): worlds that differ only in their prompt share one."""
 
     def __init__(self, *, max_steps: int = 50) -> None:
         if max_steps < 1:
@@ -370,7 +373,7 @@ class LabEnv(FrozenStateFork):
         self._observation = ""
 
     def reset(self, task: TaskSpec) -> Reset:
-        if task.env not in (self.name, "") or env_of(task.task_id) != self.house:
+        if task.env not in (self.name, "") or env_of(task.task_id) != HOUSES[self.name]:
             raise ValueError(f"task {task.task_id!r} (env {task.env!r}) is not a task of {self.name!r}")
         self._world, self._state = build_world(task.task_id)
         self._t, self._task = 0, task
@@ -413,7 +416,7 @@ class LabEnv(FrozenStateFork):
 class LargeLabEnv(LabEnv):
     """`LabEnv` over the larger house (module docstring): its tasks' ids end in ``:large``."""
 
-    name = house = LARGE_ENV_NAME
+    name = LARGE_ENV_NAME
 
 
 class LargeLabHomeEnv(LargeLabEnv):

@@ -17,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
+from ..envs.lab_world import HOUSES
 from ..notebooks import project_root
 from ..rollout.loop import RolloutConfig
 from ..runs.config import RunConfig
@@ -27,7 +28,7 @@ from ..train_config import TrainConfig
 from ..update.config import UpdateConfig
 from ..update.loss_terms import LossConfig
 
-LAB_WORLDS = ("lab", "lab_large", "lab_large_home")
+LAB_WORLDS = tuple(HOUSES)  # every lab world, by registry name
 """The worlds a lab run may play (`LabConfig.train`'s env): the small house, the larger one, the larger one with its
 homes named (`envs.lab_world`)."""
 PRIMARY_ENDPOINTS = ("repetitive", "avoidable")
