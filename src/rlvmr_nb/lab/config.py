@@ -28,7 +28,7 @@ from ..train_config import TrainConfig
 from ..update.config import UpdateConfig
 from ..update.loss_terms import LossConfig
 
-LAB_WORLDS = tuple(HOUSES)  # every lab world, by registry name
+LAB_WORLDS = tuple(HOUSES)
 """The worlds a lab run may play (`LabConfig.train`'s env): the small house, the larger one, the larger one with its
 homes named (`envs.lab_world`)."""
 PRIMARY_ENDPOINTS = ("repetitive", "avoidable")
