@@ -745,3 +745,43 @@ def test_the_lab_summary_gives_a_one_arm_sweep_its_fairness_check_alone():
     assert lab_verdicts(load_lab_config(ROOT / "configs" / "lab" / "large_sweep_pool.json"), two_arms) == {
         "primary": pre["primary"]["verdict"], "co_primary": pre["co_primary"]["verdict"],
         "claim_a": pre["claim_a"], "fairness": pre["fairness"]["verdict"]}
+
+
+def test_an_arm_stopped_before_its_last_checkpoint_resumes_to_the_uninterrupted_weights(lab_tokenizer, tmp_path,
+                                                                                          monkeypatch):
+    """Guards two bugs of a lab arm that checkpoints along the way. (1) A lab run stopped between an arm's last
+    logged iteration and its last checkpoint counted the arm finished by its metrics rows, and its evaluation then
+    played the newest intact checkpoint: an older policy, reported as the trained one. (2) A stopped lab run
+    restarted each unfinished arm from iteration 0 (one checkpoint at the end). Here the stop is simulated by
+    deleting the last checkpoint of a finished arm: the arm must retrain from the checkpoint before it and end on
+    the uninterrupted run's weights, bit for bit."""
+    import torch
+
+    from rlvmr_nb.lab import LabConfig, experiment
+    from rlvmr_nb.lab.policy import LabPolicyConfig
+    from rlvmr_nb.runs.logs import read_metrics
+
+    monkeypatch.setattr(experiment, "ARM_CHECKPOINT_EVERY", 2)
+    lab_train_config = experiment.train_config  # the lab keeps one checkpoint; two leave the stop's state behind
+    monkeypatch.setattr(experiment, "train_config", lambda *args: (lambda c: replace(
+        c, run=replace(c.run, keep_checkpoints=2)))(lab_train_config(*args)))
+    config = LabConfig.from_dict({**json.loads((ROOT / "configs" / "lab" / "ci.json").read_text()), "iterations": 4})
+    assert experiment.train_config(config, tmp_path, "grpo", 0).run.save_every == 2  # along the way, not at the end
+    runs = {}
+    for name in ("whole", "stopped"):
+        out = tmp_path / name
+        policy = make_policy(lab_tokenizer, LabPolicyConfig(hidden_size=32, layers=1))
+        torch.manual_seed(0)
+        for p in policy.parameters():  # the same cold start in both folders
+            torch.nn.init.normal_(p, std=0.02)
+        policy.save_pretrained(experiment.coldstart_dir(out))
+        lab_tokenizer.save_pretrained(experiment.coldstart_dir(out))
+        runs[name] = experiment.run_arm(config, out, "grpo", 3)
+    final = experiment.final_checkpoint(config, tmp_path / "stopped", "grpo", 3)
+    assert final.name == "ckpt-00003" and (runs["stopped"] / "ckpt-00001").is_dir()
+    shutil.rmtree(final)  # stopped after iteration 3 was logged, before its checkpoint
+    assert len(read_metrics(runs["stopped"])) == 4  # the old "finished" test would have passed here
+    experiment.run_arm(config, tmp_path / "stopped", "grpo", 3)
+    assert [r["iteration"] for r in read_metrics(runs["stopped"])] == [0, 1, 2, 3]  # every iteration once
+    whole, resumed = (torch.load(r / "ckpt-00003" / "model.pt", weights_only=True) for r in runs.values())
+    assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)

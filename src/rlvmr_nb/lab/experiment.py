@@ -4,7 +4,7 @@ Every stage calls the library's public API (`coldstart.build_coldstart_dataset`,
 `trainer.train`, `evaluate.evaluate_policy`) with the lab world (`envs.lab_world`) and the lab policy
 (`lab.policy`); nothing about the method is special-cased. Each stage writes its files under the run
 folder and is skipped when they exist, so an interrupted run resumes (the trainer itself resumes from
-its last checkpoint).
+its newest checkpoint, taken every `ARM_CHECKPOINT_EVERY` iterations).
 
 Layout of a run folder::
     coldstart/data/        the tagged expert set (samples.jsonl, trajectories.jsonl, manifest.json)
@@ -42,8 +42,8 @@ from ..evaluate import eval_tasks as eval_task_list
 from ..models import load_model
 from ..rollout.generation import EngineConfig
 from ..rollout.tags import META_TAGS
+from ..runs.checkpoints import checkpoint_path, is_checkpoint
 from ..runs.lock import RunFolderLock
-from ..runs.logs import read_metrics
 from ..runs.ownership import refuse_leftover_workers, start_owned_worker
 from ..runs.policy import load_policy
 from ..scoring.metrics import summarize
@@ -237,16 +237,23 @@ def train_coldstart_policy(config: LabConfig, data: Path, root: Path, progress: 
     return root / "sft"
 
 
+ARM_CHECKPOINT_EVERY = 4
+"""Iterations between an arm's checkpoints. A larger-house arm-seed trains ~25 CPU-min; with one checkpoint at the end
+a stopped lab run restarted each unfinished arm from iteration 0. The trainer resumes a checkpoint bit for bit
+(tests/trainer/test_trainer.py, kill and resume), so the cadence changes what a stop costs, never what an arm
+learns. The lab keeps the newest one (`keep_checkpoints` 1; ~6 MB for the larger house's policy)."""
+
+
 def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> TrainConfig:
     """The `trainer.TrainConfig` of one arm: the lab's training settings (`LabConfig.train`) with the arm's algo and
-    seed, the cold start as the model, its run folder, one checkpoint at the end, and every rollout of an iteration
-    in one generate call. Every arm uses the same prompt and parser (`lab_train_defaults`), so GRPO is the
+    seed, the cold start as the model, its run folder, a checkpoint every `ARM_CHECKPOINT_EVERY` iterations and at
+    the end, and every rollout of an iteration in one generate call. Every arm uses the same prompt and parser (`lab_train_defaults`), so GRPO is the
     outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ in their advantage
     estimator only."""
     base = config.train
     return replace(base, model=str(coldstart_dir(out)), seed=seed, method=replace(base.method, algo=algo),
                    run=replace(base.run, out_dir=str(Path(out) / "runs" / f"{algo}-seed{seed}"),
-                               save_every=base.run.iterations),
+                               save_every=min(ARM_CHECKPOINT_EVERY, base.run.iterations)),
                    engine=replace(base.engine, generation_batch_size=base.run.tasks_per_iteration * base.rollout.group_size))
 
 
@@ -258,10 +265,19 @@ def training_pool(config: LabConfig) -> list:
     return pool[: config.train_pool]
 
 
-def run_arm(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Path:
-    """Train one arm from the cold-start checkpoint (resumes; a finished run returns at once)."""
+def final_checkpoint(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Path:
+    """The checkpoint of an arm's last iteration, the one every evaluation of the arm plays. Named, not "the newest
+    intact one": with checkpoints along the way an older one must never stand in for a missing or damaged last."""
     cfg = train_config(config, out, algo, seed)
-    if len(read_metrics(cfg.run.out_dir)) < cfg.run.iterations:
+    return checkpoint_path(cfg.run.out_dir, cfg.run.iterations - 1)
+
+
+def run_arm(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> Path:
+    """Train one arm from the cold-start checkpoint and return its run folder. An arm is finished when its last
+    iteration's checkpoint is complete (`final_checkpoint`); otherwise the trainer resumes from the newest
+    checkpoint (its logs cut back to it), or starts afresh when there is none."""
+    cfg = train_config(config, out, algo, seed)
+    if not is_checkpoint(final_checkpoint(config, out, algo, seed)):
         train(cfg, tasks=training_pool(config))
     return Path(cfg.run.out_dir)
 
@@ -355,7 +371,7 @@ def replay(config: LabConfig, out: str | os.PathLike, seed: int, tasks: list,
     if sampling_seed is not None:
         cfg = replace(cfg, seed=sampling_seed)
     played = {}
-    for arm, folder in ((COLDSTART_ARM, coldstart_dir(out)), ("grpo", Path(out) / "runs" / f"grpo-seed{seed}")):
+    for arm, folder in ((COLDSTART_ARM, coldstart_dir(out)), ("grpo", final_checkpoint(config, out, "grpo", seed))):
         model, tokenizer, _ = load_policy(str(folder))
         played[arm], _ = evaluate_policy(model, tokenizer, cfg, tasks=tasks, progress=False)
     return played
@@ -373,7 +389,7 @@ def run_unit(config: LabConfig, out: str | os.PathLike, seed: int, arm: str,
     with timer.stage(f"train {arm} seed{seed}"):
         run_dir = run_arm(config, out, arm, seed)
     with timer.stage(f"eval {arm} seed{seed}"):
-        run_evaluation(config, out, arm, seed, run_dir)
+        run_evaluation(config, out, arm, seed, final_checkpoint(config, out, arm, seed))
     log(f"{arm} seed {seed}: {run_dir}")
     return timer.stages
 

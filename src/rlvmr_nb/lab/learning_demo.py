@@ -37,7 +37,7 @@ from ..records import parse_episode_id, read_episodes
 from ..runs.logs import read_metrics
 from ..runs.machine import machine_facts
 from .config import LabConfig
-from .experiment import run_arm, run_coldstart, run_evaluation
+from .experiment import final_checkpoint, run_arm, run_coldstart, run_evaluation
 from .layout import COLDSTART_ARM, HELDIN, coldstart_dir, eval_path
 from .paired import episode_repetition, heldin_rise
 from .stats import TRAINING_HEAD, training_rise, wilson
@@ -117,7 +117,7 @@ def run_learning_demo(config: LabConfig, out: str | os.PathLike, algo: str | Non
     run_dir = run_arm(config, out, algo, seed)
     say("lab demo: the layouts played before and after training ...", flush=True)
     run_evaluation(config, out, COLDSTART_ARM, seed, coldstart_dir(out), levels=(HELDIN,))
-    run_evaluation(config, out, algo, seed, run_dir, levels=(HELDIN,))
+    run_evaluation(config, out, algo, seed, final_checkpoint(config, out, algo, seed), levels=(HELDIN,))
 
     def played(arm: str) -> list:
         return read_episodes(eval_path(out, arm, seed, HELDIN).with_suffix(".episodes.jsonl"))
