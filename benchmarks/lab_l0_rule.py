@@ -51,18 +51,11 @@ def l0_differences(results_file: Path) -> dict[str, list[float]]:
 
 def pooled_noise(files: tuple[str, ...]) -> dict[str, float]:
     """Pooled within-run SD of an arm's per-seed L0 difference (each run and arm centred on its own mean, so the
-    budgets' different true effects do not inflate it) and the arms' within-seed correlation."""
-    squares, df, products, cross = 0.0, 0, 0.0, 0
-    for name in files:
-        diffs = l0_differences(RESULTS / name)
-        centred = {arm: np.asarray(d) - np.mean(d) for arm, d in diffs.items()}
-        for c in centred.values():
-            squares += float(np.sum(c**2))
-            df += len(c) - 1
-        products += float(np.sum(centred["GRPO"] * centred["RLVMR"]))
-        cross += len(centred["GRPO"]) - 1
-    sd = (squares / df) ** 0.5
-    return {"sd": sd, "df": df, "correlation": (products / cross) / sd**2}
+    budgets' different true effects do not inflate it) and the arms' within-seed correlation
+    (`lab_gate_seeds.pooled_noise`, here on the differences from the cold start)."""
+    from lab_gate_seeds import pooled_noise as pooled
+
+    return pooled([l0_differences(RESULTS / name) for name in files])
 
 
 def main(argv: list[str] | None = None) -> int:
