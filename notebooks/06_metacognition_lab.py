@@ -320,6 +320,10 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # replication on fresh seeds 762-763 against that bar, stated before it ran, passes: held-in +47.4 pp, GRPO − bar on
 # unseen L0 +1.7 / +5.8 pp (+3.75 averaged; four seeds +5.1 pp): the set-up the three-arm pilot starts from
 # (docs/lab.md, 'Replicating the DAgger arm').
+# This notebook's classroom shows the machinery; by the reference gate it cannot be a fair test: it plays 20 of
+# the 60 L0 layouts, and with two seeds the gate's t interval passes three arms that truly clear their bars by
+# 4 pp about one time in six (four seeds: arms at their bars 99 times in 100; docs/lab.md, 'What a fair
+# classroom costs', `benchmarks/lab_gate_seeds.py`).
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))
