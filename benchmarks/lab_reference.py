@@ -4,7 +4,8 @@ avoidable repetition', item 5).
 The reference is the demonstrations-only cold start at the recorded run's cold-start settings (300 expert
 trajectories, 20 SFT epochs, no DAgger; `--coldstart-config`'s cold start). It is built before any cold start for a
 run is chosen, copied to ``$RLVMR_CACHE/lab-reference/policy-<sha256[:12]>`` and pinned by the SHA-256 of its files
-(`lab.reference.checkpoint_sha256`). `--config` names the configuration that will use it (its `reference_checkpoint`
+(`lab.reference.checkpoint_sha256`; the SFT log, a timing, left out: `TRAINING_LOGS`). `--config` names the
+configuration that will use it (its `reference_checkpoint`
 and `reference_sha256` must be this folder and hash): the reference is played on all 60 unseen L0 layouts x
 `reference_plays` at that configuration's evaluation settings, and the record (`lab.reference.summarise_plays` plus
 provenance) is written to `--out`, the file the configuration names as `reference_record`, so a run on any machine
@@ -27,6 +28,32 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 
+TRAINING_LOGS = ("sft_log.jsonl",)
+"""Files of a cold-start folder that record how the training went, not what the policy is: the SFT log's throughput
+column is a timing, so with it in the folder a rebuild with bit-identical weights (the same machine: docs/lab.md,
+'Replicating the DAgger arm') hashed otherwise. A reference built from here leaves them out; the folders pinned
+before this (their configurations name them) keep theirs, and their hashes stand."""
+
+
+def pin_reference(sft: Path, root: Path) -> tuple[Path, str]:
+    """Copy a cold-start folder, less its `TRAINING_LOGS`, to ``root/policy-<sha256[:12]>`` and return the folder and
+    its SHA-256 (`lab.reference.checkpoint_sha256`); a folder already pinned under that hash is kept as it is."""
+    from rlvmr_nb.lab.reference import checkpoint_sha256
+
+    staging = root / f"staging-{os.getpid()}"
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(sft, staging, ignore=shutil.ignore_patterns(*TRAINING_LOGS))
+    sha = checkpoint_sha256(staging)
+    folder = root / f"policy-{sha[:12]}"
+    if folder.is_dir():
+        shutil.rmtree(staging)
+    else:
+        staging.rename(folder)
+    if checkpoint_sha256(folder) != sha:
+        raise RuntimeError(f"{folder} holds other files than the policy hashed as {sha}")
+    return folder, sha
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("step", choices=["build", "play"],
@@ -42,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.envs.alfworld_data import rlvmr_cache_dir
     from rlvmr_nb.lab.config import load_lab_config
     from rlvmr_nb.lab.experiment import play_reference, run_coldstart
-    from rlvmr_nb.lab.reference import checkpoint_sha256, reference_result
+    from rlvmr_nb.lab.reference import reference_result
     from rlvmr_nb.runs.machine import provenance
 
     started = time.perf_counter()
@@ -51,12 +78,7 @@ def main(argv: list[str] | None = None) -> int:
         if coldstart.coldstart_dagger_rounds:
             raise SystemExit(f"{args.coldstart_config}: the reference is a demonstrations-only cold start "
                              f"(coldstart_dagger_rounds 0), this one has {coldstart.coldstart_dagger_rounds} rounds")
-        sft = run_coldstart(coldstart, args.work)
-        sha = checkpoint_sha256(sft)
-        folder = rlvmr_cache_dir() / "lab-reference" / f"policy-{sha[:12]}"
-        if not folder.is_dir():
-            shutil.copytree(sft, folder)
-        assert checkpoint_sha256(folder) == sha  # the copy is the pinned folder
+        folder, sha = pin_reference(run_coldstart(coldstart, args.work), rlvmr_cache_dir() / "lab-reference")
         print(json.dumps({"reference_checkpoint": str(folder), "reference_sha256": sha,
                           "seconds": round(time.perf_counter() - started, 1)}, indent=2))
         return 0

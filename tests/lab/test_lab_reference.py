@@ -157,3 +157,27 @@ def test_the_endpoint_validity_script_plays_the_pinned_reference_only_when_its_h
     (folder / "config.json").write_text('{"edited": true}')
     with pytest.raises(ValueError, match="may not change"):
         module.coldstart_folder(config, "reference", tmp_path / "build")
+
+
+def test_two_builds_with_the_same_weights_pin_the_same_folder_whatever_their_sft_logs_timed(tmp_path):
+    """A rebuild on the same machine gives bit-identical weights but another SFT log (its throughput column is a
+    timing), and the whole-folder hash used to differ, so a pinned reference could never be rebuilt and matched.
+    `benchmarks/lab_reference.py` pins the folder without its training logs; other weights still pin otherwise."""
+    import importlib.util
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "benchmarks" / "lab_reference.py"
+    spec = importlib.util.spec_from_file_location("lab_reference_script", script)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    builds = []
+    for i, speed in enumerate((1102.5, 1389.2)):
+        sft = _policy_folder(tmp_path / f"build{i}")
+        (sft / "sft_log.jsonl").write_text(json.dumps({"step": 0, "loss": 0.24, "tokens_per_s": speed}) + "\n")
+        builds.append(module.pin_reference(sft, tmp_path / "pinned"))
+    (first, sha), (second, again) = builds
+    assert first == second and sha == again and not (first / "sft_log.jsonl").exists()
+    assert sorted(p.name for p in (tmp_path / "pinned").iterdir()) == [first.name]  # no staging folder left behind
+    other = _policy_folder(tmp_path / "other")
+    (other / "model.safetensors").write_bytes(b"\x00weightz")
+    assert module.pin_reference(other, tmp_path / "pinned")[1] != sha
