@@ -247,9 +247,9 @@ learns. The lab keeps the newest one (`keep_checkpoints` 1; ~6 MB for the larger
 def train_config(config: LabConfig, out: str | os.PathLike, algo: str, seed: int) -> TrainConfig:
     """The `trainer.TrainConfig` of one arm: the lab's training settings (`LabConfig.train`) with the arm's algo and
     seed, the cold start as the model, its run folder, a checkpoint every `ARM_CHECKPOINT_EVERY` iterations and at
-    the end, and every rollout of an iteration in one generate call. Every arm uses the same prompt and parser (`lab_train_defaults`), so GRPO is the
-    outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC') and the arms differ in their advantage
-    estimator only."""
+    the end, and every rollout of an iteration in one generate call. Every arm uses the same prompt and parser
+    (`lab_train_defaults`), so GRPO is the outcome-only ablation from the same cold start (paper Table 3, 'w/o A^MC')
+    and the arms differ in their advantage estimator only."""
     base = config.train
     return replace(base, model=str(coldstart_dir(out)), seed=seed, method=replace(base.method, algo=algo),
                    run=replace(base.run, out_dir=str(Path(out) / "runs" / f"{algo}-seed{seed}"),
