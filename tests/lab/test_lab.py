@@ -600,6 +600,36 @@ def test_the_amended_recorded_run_states_its_rule_plays_and_seeds_from_the_play_
     assert f"probability {record['power']:.2f} at {len(amended.seeds)} seeds" in text and "TOO FEW" not in text
 
 
+def test_the_homes_named_recorded_run_is_its_pilot_on_fresh_seeds_counted_by_the_pilots_power():
+    """`recorded_home` is what docs/lab.md stated before the homes-named pilot's results were read ('The recorded run
+    that follows the pilot'): `large_pilot_home` unchanged but for its name and seeds (780 onwards, none used
+    elsewhere), as many as the exact sign-flip count on the pilot's primary SD, 6 to 10, with that SD stated. Guards
+    against a recorded run whose settings drifted from the pilot that made it fair, or whose seed count is not the
+    committed pilot's."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from lab_fairness_sweep import SWEEP_SEEDS
+
+    from rlvmr_nb.lab import load_lab_config, paired
+    from rlvmr_nb.lab.stats import PRIMARY_EFFECT
+
+    configs = {path.stem: load_lab_config(path) for path in sorted((ROOT / "configs" / "lab").glob("*.json"))}
+    recorded, pilot = configs["recorded_home"], configs["large_pilot_home"]
+    stated = {"name", "seeds", "power_pilot_sd", "power_pilot_seeds"}
+    assert {k: v for k, v in recorded.to_dict().items() if k not in stated} == {
+        k: v for k, v in pilot.to_dict().items() if k not in stated}
+    results = json.loads((ROOT / "benchmarks" / "results" / "lab_large_pilot_home.json").read_text())["preregistered"]
+    assert results["fairness"]["fair_test"]  # the condition the recorded run was stated under
+    assert recorded.power_pilot_sd == round(results["primary"]["t"]["sd"], 4)
+    assert recorded.power_pilot_seeds == len(pilot.seeds) == 5
+    needed = paired.seeds_for_power(PRIMARY_EFFECT, recorded.power_pilot_sd, pilot_seeds=recorded.power_pilot_seeds)
+    assert len(recorded.seeds) == min(10, max(6, needed["seeds_sign_flip"]))
+    assert recorded.seeds == tuple(range(780, 780 + len(recorded.seeds)))
+    used = set(SWEEP_SEEDS).union(*(set(c.seeds) for name, c in configs.items() if name != "recorded_home"))
+    assert not set(recorded.seeds) & used
+
+
 def test_the_sweeps_prompt_patches_still_apply_and_mark_the_prompt(tmp_path):
     """A sweep variant that ran on a patched lab prompt is reproduced by applying its patch (docs/lab.md, 'Lever (2)
     tested'). Guards the two ways that breaks silently: the prompt's source drifts so the patch no longer applies,
