@@ -27,7 +27,7 @@ import numpy as np  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-DEFAULT_RUNS = ("lab_large_pilot.json",)
+DEFAULT_RUNS = ("lab_large_pilot.json", "lab_large_pilot_home.json")
 SEEDS = tuple(range(2, 9))
 EFFECTS = (-0.02, 0.0, 0.02, 0.04)
 
@@ -77,7 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.lab.paired import l0_condition_power
     from rlvmr_nb.runs.machine import provenance
 
-    observed = {name: differences_from_bar(json.loads((RESULTS / name).read_text())) for name in args.runs}
+    # a name under benchmarks/results (as recorded in the output) or a path to one
+    names = [Path(name).name if Path(name).resolve().parent == RESULTS.resolve() else name for name in args.runs]
+    observed = {name: differences_from_bar(json.loads((RESULTS / name).read_text())) for name in names}
     noise = pooled_noise(list(observed.values()))
     correlation = max(0.0, noise["correlation"])  # a negative estimate from few seeds is treated as none
     curves = {f"{e * 100:+.0f} pp": [l0_condition_power(e, noise["sd"], n, arms=args.arms, correlation=correlation,
@@ -88,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{noise['correlation']:+.2f}; {args.arms} arms, margin {100 * args.margin:+.0f} pp")
     for label, rates in curves.items():
         print(f"  true arm - bar {label:>6s}: " + "  ".join(f"{n} seeds {q:.2f}" for n, q in zip(SEEDS, rates)))
-    out = {"purpose": __doc__.split("\n\n")[0], "runs": args.runs,
+    out = {"purpose": __doc__.split("\n\n")[0], "runs": names,
            "observed_differences_from_bar": observed, "noise": noise, "arms": args.arms, "margin": args.margin,
            "seeds": list(SEEDS), "pass_probability": curves, "seeds_for_80_percent": needed, "sims": args.sims,
            "provenance": provenance()}

@@ -320,10 +320,16 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # replication on fresh seeds 762-763 against that bar, stated before it ran, passes: held-in +47.4 pp, GRPO − bar on
 # unseen L0 +1.7 / +5.8 pp (+3.75 averaged; four seeds +5.1 pp): the set-up the three-arm pilot starts from
 # (docs/lab.md, 'Replicating the DAgger arm').
+# That pilot (`configs/lab/large_pilot_home.json`, seeds 770-774; docs/lab.md, 'The homes-named world's pilot:
+# result') is the lab's first fair test by the reference gate: held-in +37.5 / +39.8 / +57.1 pp (GRPO / RLVMR /
+# GiGPO), unseen L0 over the 12.2 % bar by +4.2 / +7.1 / +10.9 pp. Descriptively (five seeds cannot reach an exact
+# p below 1/32), RLVMR − GRPO avoidable repetition −4.0 pp [−4.6, −3.4], lower in every seed (GiGPO between them),
+# wasted steps −5.0 pp [−7.0, −3.1]. Its SD (0.50 pp) plans six seeds: the recorded run `configs/lab/recorded_home.json`
+# (seeds 780-785) is under way; its verdicts will be reported whatever they show.
 # This notebook's classroom shows the machinery; by the reference gate it cannot be a fair test: it plays 20 of
 # the 60 L0 layouts, and with two seeds the gate's t interval passes three arms that truly clear their bars by
-# 4 pp about one time in six (four seeds: arms at their bars 99 times in 100; docs/lab.md, 'What a fair
-# classroom costs', `benchmarks/lab_gate_seeds.py`).
+# 4 pp about two times in a hundred (four to five seeds: 0.93-0.95; docs/lab.md, 'What a fair classroom costs',
+# `benchmarks/lab_gate_seeds.py`).
 
 # %%
 print("\n".join(f"{k}: {v}" for k, v in report["paths"].items()))
