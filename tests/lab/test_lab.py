@@ -299,6 +299,14 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert "avoidable L2" in looping["secondaries"] and "repetitive L2" not in looping["secondaries"]
     assert looping["claim_a"] in ("supported", "refuted") or looping["claim_a"].startswith(("inconclusive", "uninf"))
     assert "**Co-primary** (wasted steps" in preregistered_markdown({"preregistered": looping})
+    # beside it, exploratory: every arm's primary per seed, and RLVMR against the arm outside the comparison (GiGPO)
+    assert set(looping["by_arm"]) == {"cold start", "GRPO", "RLVMR", "GiGPO"}
+    assert looping["by_arm"]["RLVMR"]["avoidable"] == looping["primary"]["a"]
+    assert looping["by_arm"]["GRPO"]["wasted"] == looping["co_primary"]["b"]
+    versus = looping["exploratory"]["RLVMR - GiGPO"]
+    assert versus["a"] == looping["primary"]["a"] and versus["b"] == looping["by_arm"]["GiGPO"]["avoidable"]
+    assert versus["kind"] == "lower" and "p_holm" not in versus
+    assert "exploratory, outside the pre-registration" in preregistered_markdown({"preregistered": looping})
     pool = {t.task_id for t in level_tasks("train", "L0")[:3]}  # ci.json: train_pool 3
     played = {}
     for arm in ("grpo", "rlvmr"):  # both arms started from the one cold-start checkpoint, on the same layouts

@@ -202,4 +202,10 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
                         else "outside Holm's family")
                 lines.append(f"* {name}: {_sign_flip(test['sign_flip'])}; {holm}; "
                              f"{_t_beside(test['t'], test['sign_flip'])} → {test['verdict']}")
+        for pair, test in pre.get("exploratory", {}).items():
+            if "t" in test:
+                lines.append(f"* exploratory, outside the pre-registration and Holm's family: "
+                             f"{pair.replace(' - ', ' − ')} avoidable repetition, unseen {'+'.join(test['levels'])}: "
+                             f"{_sign_flip(test['sign_flip'])}; {_t_beside(test['t'], test['sign_flip'])} → "
+                             f"{test['verdict']}")
     return "\n".join(lines) or "(no pre-registered analysis: needs GRPO, RLVMR and two seeds)"

@@ -250,7 +250,30 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
         result["claim_a"] = co_primary_verdict(tests["primary"]["verdict"], result["co_primary"]["verdict"])
     if "t" in tests["primary"]:  # the secondaries are read only when the primary was measured
         result["secondaries"] = tests["secondaries"]
+    if looping == "avoidable" and "t" in tests["primary"]:
+        result.update(exploratory_comparisons(config, merged, unseen))
     return result
+
+
+def exploratory_comparisons(config: LabConfig, merged: Any, unseen: Sequence[str]) -> dict[str, Any]:
+    """Beside the pre-registration, outside Holm's family (docs/lab.md, 'The recorded run that follows the pilot'):
+    every arm's per-seed primary and wasted steps on the unseen levels (`by_arm`, the cold start included), and the
+    comparison's first arm against each arm outside the comparison (`exploratory`; RLVMR − GiGPO in the lab's
+    three-arm runs), tested as the primary is. GiGPO credits steps without the meta-reasoning reward, so where RLVMR
+    repeats less than GRPO, this says whether step-level credit alone would have done the same."""
+    looping = config.primary_endpoint
+    arms = (COLDSTART_ARM, *config.algos)
+    by_arm = {arm_label(a): {m: [paired.seed_endpoint(x, m) for x in merged(a, unseen)] for m in (looping, "wasted")}
+              for a in arms}
+    first = config.comparison[0]
+    others = [a for a in config.algos if a not in config.comparison]
+    exploratory = {}
+    for other in others:
+        a, b = by_arm[arm_label(first)][looping], by_arm[arm_label(other)][looping]
+        exploratory[f"{arm_label(first)} - {arm_label(other)}"] = {
+            "metric": looping, "levels": list(unseen),
+            **paired.paired_comparison(a, b, "lower", bootstrap=config.bootstrap)}
+    return {"by_arm": by_arm, "exploratory": exploratory}
 
 
 def reference_fairness(config: LabConfig, out: str | os.PathLike,
