@@ -82,7 +82,7 @@
 # `rlvmr-nb notebook 06_metacognition_lab -f configs/06_metacognition_lab.json` (`-p KEY VALUE` as papermill's).
 
 # %% tags=["parameters"]
-config_file = "configs/lab/classroom.json"  # a LabConfig file: classroom, recorded (more seeds), recorded_ni (the amended rule) or ci (tiny)
+config_file = "configs/lab/classroom.json"  # any file in configs/lab: classroom, ci (tiny), recorded_home (~8 CPU-h)
 overrides = {}  # LabConfig fields to change, e.g. {"seeds": [0, 1, 2]}
 out_dir = "runs/metalab/classroom"  # run folder; rerunning resumes and skips finished stages
 figures_dir = "runs/metalab/classroom/figures"  # figures and case-study page (the tracked figures/lab/ holds the recorded run's)
