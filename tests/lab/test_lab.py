@@ -263,6 +263,8 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert {(d["level"], d["metric"]) for d in doc["differences"]} >= {("L1", "success"), ("L0", "repetitive")}
     assert len([r for r in doc["training_curves"] if r["arm"] == "RLVMR"]) == 4  # 2 iterations x 2 seeds
     assert doc["provenance"]["git_sha"] and doc["timing"]["coldstart"]["cpu_s"] >= 0  # 0: copied from the cache
+    assert len(doc["sessions"]) == 1 and doc["sessions"][0]["git_sha"] == doc["provenance"]["git_sha"]
+    assert doc["sessions_one_machine"]  # one start, so one machine (`experiment.record_session`)
     assert {p.name for p in (tmp_path / "figures").iterdir()} == {
         "lab_ci_metrics.png", "lab_ci_training.png", "lab_ci_hypothesis.png", "lab_ci_case_studies.html"}
     # the amended rule on the same finished run (recorded_ni's two settings): the check reads the margin and the
@@ -823,3 +825,26 @@ def test_an_arm_stopped_before_its_last_checkpoint_resumes_to_the_uninterrupted_
     assert [r["iteration"] for r in read_metrics(runs["stopped"])] == [0, 1, 2, 3]  # every iteration once
     whole, resumed = (torch.load(r / "ckpt-00003" / "model.pt", weights_only=True) for r in runs.values())
     assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)
+
+
+def test_each_start_of_a_lab_run_is_logged_with_its_commit_machine_and_what_was_already_finished(tmp_path):
+    """`experiment.record_session`: a lab run spread over sessions must say which commit and machine each piece ran
+    on. Guards the gap the homes-named pilot showed: its results named only the commit of the session that wrote
+    them, though its arms ran at three commits, and a resume on another machine would have gone unnoticed. The log
+    appends (an earlier start is never overwritten) and records what the folder held before each start."""
+    from rlvmr_nb.lab import load_lab_config
+    from rlvmr_nb.lab.experiment import HELDIN, eval_path, record_session
+    from rlvmr_nb.runs.machine import machine_facts, same_machine
+
+    config = load_lab_config(ROOT / "configs" / "lab" / "ci.json")
+    first = record_session(config, tmp_path)
+    assert len(first) == 1 and first[0]["finished_before"] == {"arms": [], "evaluations": []}
+    assert first[0]["git_sha"] and same_machine(first[0]["machine_facts"], machine_facts())
+    for level in (*config.levels, HELDIN):  # the cold start of seed 1 evaluated everywhere; seed 0 on one level
+        eval_path(tmp_path, "cold start", 1, level).parent.mkdir(parents=True, exist_ok=True)
+        eval_path(tmp_path, "cold start", 1, level).write_text("{}")
+    eval_path(tmp_path, "cold start", 0, "L0").parent.mkdir(parents=True, exist_ok=True)
+    eval_path(tmp_path, "cold start", 0, "L0").write_text("{}")
+    second = record_session(config, tmp_path)
+    assert len(second) == 2 and second[0] == first[0]
+    assert second[1]["finished_before"] == {"arms": [], "evaluations": ["cold_start-seed1"]}

@@ -13,6 +13,7 @@ Layout of a run folder::
     runs/<algo>-seed<s>/   trainer run folders (metrics.jsonl, episodes.jsonl, ckpt-*)
     eval/<arm>-seed<s>/<level>.json (+ .episodes.jsonl)   evaluation results and episodes
     timing.json            wall and CPU seconds of every stage
+    sessions.jsonl         one line per start of the run: commit, machine, what was finished before it
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from ..rollout.generation import EngineConfig
 from ..rollout.tags import META_TAGS
 from ..runs.checkpoints import checkpoint_path, is_checkpoint
 from ..runs.lock import RunFolderLock
+from ..runs.machine import provenance, same_machine
 from ..runs.ownership import refuse_leftover_workers, start_owned_worker
 from ..runs.policy import load_policy
 from ..scoring.metrics import summarize
@@ -417,8 +419,6 @@ def run_seeds(config: LabConfig, out: str | os.PathLike, log: Callable[[str], No
     if config.workers == 1:
         stages = [run_seed(config, out, seed, log) for seed in config.seeds]
     else:
-
-
         units = [(seed, arm) for arm in (*config.algos, COLDSTART_ARM) for seed in config.seeds]
         context = multiprocessing.get_context("spawn")
         # the workers die with this process (SIGKILL and SIGTERM included) and hold the folder while alive
@@ -427,6 +427,31 @@ def run_seeds(config: LabConfig, out: str | os.PathLike, log: Callable[[str], No
             stages = list(pool.map(_unit_in_worker, [config.to_dict()] * len(units), [str(out)] * len(units),
                                    [seed for seed, _ in units], [arm for _, arm in units]))
     return {k: v for stage in stages for k, v in stage.items()}
+
+
+def finished_units(config: LabConfig, out: str | os.PathLike) -> dict[str, list[str]]:
+    """What a run folder already holds: the arms whose last checkpoint is complete (`final_checkpoint`) and the
+    policies evaluated on every level, as ``<arm>-seed<s>``."""
+    policies = (COLDSTART_ARM, *config.algos)
+    return {"arms": [f"{a}-seed{s}" for a in config.algos for s in config.seeds
+                     if is_checkpoint(final_checkpoint(config, out, a, s))],
+            "evaluations": [f"{a.replace(' ', '_')}-seed{s}" for a in policies for s in config.seeds
+                            if all(eval_path(out, a, s, lv).is_file() for lv in (*config.levels, HELDIN))]}
+
+
+def record_session(config: LabConfig, out: str | os.PathLike) -> list[dict[str, Any]]:
+    """Append this start of the run to ``sessions.jsonl`` and return every start so far. A long lab run is stopped
+    and resumed, possibly at another commit or on another machine; its results carry the provenance of the
+    session that wrote them, so without this line per start nobody could tell which commit trained which arm, or
+    that a resume crossed machines (then the run is no longer bit-reproducible anywhere: docs/verification.md)."""
+    facts = provenance()
+    entry = {"started": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "git_sha": facts["git_sha"],
+             "command": facts["command"], "machine_facts": facts["machine_facts"],
+             "finished_before": finished_units(config, out)}
+    path = Path(out) / "sessions.jsonl"
+    with path.open("a") as f:
+        f.write(json.dumps(entry) + "\n")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print,
@@ -443,6 +468,14 @@ def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None
 def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress: bool) -> dict[str, Any]:
     out.mkdir(parents=True, exist_ok=True)
     (out / "lab_config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
+    sessions = record_session(config, out)
+    if len(sessions) > 1:
+        done = sessions[-1]["finished_before"]
+        log(f"session {len(sessions)} of this run (commits {', '.join(str(x['git_sha'])[:7] for x in sessions)}): "
+            f"{len(done['arms'])} arms and {len(done['evaluations'])} evaluations already finished")
+        if not same_machine(sessions[0]["machine_facts"], sessions[-1]["machine_facts"]):
+            log("this session runs on another machine than the first: the run's numbers are no longer "
+                "bit-reproducible on any one machine (docs/verification.md, 'Numbers across machines')")
     timer = StageTimer(out / "timing.json")
     with timer.stage("coldstart"):
         sft_dir = run_coldstart(config, out, progress)
@@ -455,6 +488,9 @@ def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress:
     timing = {**timer.stages, **seed_stages}
     summary = lab_summary(config, out)
     summary["timing"] = timing
+    summary["sessions"] = sessions
+    summary["sessions_one_machine"] = all(same_machine(sessions[0]["machine_facts"], x["machine_facts"])
+                                          for x in sessions)
     (out / "lab_results.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
 
     log(preregistered_markdown(summary))
