@@ -19,7 +19,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
@@ -255,12 +255,14 @@ def preregistered(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | 
     return result
 
 
-def exploratory_comparisons(config: LabConfig, merged: Any, unseen: Sequence[str]) -> dict[str, Any]:
+def exploratory_comparisons(config: LabConfig, merged: Callable[[str, Sequence[str]], list[list[Episode]]],
+                            unseen: Sequence[str]) -> dict[str, Any]:
     """Beside the pre-registration, outside Holm's family (docs/lab.md, 'The recorded run that follows the pilot'):
     every arm's per-seed primary and wasted steps on the unseen levels (`by_arm`, the cold start included), and the
     comparison's first arm against each arm outside the comparison (`exploratory`; RLVMR − GiGPO in the lab's
     three-arm runs), tested as the primary is. GiGPO credits steps without the meta-reasoning reward, so where RLVMR
-    repeats less than GRPO, this says whether step-level credit alone would have done the same."""
+    repeats less than GRPO, this says whether step-level credit alone would have done the same. `merged(arm, levels)`:
+    the arm's episodes on those levels, one list per seed."""
     looping = config.primary_endpoint
     arms = (COLDSTART_ARM, *config.algos)
     by_arm = {arm_label(a): {m: [paired.seed_endpoint(x, m) for x in merged(a, unseen)] for m in (looping, "wasted")}
