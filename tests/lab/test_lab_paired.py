@@ -474,3 +474,49 @@ def test_the_endpoints_compare_the_configured_pair_of_arms(monkeypatch):
     assert pre["secondaries"]["success L0"]["differences"] == [1.0] * 3
     with pytest.raises(ValueError, match="two different arms"):
         LabConfig(comparison=("rlvmr", "rlvmr"))
+
+
+def test_every_arm_is_compared_beside_the_preregistered_pair_and_drawn_seed_by_seed(monkeypatch):
+    """`stats.exploratory_comparisons` and `figures.plot_lab_by_arm`. Guards the question the GiGPO arm was added for
+    (step-level credit vs the meta-reasoning reward) going unanswered: the pre-registered tests compare only the
+    configured pair, so RLVMR − GiGPO must come from here, paired by seed and on the primary's own measure, for the
+    arm outside the pair only (never the pair again), and the figure must draw each seed's arms as one line."""
+    from rlvmr_nb.lab import stats
+    from rlvmr_nb.lab.config import LabConfig
+    from rlvmr_nb.lab.figures import plot_lab_by_arm
+
+    values = {("cold start", "avoidable"): [0.15, 0.16, 0.14], ("grpo", "avoidable"): [0.13, 0.14, 0.12],
+              ("rlvmr", "avoidable"): [0.09, 0.08, 0.10], ("gigpo", "avoidable"): [0.11, 0.12, 0.11],
+              ("cold start", "wasted"): [0.6] * 3, ("grpo", "wasted"): [0.58] * 3,
+              ("rlvmr", "wasted"): [0.55, 0.54, 0.56], ("gigpo", "wasted"): [0.56] * 3}
+
+    def merged(arm, levels):  # one stand-in "episode" per seed, naming its arm and seed
+        assert list(levels) == ["L0", "L1"]
+        return [[(arm, i)] for i in range(3)]
+
+    monkeypatch.setattr(stats.paired, "seed_endpoint", lambda eps, metric: values[(eps[0][0], metric)][eps[0][1]])
+    config = LabConfig(algos=("grpo", "rlvmr", "gigpo"), seeds=(1, 2, 3), levels=("L0", "L1"),
+                       primary_endpoint="avoidable", bootstrap=50)
+    out = stats.exploratory_comparisons(config, merged, ["L0", "L1"])
+    assert list(out["by_arm"]) == ["cold start", "GRPO", "RLVMR", "GiGPO"]
+    assert out["by_arm"]["GiGPO"]["avoidable"] == values[("gigpo", "avoidable")]
+    assert list(out["exploratory"]) == ["RLVMR - GiGPO"]  # GRPO is the pre-registered pair's, not repeated here
+    versus = out["exploratory"]["RLVMR - GiGPO"]
+    assert versus["differences"] == pytest.approx([-0.02, -0.04, -0.01]) and versus["kind"] == "lower"
+    assert versus["sign_flip"]["p"] == pytest.approx(1 / 8)  # three seeds, all lower: the smallest p there is
+    assert versus["verdict"] == "inconclusive"
+    branching = LabConfig(algos=("grpo", "rlvmr", "spark_mr"), comparison=("spark_mr", "rlvmr"), seeds=(1, 2, 3),
+                          levels=("L0", "L1"), primary_endpoint="avoidable", bootstrap=50)
+    values.update({("spark_mr", m): [0.1] * 3 for m in ("avoidable", "wasted")})
+    assert list(stats.exploratory_comparisons(branching, merged, ["L0", "L1"])["exploratory"]) == ["SPARK-MR - GRPO"]
+
+    pre = {**out, "seeds": [1, 2, 3], "primary": {"metric": "avoidable", "levels": ["L0", "L1"]}}
+    fig = plot_lab_by_arm({"preregistered": pre})
+    assert len(fig.axes) == 2
+    for ax, metric in zip(fig.axes, ("avoidable", "wasted")):
+        assert len(ax.lines) == 3  # one line per seed through its four arms
+        assert [len(line.get_xdata()) for line in ax.lines] == [4, 4, 4]
+        heights = [bar.get_height() for bar in ax.patches]
+        arms = ("cold start", "grpo", "rlvmr", "gigpo")
+        assert heights == pytest.approx([sum(values[(a, metric)]) / 3 for a in arms])
+    assert "RLVMR − GiGPO: -2.3 pp, exploratory: inconclusive" in fig._suptitle.get_text()

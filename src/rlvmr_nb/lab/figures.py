@@ -7,6 +7,8 @@
   primary is avoidable repetition, `plot_preregistered` instead.
 * `plot_preregistered` — every pre-registered RLVMR − GRPO comparison (primary, co-primary, secondaries) as paired
   per-seed differences with the t interval over seeds and the verdict its exact test gave.
+* `plot_lab_by_arm` — every arm (the cold start too) on the primary and the co-primary of an avoidable-repetition
+  run, one dot per seed, a seed's arms joined by a line, with the exploratory RLVMR − GiGPO verdict.
 * `plot_lab_training` — training success, episode length, invalid and repetitive rates per iteration
   (paper Fig. 6), mean over seeds with seaborn's bootstrap band over seeds.
 
@@ -112,6 +114,38 @@ def plot_preregistered(summary: Mapping[str, Any], title: str | None = None) -> 
         gate = pre["fairness"]
         fig.suptitle(title or f"Pre-registered comparisons over {len(pre['seeds'])} seeds; fairness gate: "
                               f"{'fair test' if gate['fair_test'] else 'NOT a fair test'}", fontsize=9.5)
+    return fig
+
+
+def plot_lab_by_arm(summary: Mapping[str, Any], title: str | None = None) -> Figure:
+    """Avoidable repetition and wasted steps on the unseen levels for every arm (`stats.exploratory_comparisons`'
+    `by_arm`): a bar at the mean over seeds, a dot per seed, and a grey line through one seed's arms (they share the
+    seed's tasks and sampling seeds, so the comparison is within a line). The pre-registered comparison is RLVMR −
+    GRPO (`plot_preregistered`); this figure shows where GiGPO, step-level credit without the meta-reasoning reward,
+    falls between them, with the exploratory test's verdict in the title."""
+    pre = summary["preregistered"]
+    by_arm = pre["by_arm"]
+    arms = list(by_arm)
+    palette = _palette(arms)
+    levels = "+".join(pre["primary"]["levels"])
+    panels = ((pre["primary"]["metric"], f"avoidable repetition, {levels} (primary)"),
+              ("wasted", f"wasted steps, {levels} (co-primary)"))
+    with figure_style():
+        fig = Figure(figsize=(8.4, 3.4), layout="constrained")
+        for ax, (metric, label) in zip(fig.subplots(1, 2), panels):
+            values = [by_arm[arm][metric] for arm in arms]
+            ax.bar(range(len(arms)), [sum(v) / len(v) for v in values], color=[palette[a] for a in arms], alpha=0.8)
+            for seed_values in zip(*values):  # one line per seed, through its arms
+                ax.plot(range(len(arms)), seed_values, color="#555555", linewidth=0.7, alpha=0.6, marker="o",
+                        markersize=3, markerfacecolor="#222222", markeredgewidth=0)
+            ax.set_xticks(range(len(arms)), arms)
+            ax.set_title(label, fontsize=9)
+            ax.set_ylim(0, None)
+            ax.grid(axis="y", alpha=0.25, linewidth=0.5)
+        notes = [f"{pair.replace(' - ', ' − ')}: {100 * t['t']['mean']:+.1f} pp, exploratory: "
+                 f"{t['verdict'].split(' (')[0]}" for pair, t in pre.get("exploratory", {}).items() if "t" in t]
+        fig.suptitle(title or f"Every arm over {len(pre['seeds'])} seeds (bars: mean; dots: seeds; lines join a seed's "
+                              f"arms)" + (f"\n{'; '.join(notes)}" if notes else ""), fontsize=9.5)
     return fig
 
 

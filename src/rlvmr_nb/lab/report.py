@@ -13,7 +13,7 @@ from ..runs.machine import provenance
 from ..plots import save_figure
 from .cases import case_study_html, find_cases, pattern_counts
 from .config import LabConfig
-from .figures import plot_lab_differences, plot_lab_metrics, plot_lab_training
+from .figures import plot_lab_by_arm, plot_lab_differences, plot_lab_metrics, plot_lab_training
 
 
 def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures_dir: str | os.PathLike,
@@ -29,6 +29,8 @@ def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures
     if summary["differences"]:
         paths["differences"] = save_figure(plot_lab_differences(summary), figures, f"lab_{name}_hypothesis",
                                            ("png",))[0]
+    if summary.get("preregistered", {}).get("by_arm"):  # an avoidable-repetition run: every arm on its endpoints
+        paths["by_arm"] = save_figure(plot_lab_by_arm(summary), figures, f"lab_{name}_by_arm", ("png",))[0]
     arms = ["cold start", *summary["config"]["algos"]]
     found = find_cases(out, arms)
     counts = pattern_counts(found)
