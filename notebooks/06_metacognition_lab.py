@@ -256,6 +256,15 @@ if "differences" in report["paths"]:
     display(Image(filename=str(report["paths"]["differences"])))
 
 # %% [markdown]
+# Every arm on the primary and co-primary (a run whose primary is avoidable repetition): one line per seed through
+# its arms. GiGPO credits steps without the meta-reasoning reward, so where it falls between GRPO and RLVMR separates
+# the two; RLVMR − GiGPO is tested as the primary is, but it is exploratory (outside the pre-registration).
+
+# %%
+if "by_arm" in report["paths"]:
+    display(Image(filename=str(report["paths"]["by_arm"])))
+
+# %% [markdown]
 # ## Training curves (paper Fig. 6)
 
 # %%
