@@ -33,6 +33,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ..atomic_io import atomic_write_text
 from ..coldstart import build_coldstart_dataset, load_coldstart_samples, read_samples
 from ..coldstart.lab_dagger import dagger_samples, draw_samples
 from ..coldstart.sft import SFTConfig, train_sft
@@ -449,8 +450,9 @@ def record_session(config: LabConfig, out: str | os.PathLike) -> list[dict[str, 
              "command": facts["command"], "machine_facts": facts["machine_facts"],
              "finished_before": finished_units(config, out)}
     path = Path(out) / "sessions.jsonl"
-    with path.open("a") as f:
-        f.write(json.dumps(entry) + "\n")
+    earlier = path.read_text() if path.is_file() else ""
+    # rewritten whole and atomically: a run killed while logging its start leaves the earlier log intact
+    atomic_write_text(path, earlier + json.dumps(entry) + "\n")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
