@@ -102,12 +102,12 @@ def main(argv: list[str] | None = None) -> int:
 
 def plot(out: dict, path: Path) -> None:
     """P(every arm passes the gate's L0 condition) against the seed count, one line per true arm - bar."""
-    import matplotlib
+    from matplotlib.figure import Figure  # pyplot-free, as the package draws (rlvmr_nb.plots)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from rlvmr_nb.plots.saving import write_figure
 
-    fig, ax = plt.subplots(figsize=(5.6, 3.8))
+    fig = Figure(figsize=(5.6, 3.8), layout="constrained")
+    ax = fig.subplots()
     for label, rates in out["pass_probability"].items():
         ax.plot(out["seeds"], rates, marker="o", label=f"every arm truly {label} from its bar")
     ax.axhline(0.8, color="0.5", linewidth=0.8, linestyle=":")
@@ -119,10 +119,8 @@ def plot(out: dict, path: Path) -> None:
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title(f"The reference gate's L0 condition (non-inferior at {100 * out['margin']:+.0f} pp), per-seed SD "
                  f"{100 * out['noise']['sd']:.1f} pp", fontsize=9)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 if __name__ == "__main__":

@@ -114,15 +114,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def plot(out: dict, path: Path) -> None:
     """One panel per rule: P(the L0 condition passes, both arms) against the arms' true L0 difference."""
-    import matplotlib
+    from matplotlib.figure import Figure  # pyplot-free, as the package draws (rlvmr_nb.plots)
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from rlvmr_nb.plots.saving import write_figure
 
     effects = np.asarray(out["effects"]) * 100
     rules = [c["rule"] for c in out["curves"].values()]
     rules = list(dict.fromkeys(rules))
-    fig, axes = plt.subplots(1, len(rules), figsize=(4.2 * len(rules), 3.8), sharey=True)
+    fig = Figure(figsize=(4.2 * len(rules), 3.8), layout="constrained")
+    axes = fig.subplots(1, len(rules), sharey=True)
     styles = {("classroom", 2): ("tab:red", "--"), ("recorded", 6): ("tab:blue", "-"),
               ("recorded", 10): ("tab:green", "-"), ("recorded", 16): ("tab:purple", "-")}
     grpo = out["observed_at_recorded_budget"]["GRPO"]
@@ -149,10 +149,8 @@ def plot(out: dict, path: Path) -> None:
     axes[-1].legend(handles=axes[-1].get_legend_handles_labels()[0][-1:], fontsize=7, loc="upper left")
     fig.suptitle("How often the fairness check's L0 condition passes (simulated from the lab's own per-seed noise)",
                  fontsize=10)
-    fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    write_figure(fig, path)
 
 
 if __name__ == "__main__":
