@@ -104,7 +104,7 @@ def plot(out: dict, path: Path) -> None:
     """P(every arm passes the gate's L0 condition) against the seed count, one line per true arm - bar."""
     from matplotlib.figure import Figure  # pyplot-free, as the package draws (rlvmr_nb.plots)
 
-    from rlvmr_nb.plots.saving import write_figure
+    from rlvmr_nb.plots import save_figure
 
     fig = Figure(figsize=(5.6, 3.8), layout="constrained")
     ax = fig.subplots()
@@ -119,8 +119,7 @@ def plot(out: dict, path: Path) -> None:
     ax.legend(fontsize=7, loc="lower right")
     ax.set_title(f"The reference gate's L0 condition (non-inferior at {100 * out['margin']:+.0f} pp), per-seed SD "
                  f"{100 * out['noise']['sd']:.1f} pp", fontsize=9)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_figure(fig, path)
+    save_figure(fig, path.parent, path.stem, (path.suffix.lstrip("."),))
 
 
 if __name__ == "__main__":

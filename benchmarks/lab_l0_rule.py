@@ -116,7 +116,7 @@ def plot(out: dict, path: Path) -> None:
     """One panel per rule: P(the L0 condition passes, both arms) against the arms' true L0 difference."""
     from matplotlib.figure import Figure  # pyplot-free, as the package draws (rlvmr_nb.plots)
 
-    from rlvmr_nb.plots.saving import write_figure
+    from rlvmr_nb.plots import save_figure
 
     effects = np.asarray(out["effects"]) * 100
     rules = [c["rule"] for c in out["curves"].values()]
@@ -149,8 +149,7 @@ def plot(out: dict, path: Path) -> None:
     axes[-1].legend(handles=axes[-1].get_legend_handles_labels()[0][-1:], fontsize=7, loc="upper left")
     fig.suptitle("How often the fairness check's L0 condition passes (simulated from the lab's own per-seed noise)",
                  fontsize=10)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_figure(fig, path)
+    save_figure(fig, path.parent, path.stem, (path.suffix.lstrip("."),))
 
 
 if __name__ == "__main__":

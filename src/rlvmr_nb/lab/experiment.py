@@ -450,10 +450,11 @@ def record_session(config: LabConfig, out: str | os.PathLike) -> list[dict[str, 
              "command": facts["command"], "machine_facts": facts["machine_facts"],
              "finished_before": finished_units(config, out)}
     path = Path(out) / "sessions.jsonl"
-    earlier = path.read_text() if path.is_file() else ""
+    sessions = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+    sessions.append(entry)
     # rewritten whole and atomically: a run killed while logging its start leaves the earlier log intact
-    atomic_write_text(path, earlier + json.dumps(entry) + "\n")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    atomic_write_text(path, "".join(json.dumps(x) + "\n" for x in sessions))
+    return sessions
 
 
 def run_lab(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print,
@@ -471,12 +472,13 @@ def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress:
     out.mkdir(parents=True, exist_ok=True)
     (out / "lab_config.json").write_text(json.dumps(config.to_dict(), indent=2) + "\n")
     sessions = record_session(config, out)
+    one_machine = all(same_machine(sessions[0]["machine_facts"], x["machine_facts"]) for x in sessions)
     if len(sessions) > 1:
         done = sessions[-1]["finished_before"]
         log(f"session {len(sessions)} of this run (commits {', '.join(str(x['git_sha'])[:7] for x in sessions)}): "
             f"{len(done['arms'])} arms and {len(done['evaluations'])} evaluations already finished")
-        if not same_machine(sessions[0]["machine_facts"], sessions[-1]["machine_facts"]):
-            log("this session runs on another machine than the first: the run's numbers are no longer "
+        if not one_machine:
+            log("the sessions of this run ran on more than one machine: the run's numbers are no longer "
                 "bit-reproducible on any one machine (docs/verification.md, 'Numbers across machines')")
     timer = StageTimer(out / "timing.json")
     with timer.stage("coldstart"):
@@ -491,8 +493,7 @@ def _run_lab(config: LabConfig, out: Path, log: Callable[[str], None], progress:
     summary = lab_summary(config, out)
     summary["timing"] = timing
     summary["sessions"] = sessions
-    summary["sessions_one_machine"] = all(same_machine(sessions[0]["machine_facts"], x["machine_facts"])
-                                          for x in sessions)
+    summary["sessions_one_machine"] = one_machine
     (out / "lab_results.json").write_text(json.dumps(summary, indent=2, default=float) + "\n")
 
     log(preregistered_markdown(summary))
