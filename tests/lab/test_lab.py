@@ -848,3 +848,34 @@ def test_each_start_of_a_lab_run_is_logged_with_its_commit_machine_and_what_was_
     second = record_session(config, tmp_path)
     assert len(second) == 2 and second[0] == first[0]
     assert second[1]["finished_before"] == {"arms": [], "evaluations": ["cold_start-seed1"]}
+
+
+def test_the_committed_recorded_run_is_its_configuration_and_its_verdicts_recompute_from_its_seeds():
+    """`benchmarks/results/lab_recorded_home.json`, which the README and docs/lab.md quote ('The recorded run:
+    result'), ran `configs/lab/recorded_home.json` as committed, on one machine, and its fairness verdict, primary,
+    co-primary and claim (a) follow from the per-seed values it stores. Guards a quoted verdict that the stored
+    numbers do not give (a hand edit, or a result written by other code than the tests' `lab.paired`)."""
+    from rlvmr_nb.lab import load_lab_config, paired
+    from rlvmr_nb.lab.stats import PRIMARY_EFFECT, co_primary_verdict
+
+    config = load_lab_config(ROOT / "configs" / "lab" / "recorded_home.json")
+    results = json.loads((ROOT / "benchmarks" / "results" / "lab_recorded_home.json").read_text())
+    assert {k: v for k, v in results["config"].items() if k in config.to_dict()} == json.loads(
+        json.dumps(config.to_dict()))
+    assert results["sessions_one_machine"]
+    pre = results["preregistered"]
+    assert pre["seeds"] == list(config.seeds) and list(pre["by_arm"]) == ["cold start", "GRPO", "RLVMR", "GiGPO"]
+    gate = pre["fairness"]
+    assert gate["fair_test"] == (all(arm["passes"] for arm in gate["heldin"].values())
+                                 and all(arm["passes"] for arm in gate["l0_vs_bar"].values())
+                                 and gate["layouts"] >= gate["required_layouts"])
+    verdicts = {}
+    for name, effect in (("primary", PRIMARY_EFFECT), ("co_primary", 0.0)):
+        stored = pre[name]
+        again = paired.paired_comparison(stored["a"], stored["b"], stored["kind"], effect=effect)
+        assert again["differences"] == pytest.approx(stored["differences"])
+        assert (again["sign_flip"]["lo"], again["sign_flip"]["hi"]) == pytest.approx(
+            (stored["sign_flip"]["lo"], stored["sign_flip"]["hi"]))
+        verdicts[name] = again["verdict"]
+        assert verdicts[name] == stored["verdict"]
+    assert pre["claim_a"] == co_primary_verdict(verdicts["primary"], verdicts["co_primary"])
