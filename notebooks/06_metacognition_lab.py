@@ -294,7 +294,8 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # **Where it stands** (docs/lab.md, 'The third classroom' and 'Recorded run'): at this configuration's (the
 # classroom's) budget, from the DAgger cold start, GRPO learns its 6 training layouts (seeds 0-1: 16.0 → 75.7 %,
 # +59.7 pp [+40.3, +76.4]) and both arms end above the cold start on unseen L0 (GRPO +10, RLVMR +5 pp from 20 layouts
-# a seed; GRPO's seeds −5 and +25 pp), so the classroom prints "fair test"; its primary is inconclusive (+1.5 pp
+# a seed; GRPO's seeds −5 and +25 pp), so the classroom passes the former rule, and says it is not a fair test by the
+# reference gate (no reference is pinned for it); its primary is inconclusive (+1.5 pp
 # [−5.6, +8.7]). Read it with its cold start: DAgger taught the policy to act on what it sees (a target in sight is
 # taken in 81 % of those steps on unseen layouts after one round, 34 % before), and the two-round cold start the
 # classroom uses is weak on unseen layouts (14 % on all 60 × 4 plays in the sweep), where GRPO raises it; from the

@@ -284,6 +284,8 @@ def test_per_episode_endpoints_and_budgets():
 
 
 def test_the_fairness_check_can_fail():
+    from rlvmr_nb.lab.figures import gate_label
+
     tasks = [f"t{i}" for i in range(24)]
     before = [[_episode(t, i < 6, ["look"]) for i, t in enumerate(tasks)] for _ in range(2)]
     learned = [[_episode(t, i < 18, ["look"]) for i, t in enumerate(tasks)] for _ in range(2)]
@@ -291,6 +293,10 @@ def test_the_fairness_check_can_fail():
     l0_same = {"GRPO": l0_cold, "RLVMR": l0_cold}
     ok = paired.fairness_check(before, learned, l0_cold, l0_same, bootstrap=500)
     assert ok["fair_test"] and ok["grpo_heldin"]["rise"] == pytest.approx(0.5) and ok["grpo_heldin"]["lo"] > 0
+    # the former rule's pass never calls itself a fair test by the reference gate (the classroom's case)
+    assert ok["rule"] == paired.FORMER_RULE and "not a fair test by the reference gate" in ok["verdict"]
+    assert gate_label(ok) == "fair by the former rule only (no reference)"
+    assert gate_label({"rule": "reference gate", "fair_test": True}) == "fair test"
     flat = paired.fairness_check(before, before, l0_cold, l0_same, bootstrap=500)
     assert not flat["fair_test"] and not flat["grpo_heldin"]["passes"]
     worse = [[_episode("l", i < 3, ["look"]) for i in range(10)] for _ in range(2)]

@@ -405,22 +405,28 @@ def fairness_check(before: Sequence[Sequence[Episode]], after: Sequence[Sequence
                    rise: float = 0.15, bootstrap: int = 2000, seed: int = 0,
                    l0_margin: float | None = None) -> dict[str, Any]:
     """Whether the run is a fair test, decided before any comparison of the arms:
-
     1. GRPO's success on the fixed held-in training layouts, after − before (cold start), paired episode by
        episode, must rise by >= `rise` with a 95 % interval above 0 (`heldin_rise`).
     2. No RL arm's unseen-L0 success may fall below the cold start's: with `l0_margin` None (the pre-registered
        rule) the point estimate over the same seeds must be >= 0; with a margin m <= 0 the arm must be
        non-inferior at m (the paired t interval over >= 2 seeds lies above m; `LabConfig.fairness_l0_margin`).
-
     Both conditions keep the form they were pre-registered with (docs/lab.md); the exact sign-flip tests are
-    reported beside them (`heldin_rise`, `l0_condition`)."""
+    reported beside them (`heldin_rise`, `l0_condition`). The former rule (`rule`): with no pinned reference a weak
+    cold start passes it (docs/lab.md, 'Pre-registration: avoidable repetition', 5), so a pass's verdict says so;
+    `fair_test` keeps the rule's own answer, as the runs judged by it reported."""
     heldin = heldin_rise(before, after, rise, bootstrap, seed)
     l0 = {arm: l0_condition([seed_endpoint(x, "success") for x in eps],
                              [seed_endpoint(x, "success") for x in l0_coldstart], l0_margin, bootstrap)
           for arm, eps in l0_arms.items()}
     fair = heldin["passes"] and all(v["passes"] for v in l0.values())
-    return {"grpo_heldin": heldin, "l0_vs_coldstart": l0, "fair_test": bool(fair),
-            "verdict": "fair test" if fair else "NOT a fair test: the arms' comparison says nothing about the claim"}
+    return {"rule": FORMER_RULE, "grpo_heldin": heldin, "l0_vs_coldstart": l0, "fair_test": bool(fair),
+            "verdict": FAIR_BY_FORMER_RULE if fair else NOT_FAIR}
+
+
+FORMER_RULE = "former rule: no arm below its own cold start"  # the reference gate's `rule`: 'reference gate'
+NOT_FAIR = "NOT a fair test: the arms' comparison says nothing about the claim"
+FAIR_BY_FORMER_RULE = ("fair test by the former rule only: no reference is pinned, so the cold start sets the bar and a "
+                       "weak one passes it; not a fair test by the reference gate")
 
 
 def l0_condition(arm: Sequence[float], coldstart: Sequence[float], l0_margin: float | None,

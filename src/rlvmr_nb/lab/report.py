@@ -14,6 +14,7 @@ from ..plots import save_figure
 from .cases import case_study_html, find_cases, pattern_counts
 from .config import LabConfig
 from .figures import plot_lab_by_arm, plot_lab_differences, plot_lab_metrics, plot_lab_training
+from .paired import FAIR_BY_FORMER_RULE, FORMER_RULE
 
 
 def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures_dir: str | os.PathLike,
@@ -155,7 +156,9 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
         lines += reference_gate_lines(fair)
     elif fair:
         h = fair["grpo_heldin"]
-        lines.append(f"**Fairness check: {fair['verdict']}.**")
+        # a pass of the former rule is stated as one, also from results written before it said so itself
+        verdict = FAIR_BY_FORMER_RULE if fair["fair_test"] else fair["verdict"]
+        lines.append(f"**Fairness check ({FORMER_RULE}): {verdict}.**")
         lines.append(f"* GRPO on the {h['tasks']} held-in training layouts (same tasks and sampling seeds before and "
                      f"after): {100 * h['before']:.1f} % → {100 * h['after']:.1f} %, rise {_pp(h['rise'])} pp "
                      f"[{_pp(h['lo'])}, {_pp(h['hi'])}] (needs ≥ {100 * h['required_rise']:.0f} pp with the interval "
