@@ -156,4 +156,4 @@ def reference_gate(heldin: Mapping[str, Mapping[str, Any]], l0_arms: Mapping[str
     return {"rule": "reference gate", "reference_success": reference, "margin": margin, "heldin": dict(heldin),
             "l0_vs_bar": l0, "layouts": layouts, "required_layouts": required_layouts, "fair_test": fair,
             "reasons": reasons,
-            "verdict": "fair test" if fair else "NOT a fair test: the arms' comparison says nothing about the claim"}
+            "verdict": "fair test" if fair else paired.NOT_FAIR}
