@@ -879,3 +879,30 @@ def test_the_committed_recorded_run_is_its_configuration_and_its_verdicts_recomp
         verdicts[name] = again["verdict"]
         assert verdicts[name] == stored["verdict"]
     assert pre["claim_a"] == co_primary_verdict(verdicts["primary"], verdicts["co_primary"])
+
+
+def test_the_readme_quotes_the_recorded_run_as_its_results_file_holds_it():
+    """The README's recorded-run table and verdict intervals are typed by hand; each must be what
+    `benchmarks/results/lab_recorded_home.json` holds, rounded as printed. Guards a quoted figure that drifts from
+    the file, or an interval quoted from the wrong test (the comparisons' are the exact sign-flip test's)."""
+    results = json.loads((ROOT / "benchmarks" / "results" / "lab_recorded_home.json").read_text())
+    readme = (ROOT / "README.md").read_text().replace("**", "")
+    pre = results["preregistered"]
+
+    def signed(x: float) -> str:
+        return f"{100 * x:+.1f}".replace("-", "−")
+
+    def quoted(test: dict) -> str:
+        flip = test["sign_flip"]
+        return f"{signed(flip['mean'])} pp [{signed(flip['lo'])}, {signed(flip['hi'])}]"
+
+    arms = list(pre["by_arm"])  # cold start, GRPO, RLVMR, GiGPO: the table's columns
+    for metric, label in (("avoidable", "avoidable repetition, unseen L0 + L1"), ("wasted", "wasted steps, unseen L0 + L1")):
+        cells = " | ".join(f"{100 * np.mean(pre['by_arm'][arm][metric]):.1f} %" for arm in arms)
+        assert f"| {label} | {cells} |" in readme
+    success = {(row["arm"], row["level"]): row["mean"] for row in results["table"] if row["metric"] == "success"}
+    cells = " | ".join(f"{100 * success[arm, 'L0']:.1f} %" for arm in arms)
+    assert f"| unseen L0 success (the reference: {100 * pre['fairness']['reference_success']:.1f} %) | {cells} |" in readme
+    for test in (pre["primary"], pre["co_primary"], pre["secondaries"]["success L1 (b)"],
+                 pre["exploratory"]["RLVMR - GiGPO"]):
+        assert quoted(test) in readme
