@@ -14,7 +14,7 @@ from ..plots import save_figure
 from .cases import case_study_html, find_cases, pattern_counts
 from .config import LabConfig
 from .figures import plot_lab_by_arm, plot_lab_differences, plot_lab_metrics, plot_lab_training
-from .paired import FAIR_BY_FORMER_RULE, FORMER_RULE
+from .paired import FAIR_BY_FORMER_RULE, FORMER_RULE, NOT_FAIR
 
 
 def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures_dir: str | os.PathLike,
@@ -156,9 +156,8 @@ def preregistered_markdown(summary: Mapping[str, Any]) -> str:
         lines += reference_gate_lines(fair)
     elif fair:
         h = fair["grpo_heldin"]
-        # a pass of the former rule is stated as one, also from results written before it said so itself
-        verdict = FAIR_BY_FORMER_RULE if fair["fair_test"] else fair["verdict"]
-        lines.append(f"**Fairness check ({FORMER_RULE}): {verdict}.**")
+        # the verdict follows from `fair_test` (also for results written before the verdict named its rule)
+        lines.append(f"**Fairness check ({FORMER_RULE}): {FAIR_BY_FORMER_RULE if fair['fair_test'] else NOT_FAIR}.**")
         lines.append(f"* GRPO on the {h['tasks']} held-in training layouts (same tasks and sampling seeds before and "
                      f"after): {100 * h['before']:.1f} % → {100 * h['after']:.1f} %, rise {_pp(h['rise'])} pp "
                      f"[{_pp(h['lo'])}, {_pp(h['hi'])}] (needs ≥ {100 * h['required_rise']:.0f} pp with the interval "
