@@ -906,3 +906,70 @@ def test_the_readme_quotes_the_recorded_run_as_its_results_file_holds_it():
     for test in (pre["primary"], pre["co_primary"], pre["secondaries"]["success L1 (b)"],
                  pre["exploratory"]["RLVMR - GiGPO"]):
         assert quoted(test) in readme
+
+
+def test_docs_lab_quotes_the_recorded_run_as_its_results_file_holds_it():
+    """docs/lab.md's 'The recorded run: result' types every figure by hand: the gate's held-in rises and unseen-L0
+    differences, the success table, each verdict's estimate with its exact and paired-t intervals, the per-seed
+    differences and SD. Each must be what `benchmarks/results/lab_recorded_home.json` holds, rounded as printed.
+    Guards a figure that drifts from the file, or an interval quoted from the other test."""
+    results = json.loads((ROOT / "benchmarks" / "results" / "lab_recorded_home.json").read_text())
+    text = (ROOT / "docs" / "lab.md").read_text()
+    section = text[text.index("### The recorded run: result"):text.index("### What a fair classroom costs")]
+    section = " ".join(section.replace("**", "").split())  # the prose wraps lines anywhere
+    pre = results["preregistered"]
+    fairness = pre["fairness"]
+
+    def pp(x: float) -> str:
+        return f"{100 * x:+.1f}".replace("-", "−")
+
+    def interval(lo: float, hi: float) -> str:
+        return f"[{pp(lo)}, {pp(hi)}]"
+
+    def percent(x: float) -> str:
+        return f"{100 * x:.1f} %"
+
+    expected = [percent(fairness["reference_success"])]
+    for arm, held in fairness["heldin"].items():
+        expected += [percent(held["before"]), percent(held["after"]),
+                     f"{pp(held['rise'])} pp {interval(held['lo'], held['hi'])}"]
+        gate = fairness["l0_vs_bar"][arm]
+        expected.append(f"{arm} {pp(gate['difference'])} pp {interval(gate['interval']['lo'], gate['interval']['hi'])}")
+    cold_start_bars = sorted({bar for bar in fairness["l0_vs_bar"]["GRPO"]["bar"]} - {fairness["reference_success"]})
+    expected.append(" and ".join(f"{100 * bar:.1f}" for bar in cold_start_bars) + " %")
+    success = {(row["arm"], row["level"]): row["mean"] for row in results["table"] if row["metric"] == "success"}
+    arms = list(pre["by_arm"])  # cold start, GRPO, RLVMR, GiGPO
+    expected.append("L1 " + " / ".join(f"{100 * success[arm, 'L1']:.1f}" for arm in arms) + " %")
+    expected += [f"L0 cold start {percent(success['cold start', 'L0'])}"]
+    expected += [f"{arm} {percent(success[arm, 'L0'])}" for arm in arms[1:]]
+
+    primary, co_primary = pre["primary"], pre["co_primary"]
+    flip = primary["sign_flip"]
+    expected += [
+        f"{pp(flip['mean'])} pp ({100 * np.mean(primary['a']):.1f} against {percent(np.mean(primary['b']))}",
+        "per seed " + ", ".join(pp(d) for d in primary["differences"]),
+        f"exact interval {interval(flip['lo'], flip['hi'])}; paired t {interval(primary['t']['lo'], primary['t']['hi'])}",
+        f"per-seed SD here is {100 * primary['t']['sd']:.2f} pp",
+        f"{100 * primary['power']['sd_upper']:.2f} pp",
+        f"{pp(co_primary['sign_flip']['mean'])} pp ({100 * np.mean(co_primary['a']):.1f} against "
+        f"{percent(np.mean(co_primary['b']))}",
+        f"interval {interval(co_primary['sign_flip']['lo'], co_primary['sign_flip']['hi'])}",
+    ]
+    for test in (pre["secondaries"][name] for name in ("success L1 (b)", "avoidable L2", "invalid L0+L1", "success L0")):
+        flip, t = test["sign_flip"], test["t"]
+        expected.append(f"{pp(flip['mean'])} pp")
+        expected.append(f"{interval(flip['lo'], flip['hi'])} (")
+        expected.append(f"t {interval(t['lo'], t['hi'])}")
+    expected.append(f"({pre['secondaries']['success L1 (b)']['p_holm']:.4f}")
+    exploratory = pre["exploratory"]["RLVMR - GiGPO"]
+    expected += [f"{pp(exploratory['sign_flip']['mean'])} pp, exact interval "
+                 f"{interval(exploratory['sign_flip']['lo'], exploratory['sign_flip']['hi'])} (paired t "
+                 f"{interval(exploratory['t']['lo'], exploratory['t']['hi'])})"]
+    avoidable = {arm: percent(np.mean(pre["by_arm"][arm]["avoidable"])) for arm in arms}
+    expected.append(f"(GiGPO {avoidable['GiGPO']}, GRPO {avoidable['GRPO']}, cold start {avoidable['cold start']})")
+    expected.append(f"RLVMR's {avoidable['RLVMR']}")
+    won = pre["repetition_by_outcome"]["won"]
+    expected.append(f"{percent(np.mean(won['cold start']))} for the cold start, {percent(np.mean(won['GRPO']))} GRPO, "
+                    f"{percent(np.mean(won['RLVMR']))} RLVMR, {percent(np.mean(won['GiGPO']))} GiGPO")
+    missing = [quote for quote in expected if quote not in section]
+    assert not missing, missing
