@@ -20,7 +20,7 @@ VLLM_STAMP := $(VLLM_VENV)/.installed
 VLLM_BUILD ?= cpu
 VLLM_CUDA_PIN := $(shell sed -n 's/^ *"\(vllm==[^"]*\)".*/\1/p' pyproject.toml)
 
-.PHONY: venv vllm-venv demo demo-quick verify test test-pinned test-fast figures data bench clean gpu-check metalab metalab-recorded metalab-recorded-ni
+.PHONY: venv vllm-venv demo demo-quick verify test test-pinned test-fast figures data bench clean gpu-check metalab metalab-recorded metalab-recorded-first metalab-recorded-ni
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -122,11 +122,14 @@ data: $(STAMP)
 figures: $(STAMP)
 	$(BIN)/rlvmr-nb figures $(FIGURE_FLAGS)
 
-# The metacognition lab (notebook 06's experiment): GRPO vs RLVMR from one cold start on the lab world.
-# classroom: 2 seeds on 6 layouts, under 20 minutes on 2 cores from a fresh clone (docs/lab.md, 'Classroom
-# budget'); metalab-recorded: the learning pilot's settings with 6 seeds (its power calculation, docs/lab.md),
-# ~1.5 hours on 2 cores: LAB_FLAGS="--workers 12" on a bigger machine; metalab-recorded-ni: the amended rule
-# (the L0 condition as non-inferiority at -5 pp), 8 plays per test task, 5 fresh seeds, ~1.5 hours (docs/lab.md).
+# The metacognition lab (notebook 06's experiment): GRPO, RLVMR (and GiGPO) from one cold start on the lab world.
+# metalab: the classroom, 2 seeds, ~19 minutes on 2 cores from a fresh clone; a demonstration of the machinery, not a
+# fair test by the reference gate (docs/lab.md, 'What a fair classroom costs').
+# metalab-recorded: the current recorded run (configs/lab/recorded_home.json: the homes-named world, three arms,
+# seeds 780-785 from its pilot's power calculation), ~8 CPU-hours: ~4.5 h on 2 cores, ~30 min with
+# LAB_FLAGS="--workers 16"; it resumes where it stopped. The lab's earlier tests, reported as they ran (docs/lab.md):
+# metalab-recorded-first (configs/lab/recorded.json, the first recorded run, seeds 500-505, ~1.5 h) and
+# metalab-recorded-ni (its amendment: the L0 condition as non-inferiority at -5 pp, seeds 600-604, ~1.5 h).
 # Results and figures go to runs/metalab/<name>/ (git-ignored); with UPDATE=1 to the tracked
 # benchmarks/results/lab_<name>.json and figures/lab/, as `make demo UPDATE=1`. (Not `make lab`: JupyterLab.)
 LAB_OUTPUT = $(if $(UPDATE),--figures figures/lab --results benchmarks/results/lab_$(1).json)
@@ -134,6 +137,9 @@ metalab: $(STAMP)
 	$(BIN)/rlvmr-nb lab --config configs/lab/classroom.json $(call LAB_OUTPUT,classroom) $(LAB_FLAGS)
 
 metalab-recorded: $(STAMP)
+	$(BIN)/rlvmr-nb lab --config configs/lab/recorded_home.json $(call LAB_OUTPUT,recorded_home) $(LAB_FLAGS)
+
+metalab-recorded-first: $(STAMP)
 	$(BIN)/rlvmr-nb lab --config configs/lab/recorded.json $(call LAB_OUTPUT,recorded) $(LAB_FLAGS)
 
 metalab-recorded-ni: $(STAMP)
