@@ -147,22 +147,23 @@ def test_training_rise_is_the_fairness_check():
         stats.training_rise([[0.1, 0.2]], head=2, tail=1)
 
 
-def test_hypothesis_verdicts():
-    """The descriptive intervals read with the pre-registered rule: repetition lower about −5 pp (refuted when the
-    interval's lower end lies above −5 pp), unseen success non-inferior at −5 pp (supported above the margin, even
-    when the interval reaches below 0; refuted below it)."""
-    diffs = [{"level": "L0", "metric": "repetitive", "mean": -0.1, "lo": -0.2, "hi": -0.01},
-             {"level": "L1", "metric": "repetitive", "mean": 0.0, "lo": -0.1, "hi": 0.1},
-             {"level": "L1", "metric": "success", "mean": -0.2, "lo": -0.3, "hi": -0.1},
-             {"level": "L2", "metric": "success", "mean": 0.0, "lo": -0.1, "hi": 0.1},
-             {"level": "L2", "metric": "repetitive", "mean": 0.0, "lo": 0.0, "hi": 0.0}]
-    v = stats.hypothesis_verdict(diffs)
-    assert v == {"repetitive_lower": {"L0": "supported", "L1": "inconclusive", "L2": "uninformative"},
-                 "unseen_success_not_lower": {"L1": "refuted", "L2": "inconclusive"}}
-    near = [{"level": "L1", "metric": "success", "mean": 0.0, "lo": -0.04, "hi": 0.04},
-            {"level": "L0", "metric": "repetitive", "mean": 0.01, "lo": -0.03, "hi": 0.05}]
-    assert stats.hypothesis_verdict(near) == {"repetitive_lower": {"L0": "refuted"},
-                                              "unseen_success_not_lower": {"L1": "supported"}}
+def test_the_printed_verdicts_are_the_exact_tests_not_the_descriptive_bootstrap():
+    """Guards the classroom's printed verdicts: `rlvmr-nb lab` printed verdicts read off the two-stage bootstrap of
+    pooled rates, which over 2 seeds is far too narrow. On the committed classroom it put RLVMR − GRPO's repetitive
+    rate on L1 wholly above −5 pp, printed as 'refuted', where the exact sign-flip test over the 4 sign patterns can
+    reach no verdict (and on an AMD EPYC, 'refuted' on all three levels). The printed verdicts are the
+    pre-registered exact tests' and nothing else."""
+    from rlvmr_nb.cli.torch_commands import lab_verdicts
+
+    classroom = json.loads((ROOT / "benchmarks" / "results" / "lab_classroom.json").read_text())
+    pre = classroom["preregistered"]
+    l1 = next(d for d in classroom["differences"] if (d["level"], d["metric"]) == ("L1", "repetitive"))
+    assert l1["lo"] > -stats.PRIMARY_EFFECT  # what the bootstrap's reading called 'refuted'
+    verdicts = lab_verdicts(classroom)
+    assert verdicts == {"primary": pre["primary"]["verdict"],
+                        "secondaries": {name: test["verdict"] for name, test in pre["secondaries"].items()},
+                        "fairness": pre["fairness"]["verdict"]}
+    assert verdicts["primary"] == "inconclusive" and "refuted" not in json.dumps(verdicts)
 
 
 def test_both_arms_get_the_same_budget_and_the_configured_advantage_preset(tmp_path):
@@ -246,7 +247,7 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     assert {(r["arm"], r["level"]) for r in doc["table"]} == {
         (a, lvl) for a in ("cold start", "GRPO", "RLVMR", "GiGPO") for lvl in ("L0", "L1", "L2")}
     assert {r["seed"] for r in doc["per_seed"]} == {0, 1}
-    assert set(doc["hypothesis"]) == {"repetitive_lower", "unseen_success_not_lower"}
+    assert "hypothesis" not in doc  # no verdict from the descriptive bootstrap (the exact tests' are in preregistered)
     assert set(doc["training_rise"]) == {"GRPO", "RLVMR", "GiGPO"}  # the training curves' rise travels with them
     pre = doc["preregistered"]  # the paired fairness check, the primary endpoint and the secondaries
     assert pre["fairness"]["grpo_heldin"]["tasks"] == 3
@@ -773,18 +774,17 @@ def test_the_lab_summary_gives_a_one_arm_sweep_its_fairness_check_alone():
     Guards the crash the larger house's budget sweep (GRPO only) met after writing its results: the summary read the
     primary's verdict, which a run with one arm has no comparison for (KeyError 'primary')."""
     from rlvmr_nb.cli.torch_commands import lab_verdicts
-    from rlvmr_nb.lab import load_lab_config
 
     results = ROOT / "benchmarks" / "results"
     one_arm = json.loads((results / "lab_large_sweep_budget.json").read_text())
-    config = load_lab_config(ROOT / "configs" / "lab" / "large_sweep_budget.json")
     assert "primary" not in one_arm["preregistered"]
-    assert lab_verdicts(config, one_arm) == {"fairness": one_arm["preregistered"]["fairness"]["verdict"]}
+    assert lab_verdicts(one_arm) == {"fairness": one_arm["preregistered"]["fairness"]["verdict"]}
     two_arms = json.loads((results / "lab_large_sweep_pool.json").read_text())
     pre = two_arms["preregistered"]
-    assert lab_verdicts(load_lab_config(ROOT / "configs" / "lab" / "large_sweep_pool.json"), two_arms) == {
-        "primary": pre["primary"]["verdict"], "co_primary": pre["co_primary"]["verdict"],
-        "claim_a": pre["claim_a"], "fairness": pre["fairness"]["verdict"]}
+    assert lab_verdicts(two_arms) == {
+        "primary": pre["primary"]["verdict"], "co_primary": pre["co_primary"]["verdict"], "claim_a": pre["claim_a"],
+        "secondaries": {name: test["verdict"] for name, test in pre["secondaries"].items()},
+        "fairness": pre["fairness"]["verdict"]}
 
 
 def test_an_arm_stopped_before_its_last_checkpoint_resumes_to_the_uninterrupted_weights(lab_tokenizer, tmp_path,

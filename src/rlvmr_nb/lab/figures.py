@@ -3,8 +3,8 @@
 * `plot_lab_metrics` — success, repetitive-action, invalid-action rate and episode length per level and
   arm (paper Figs. 1, 3 and 5 measure the same quantities): bars at the pooled estimate, 95 % two-stage
   bootstrap intervals, one dot per seed.
-* `plot_lab_differences` — the hypothesis: RLVMR − GRPO per level with its interval, against zero; for a run whose
-  primary is avoidable repetition, `plot_preregistered` instead.
+* `plot_lab_differences` — the hypothesis: `plot_preregistered` for every run with a pre-registered primary; for an
+  older results file without one, RLVMR − GRPO per level with its descriptive bootstrap interval, against zero.
 * `plot_preregistered` — every pre-registered RLVMR − GRPO comparison (primary, co-primary, secondaries) as paired
   per-seed differences with the t interval over seeds and the verdict its exact test gave.
 * `plot_lab_by_arm` — every arm (the cold start too) on the primary and the co-primary of an avoidable-repetition
@@ -81,16 +81,24 @@ def plot_lab_metrics(summary: Mapping[str, Any], title: str | None = None) -> Fi
     return fig
 
 
+_ENDPOINT_NAMES = {"avoidable": "avoidable repetition", "repetitive": "repetitive-action rate"}
+"""The primary endpoints' names in the figures (`lab.endpoints`; the first pre-registration's, the repetitive rate)."""
+
+
 def plot_preregistered(summary: Mapping[str, Any], title: str | None = None) -> Figure:
-    """The pre-registered comparisons of a run whose primary is avoidable repetition (docs/lab.md, 'Pre-registration:
-    avoidable repetition'), one row each: RLVMR − GRPO per seed (dots; paired by seed), the paired t interval over
-    seeds (bar) and, at the right, the verdict of the exact sign-flip test the pre-registration names. The dashed
-    line is 0; the dotted one the −5 pp effect a 'refuted' verdict is judged against."""
+    """The pre-registered comparisons (docs/lab.md, 'Pre-registration: avoidable repetition'; for the repetitive-rate
+    primary, 'Re-analysis: exact tests over seeds'), one row each: RLVMR − GRPO per seed (dots; paired by seed), the
+    paired t interval over seeds (bar) and, at the right, the verdict of the exact sign-flip test the
+    pre-registration names. The dashed line is 0; the dotted one the −5 pp effect a 'refuted' verdict is judged
+    against."""
     pre = summary["preregistered"]
     pair = pre.get("comparison", "RLVMR - GRPO").replace(" - ", " − ")
-    rows = [(f"primary: avoidable repetition ({'+'.join(pre['primary']['levels'])})", pre["primary"]),
-            (f"co-primary: wasted steps ({'+'.join(pre['co_primary']['levels'])})", pre["co_primary"]),
-            *((f"secondary: {name}", test) for name, test in pre["secondaries"].items())]
+    primary = pre["primary"]
+    rows = [(f"primary: {_ENDPOINT_NAMES.get(primary['metric'], primary['metric'])} ({'+'.join(primary['levels'])})",
+             primary)]
+    if "co_primary" in pre:  # the avoidable-repetition pre-registration's wasted steps
+        rows.append((f"co-primary: wasted steps ({'+'.join(pre['co_primary']['levels'])})", pre["co_primary"]))
+    rows += [(f"secondary: {name}", test) for name, test in pre["secondaries"].items()]
     with figure_style():
         fig = Figure(figsize=(8.4, 0.55 * len(rows) + 1.4), layout="constrained")
         ax = fig.subplots()
@@ -157,9 +165,11 @@ def plot_lab_by_arm(summary: Mapping[str, Any], title: str | None = None) -> Fig
 
 
 def plot_lab_differences(summary: Mapping[str, Any], title: str | None = None) -> Figure:
-    """RLVMR − GRPO per level for the repetitive-action rate and the success rate, with 95 % intervals; a run whose
-    primary is avoidable repetition gets `plot_preregistered`, the comparisons it pre-registered."""
-    if summary.get("preregistered", {}).get("primary", {}).get("metric") == "avoidable":
+    """The hypothesis's figure: `plot_preregistered`, the comparisons the run pre-registered with their exact tests'
+    verdicts, for every run that has a primary. Only a results file written before the pre-registered analysis
+    existed gets the older view: RLVMR − GRPO per level for the repetitive-action rate and the success rate, with the
+    two-stage bootstrap's 95 % intervals, descriptive (too narrow at a few seeds to judge by) and without verdicts."""
+    if "primary" in summary.get("preregistered", {}):
         return plot_preregistered(summary, title)
     diffs = _frame(summary["differences"])
     pair = diffs["comparison"].iloc[0].replace(" - ", " − ") if not diffs.empty else ""
@@ -177,7 +187,7 @@ def plot_lab_differences(summary: Mapping[str, Any], title: str | None = None) -
             ax.set_yticks(list(ys), list(rows["level"]))
             ax.invert_yaxis()
             ax.set_title(f"{pair}: {label}")
-            ax.set_xlabel("difference (fraction; 95 % interval)")
+            ax.set_xlabel("difference (fraction; 95 % two-stage bootstrap interval, descriptive)")
             ax.grid(axis="x", alpha=0.25, linewidth=0.5)
         fig.suptitle(title or "Hypothesis: repetitive rate lower (left of 0), unseen success not lower", fontsize=9.5)
     return fig

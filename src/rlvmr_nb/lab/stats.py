@@ -337,7 +337,6 @@ def lab_summary(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | No
         "table": table,
         "per_seed": per_seed,
         "differences": differences,
-        "hypothesis": hypothesis_verdict(differences),
         "preregistered": preregistered(config, out, pilot_seeds),
         "training_curves": curves,
         "training_rise": rises,
@@ -349,20 +348,3 @@ def lab_summary(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | No
     }
 
 
-def hypothesis_verdict(differences: Sequence[dict[str, Any]]) -> dict[str, Any]:
-    """The pre-stated hypothesis, read off the descriptive RLVMR − GRPO intervals (the two-stage bootstrap) with the
-    pre-registered analysis's verdict rule (`paired.interval_verdict`): (a) RLVMR's repetitive-action rate is
-    lower on every level, about the −`PRIMARY_EFFECT` the study was powered for ('supported' when the interval lies
-    below 0, 'refuted' when it lies above −5 pp); (b) its success on the unseen splits (L1, L2) is not lower, as
-    non-inferiority at `paired.NON_INFERIORITY_MARGIN` ('supported' when the interval lies above −5 pp, 'refuted'
-    when below); 'inconclusive' otherwise, and 'uninformative' for exactly [0, 0] (no episode of either arm
-    succeeded)."""
-    def verdict(d: dict[str, Any], kind: str, effect: float = 0.0) -> str:
-        if d["lo"] == d["hi"] == 0:
-            return "uninformative"
-        return paired.interval_verdict(d["lo"], d["hi"], *paired.claim(kind, effect))
-
-    rep = {d["level"]: verdict(d, "lower", PRIMARY_EFFECT) for d in differences if d["metric"] == "repetitive"}
-    unseen = {d["level"]: verdict(d, "non-inferior") for d in differences
-              if d["metric"] == "success" and d["level"] != "L0"}
-    return {"repetitive_lower": rep, "unseen_success_not_lower": unseen}
