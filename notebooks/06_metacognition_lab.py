@@ -255,8 +255,8 @@ if "differences" in report["paths"]:
 # %% [markdown]
 # Beside them, a descriptive view with no verdict: RLVMR − GRPO on pooled rates per level, with the two-stage
 # bootstrap's interval (seeds, then episodes). At 2 seeds it is far too narrow to judge by: on one machine its
-# intervals for the classroom's repetitive rate lay above −5 pp on every level, read once as 'refuted' three times,
-# where the exact test can reach no verdict (docs/lab.md, 'Re-analysis: exact tests over seeds').
+# intervals for the classroom's repetitive rate lay above −5 pp on all three levels, which the lab once printed as
+# 'refuted', where the exact test can reach no verdict (docs/lab.md, 'The same classroom on another CPU').
 
 # %%
 pd.DataFrame(summary["differences"]).round(3)
