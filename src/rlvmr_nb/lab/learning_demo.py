@@ -172,7 +172,7 @@ def plot_learning_demo(demo: LearningDemo, algo: str = "rlvmr") -> Figure:
         left.xaxis.set_major_locator(MaxNLocator(integer=True))
         left.set_ylim(-0.02, 1.02)
         left.grid(alpha=0.25, linewidth=0.5)
-        left.legend(frameon=False, fontsize=7.5, loc="lower right")
+        left.legend(frameon=False, fontsize=7.5, loc="best")  # a fixed corner hid the curve of some runs
         n = h["pairs"]
         for x, (label, value) in enumerate((("cold start", h["before"]), ("trained", h["after"]))):
             lo, hi = wilson(value * n, n)
@@ -181,13 +181,15 @@ def plot_learning_demo(demo: LearningDemo, algo: str = "rlvmr") -> Figure:
         right.set_xticks([0, 1], ["cold start", "trained"])
         right.set_ylabel("success (95 % Wilson interval)", fontsize=8)
         right.set_ylim(0, 1.02)
-        right.set_title(f"same layouts, T {demo.config['eval_temperature']}: {100 * h['rise']:+.0f} pp "
-                        f"[{100 * h['lo']:+.0f}, {100 * h['hi']:+.0f}]\n({n} paired plays of {h['tasks']} layouts)",
-                        fontsize=9)
+        # the interval on the second line: "[+19, +100]" on one line overran the panel's width
+        right.set_title(f"the same {h['tasks']} layouts, T {demo.config['eval_temperature']}: {100 * h['rise']:+.0f} pp\n"
+                        f"[{100 * h['lo']:+.0f}, {100 * h['hi']:+.0f}], {n} paired plays", fontsize=9)
         right.grid(axis="y", alpha=0.25, linewidth=0.5)
-        c, arms = demo.config, demo.config["train"]
+        c = demo.config
+        # results written before the configuration tree hold the training settings flat
+        tasks, group = ((c["train"]["run"]["tasks_per_iteration"], c["train"]["rollout"]["group_size"]) if "train" in c
+                        else (c["tasks_per_iteration"], c["group_size"]))
         fig.suptitle(f"{algo.upper()} from the lab's cold start ({c['policy_layers']}-layer policy) learning "
-                     f"{c['train_pool']} training layouts (seed {c['seeds'][0]}; {arms['run']['tasks_per_iteration']} "
-                     f"tasks x {arms['rollout']['group_size']} rollouts per iteration)\ntraining layouts only: not the lab's test on "
-                     "unseen layouts (docs/lab.md)", fontsize=9.5)
+                     f"{c['train_pool']} training layouts (seed {c['seeds'][0]}; {tasks} tasks x {group} rollouts per "
+                     "iteration)\ntraining layouts only: not the lab's test on unseen layouts (docs/lab.md)", fontsize=9.5)
     return fig
