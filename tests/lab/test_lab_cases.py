@@ -58,7 +58,7 @@ def test_an_arm_the_run_did_not_train_is_said_to_have_no_case(tmp_path):
 def test_the_lab_report_takes_the_pair_from_the_run_s_configuration(tmp_path, monkeypatch, comparison, loop_arm,
                                                                     recovery_arm):
     _evaluations(tmp_path)
-    for plot in ("plot_lab_metrics", "plot_lab_training", "plot_lab_differences"):
+    for plot in ("plot_lab_metrics", "plot_lab_training", "plot_preregistered"):
         monkeypatch.setattr(report, plot, lambda summary: None)
     monkeypatch.setattr(report, "save_figure", lambda fig, folder, name, formats: [folder / f"{name}.png"])
     config = {"name": "cases", "algos": list(ARMS)} | ({"comparison": comparison} if comparison else {})

@@ -432,10 +432,11 @@ def test_holm_on_the_recorded_runs_secondaries():
     assert decided["invalid L0+L1"]["verdict"] == "inconclusive after Holm (unadjusted: supported)"
 
 
-def test_a_run_with_the_avoidable_primary_draws_its_preregistered_comparisons():
-    """The hypothesis figure of an avoidable-repetition run shows the comparisons it pre-registered (primary,
-    co-primary, secondaries) with their verdicts, not the repetitive-action rate an earlier design tested."""
-    from rlvmr_nb.lab.figures import plot_lab_differences
+def test_the_hypothesis_figure_draws_the_preregistered_comparisons_with_the_exact_tests_verdicts():
+    """The hypothesis figure shows the comparisons a run pre-registered with their exact tests' verdicts: for an
+    avoidable-repetition run primary, co-primary and secondaries; for the first design's repetitive-rate primary
+    (the classroom) primary and secondaries, where it once drew the 2-seed bootstrap intervals instead."""
+    from rlvmr_nb.lab.figures import plot_preregistered
 
     def test(kind, differences, verdict):
         mean = sum(differences) / len(differences)
@@ -446,13 +447,22 @@ def test_a_run_with_the_avoidable_primary_draws_its_preregistered_comparisons():
            "primary": {**test("lower", [0.01, -0.02, 0.0], "inconclusive"), "metric": "avoidable"},
            "co_primary": test("lower", [-0.01, -0.02, -0.03], "supported"),
            "secondaries": {"success L0": test("higher", [0.1, 0.1, 0.1], "uninformative (no spread)")}}
-    fig = plot_lab_differences({"preregistered": pre, "differences": []})
+    fig = plot_preregistered({"preregistered": pre, "differences": []})
     ax = fig.axes[0]
     labels = [t.get_text() for t in ax.get_yticklabels()]
     assert [label.split(":")[0] for label in labels] == ["primary", "co-primary", "secondary"]
     assert "above 0 wanted" in labels[2]
     assert [t.get_text() for t in ax.texts] == ["inconclusive", "supported", "uninformative"]
     assert "NOT a fair test" in fig._suptitle.get_text()
+
+    first_design = {**{k: v for k, v in pre.items() if k != "co_primary"},
+                    "primary": {**pre["primary"], "metric": "repetitive"},
+                    "fairness": {"fair_test": True, "rule": paired.FORMER_RULE}}
+    fig = plot_preregistered({"preregistered": first_design, "differences": []})
+    labels = [t.get_text() for t in fig.axes[0].get_yticklabels()]
+    assert [label.split(":")[0] for label in labels] == ["primary", "secondary"]
+    assert "repetitive-action rate" in labels[0]
+    assert "fair by the former rule only" in fig._suptitle.get_text()
 
 
 def test_the_endpoints_compare_the_configured_pair_of_arms(monkeypatch):

@@ -3,8 +3,6 @@
 * `plot_lab_metrics` — success, repetitive-action, invalid-action rate and episode length per level and
   arm (paper Figs. 1, 3 and 5 measure the same quantities): bars at the pooled estimate, 95 % two-stage
   bootstrap intervals, one dot per seed.
-* `plot_lab_differences` — the hypothesis: `plot_preregistered` for every run with a pre-registered primary; for an
-  older results file without one, RLVMR − GRPO per level with its descriptive bootstrap interval, against zero.
 * `plot_preregistered` — every pre-registered RLVMR − GRPO comparison (primary, co-primary, secondaries) as paired
   per-seed differences with the t interval over seeds and the verdict its exact test gave.
 * `plot_lab_by_arm` — every arm (the cold start too) on the primary and the co-primary of an avoidable-repetition
@@ -161,35 +159,6 @@ def plot_lab_by_arm(summary: Mapping[str, Any], title: str | None = None) -> Fig
                  f"{t['verdict'].split(' (')[0]}" for pair, t in pre.get("exploratory", {}).items() if "t" in t]
         fig.suptitle(title or f"Every arm over {len(pre['seeds'])} seeds (bars: mean; dots: seeds; lines join a seed's "
                               f"arms)" + (f"\n{'; '.join(notes)}" if notes else ""), fontsize=9.5)
-    return fig
-
-
-def plot_lab_differences(summary: Mapping[str, Any], title: str | None = None) -> Figure:
-    """The hypothesis's figure: `plot_preregistered`, the comparisons the run pre-registered with their exact tests'
-    verdicts, for every run that has a primary. Only a results file written before the pre-registered analysis
-    existed gets the older view: RLVMR − GRPO per level for the repetitive-action rate and the success rate, with the
-    two-stage bootstrap's 95 % intervals, descriptive (too narrow at a few seeds to judge by) and without verdicts."""
-    if "primary" in summary.get("preregistered", {}):
-        return plot_preregistered(summary, title)
-    diffs = _frame(summary["differences"])
-    pair = diffs["comparison"].iloc[0].replace(" - ", " − ") if not diffs.empty else ""
-    if diffs.empty:
-        raise ValueError("the summary has no RLVMR - GRPO differences (train both 'grpo' and 'rlvmr')")
-    with figure_style():
-        fig = Figure(figsize=(7.6, 2.9), layout="constrained")
-        axes = fig.subplots(1, 2)
-        for ax, (metric, label) in zip(axes, (("repetitive", "repetitive-action rate"), ("success", "success rate"))):
-            rows = diffs[diffs["metric"] == metric]
-            ys = range(len(rows))
-            ax.errorbar(rows["mean"], list(ys), xerr=[rows["mean"] - rows["lo"], rows["hi"] - rows["mean"]],
-                        fmt="o", color=method_color("RLVMR"), ecolor="#333333", capsize=3)
-            ax.axvline(0, color="#777777", linewidth=0.8, linestyle="--")
-            ax.set_yticks(list(ys), list(rows["level"]))
-            ax.invert_yaxis()
-            ax.set_title(f"{pair}: {label}")
-            ax.set_xlabel("difference (fraction; 95 % two-stage bootstrap interval, descriptive)")
-            ax.grid(axis="x", alpha=0.25, linewidth=0.5)
-        fig.suptitle(title or "Hypothesis: repetitive rate lower (left of 0), unseen success not lower", fontsize=9.5)
     return fig
 
 

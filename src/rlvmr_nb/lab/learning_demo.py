@@ -154,6 +154,7 @@ def plot_learning_demo(demo: LearningDemo, algo: str = "rlvmr") -> Figure:
     color = method_color(algo)
     iterations = [row["iteration"] for row in demo.curve]
     t, h = demo.training, demo.heldin
+    c = LabConfig.from_dict(demo.config)  # also reads results written before the configuration tree (flat names)
     with figure_style():
         fig = Figure(figsize=(9.0, 3.4), layout="constrained")
         left, right = fig.subplots(1, 2, width_ratios=(2.2, 1))
@@ -182,14 +183,11 @@ def plot_learning_demo(demo: LearningDemo, algo: str = "rlvmr") -> Figure:
         right.set_ylabel("success (95 % Wilson interval)", fontsize=8)
         right.set_ylim(0, 1.02)
         # the interval on the second line: "[+19, +100]" on one line overran the panel's width
-        right.set_title(f"the same {h['tasks']} layouts, T {demo.config['eval_temperature']}: {100 * h['rise']:+.0f} pp\n"
+        right.set_title(f"the same {h['tasks']} layouts, T {c.eval_temperature}: {100 * h['rise']:+.0f} pp\n"
                         f"[{100 * h['lo']:+.0f}, {100 * h['hi']:+.0f}], {n} paired plays", fontsize=9)
         right.grid(axis="y", alpha=0.25, linewidth=0.5)
-        c = demo.config
-        # results written before the configuration tree hold the training settings flat
-        tasks, group = ((c["train"]["run"]["tasks_per_iteration"], c["train"]["rollout"]["group_size"]) if "train" in c
-                        else (c["tasks_per_iteration"], c["group_size"]))
-        fig.suptitle(f"{algo.upper()} from the lab's cold start ({c['policy_layers']}-layer policy) learning "
-                     f"{c['train_pool']} training layouts (seed {c['seeds'][0]}; {tasks} tasks x {group} rollouts per "
-                     "iteration)\ntraining layouts only: not the lab's test on unseen layouts (docs/lab.md)", fontsize=9.5)
+        fig.suptitle(f"{algo.upper()} from the lab's cold start ({c.policy_layers}-layer policy) learning "
+                     f"{c.train_pool} training layouts (seed {c.seeds[0]}; {c.train.run.tasks_per_iteration} tasks x "
+                     f"{c.train.rollout.group_size} rollouts per iteration)\ntraining layouts only: not the lab's test "
+                     "on unseen layouts (docs/lab.md)", fontsize=9.5)
     return fig

@@ -13,7 +13,7 @@ from ..runs.machine import provenance
 from ..plots import save_figure
 from .cases import case_study_html, find_cases, pattern_counts
 from .config import LabConfig
-from .figures import plot_lab_by_arm, plot_lab_differences, plot_lab_metrics, plot_lab_training
+from .figures import plot_lab_by_arm, plot_lab_metrics, plot_lab_training, plot_preregistered
 from .paired import FAIR_BY_FORMER_RULE, FORMER_RULE, NOT_FAIR
 
 
@@ -27,8 +27,8 @@ def write_lab_report(summary: Mapping[str, Any], out: str | os.PathLike, figures
     paths: dict[str, Any] = {}
     paths["metrics"] = save_figure(plot_lab_metrics(summary), figures, f"lab_{name}_metrics", ("png",))[0]
     paths["training"] = save_figure(plot_lab_training(summary), figures, f"lab_{name}_training", ("png",))[0]
-    if summary["differences"]:
-        paths["differences"] = save_figure(plot_lab_differences(summary), figures, f"lab_{name}_hypothesis",
+    if "primary" in summary.get("preregistered", {}):  # two arms compared: their pre-registered comparisons
+        paths["differences"] = save_figure(plot_preregistered(summary), figures, f"lab_{name}_hypothesis",
                                            ("png",))[0]
     if summary.get("preregistered", {}).get("by_arm"):  # an avoidable-repetition run: every arm on its endpoints
         paths["by_arm"] = save_figure(plot_lab_by_arm(summary), figures, f"lab_{name}_by_arm", ("png",))[0]

@@ -346,5 +346,3 @@ def lab_summary(config: LabConfig, out: str | os.PathLike, pilot_seeds: int | No
                       "format_valid": {r["level"]: {k: r[k] for k in ("mean", "lo", "hi")} for r in table
                                        if r["arm"] == arm_label(COLDSTART_ARM) and r["metric"] == "format_valid"}},
     }
-
-
