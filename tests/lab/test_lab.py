@@ -235,6 +235,10 @@ def test_rlvmr_nb_lab_end_to_end_with_the_ci_config(tmp_path, capsys):
     from rlvmr_nb.lab import load_lab_config
 
     out, results = tmp_path / "lab", tmp_path / "results.json"
+    # the cold start built before class (docs/lab.md, 'What a fair classroom costs'), and nothing else
+    assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out), "--coldstart-only"]) == 0
+    assert (out / "coldstart" / "sft" / "sft_log.jsonl").is_file()
+    assert sorted(p.name for p in out.iterdir()) == ["coldstart"] and "cold start: " in capsys.readouterr().out
     assert main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(out),
                  "--figures", str(tmp_path / "figures"), "--results", str(results), "--workers", "3"]) == 0
     doc = json.loads(results.read_text())
@@ -860,8 +864,11 @@ def test_the_committed_recorded_run_is_its_configuration_and_its_verdicts_recomp
 
     config = load_lab_config(ROOT / "configs" / "lab" / "recorded_home.json")
     results = json.loads((ROOT / "benchmarks" / "results" / "lab_recorded_home.json").read_text())
-    assert {k: v for k, v in results["config"].items() if k in config.to_dict()} == json.loads(
-        json.dumps(config.to_dict()))
+    now = json.loads(json.dumps(config.to_dict()))
+    # only a machine setting added after the run (the threads of a worker: the same run at 1 and 2, lab_threads.json)
+    assert set(now) - set(results["config"]) <= {"threads_per_worker"}
+    assert {k: v for k, v in results["config"].items() if k in now} == {
+        k: v for k, v in now.items() if k in results["config"]}
     assert results["sessions_one_machine"]
     pre = results["preregistered"]
     assert pre["seeds"] == list(config.seeds) and list(pre["by_arm"]) == ["cold start", "GRPO", "RLVMR", "GiGPO"]
@@ -973,3 +980,59 @@ def test_docs_lab_quotes_the_recorded_run_as_its_results_file_holds_it():
                     f"{percent(np.mean(won['RLVMR']))} RLVMR, {percent(np.mean(won['GiGPO']))} GiGPO")
     missing = [quote for quote in expected if quote not in section]
     assert not missing, missing
+
+
+def test_the_lab_runs_each_worker_on_the_threads_the_machine_flags_give_it(tmp_path, monkeypatch):
+    """`rlvmr-nb lab --workers W --threads-per-worker T` reaches the configuration, and each worker's piece runs on
+    T torch threads. Guards the many-core journey (docs/lab.md, 'What a fair classroom costs'): the workers were
+    pinned to one thread each, so on a machine with more cores than pieces the slowest arm set the wall time and the
+    other cores idled, whatever the flags said."""
+    import torch
+
+    from rlvmr_nb.cli import main
+    from rlvmr_nb.cli import torch_commands
+    from rlvmr_nb.lab import LabConfig, experiment
+
+    ran: dict = {}
+
+    def record_config(config, out):
+        ran["config"] = config
+        raise SystemExit(0)  # the flags' journey ends where the run would start
+
+    monkeypatch.setattr(torch_commands, "run_lab", record_config)
+    with pytest.raises(SystemExit):
+        main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(tmp_path),
+              "--workers", "3", "--threads-per-worker", "2"])
+    assert (ran["config"].workers, ran["config"].threads_per_worker) == (3, 2)
+    with pytest.raises(SystemExit):  # without the flag, the configuration's own value
+        main(["lab", "--config", str(ROOT / "configs" / "lab" / "ci.json"), "--out", str(tmp_path)])
+    assert ran["config"].threads_per_worker == LabConfig().threads_per_worker == 1
+    with pytest.raises(ValueError, match="threads_per_worker"):
+        LabConfig.from_dict(dict(threads_per_worker=0))
+
+    threads = []
+    monkeypatch.setattr(experiment, "run_unit",
+                        lambda config, out, seed, arm, log: threads.append(torch.get_num_threads()) or {})
+    before = torch.get_num_threads()
+    try:
+        for count in (2, 1):
+            experiment._unit_in_worker(replace(LabConfig(), threads_per_worker=count).to_dict(), str(tmp_path), 0,
+                                       "grpo")
+    finally:
+        torch.set_num_threads(before)
+    assert threads == [2, 1]
+
+
+def test_docs_quote_the_threads_benchmark_as_its_results_file_holds_it():
+    """docs/lab.md ('What a fair classroom costs') and the README quote `benchmarks/results/lab_threads.json`: the
+    iteration at one and at two threads per piece, the speed-up, and that both drew the same run. Guards a projection
+    of the many-core classroom resting on figures that drifted from the measurement."""
+    measured = json.loads((ROOT / "benchmarks" / "results" / "lab_threads.json").read_text())
+    lab, readme = ((ROOT / name).read_text() for name in ("docs/lab.md", "README.md"))
+    one, two = measured["means"]["1"], measured["means"]["2"]
+    speedup = measured["speedup_vs_1_thread"]["2"]["iteration_s"]
+    assert f"**{one['iteration_s']:.1f} s at one thread** (rollout {one['rollout_s']:.1f}" in lab
+    assert f"**{two['iteration_s']:.1f} s at two** ({two['rollout_s']:.1f}" in lab
+    assert f"**{speedup:.2f}×**" in lab and f"28/{speedup:.2f}" in lab and f"{speedup:.2f}× faster" in readme
+    assert measured["same_run_at_every_thread_count"] and "drew the same run" in lab
+    assert measured["iterations_per_thread_count"] == {"1": 4, "2": 4}

@@ -23,7 +23,7 @@ from ..evaluate import (
     table_row,
     write_seed_results,
 )
-from ..lab import load_lab_config, run_lab
+from ..lab import load_lab_config, run_coldstart, run_lab
 from ..lab.learning_demo import describe, run_learning_demo
 from ..lab.report import write_lab_report
 from ..models import ensure_embedded_model
@@ -148,8 +148,12 @@ def lab_verdicts(summary: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def cmd_lab(args: argparse.Namespace) -> int:
-    config = load_lab_config(args.config, **({"workers": args.workers} if args.workers else {}))
+    machine = {"workers": args.workers, "threads_per_worker": args.threads_per_worker}
+    config = load_lab_config(args.config, **{k: v for k, v in machine.items() if v})
     out = args.out or f"runs/metalab/{config.name}"
+    if args.coldstart_only:  # the slowest piece nothing else can overlap, built before the run (docs/lab.md)
+        print(f"cold start: {run_coldstart(config, out, progress=True)} (cached for every run of these settings)")
+        return 0
     summary = run_lab(config, out)
     report = write_lab_report(summary, out, args.figures or f"{out}/figures", args.results)
     verdicts = lab_verdicts(summary)

@@ -161,7 +161,12 @@ class LabConfig:
     workers: int = 2
     """Processes that run the pieces of the seeds side by side after the cold start (per seed: the cold start's
     evaluation and each arm; `lab.experiment.run_seeds`); 1: one after the other, in this process. Each worker
-    uses one torch thread; on a CPU shared with other jobs this buys throughput."""
+    uses `threads_per_worker` torch threads; on a CPU shared with other jobs this buys throughput."""
+    threads_per_worker: int = 1
+    """Torch threads of each worker (with `workers` > 1). One suits a machine with no more cores than pieces. On one
+    with more, the slowest piece (an arm's training) sets the wall time, so `workers` × `threads_per_worker` up to the
+    core count shortens the run: 2 threads ran a recorded-run iteration faster by the factor in
+    `benchmarks/results/lab_threads.json` (docs/lab.md, 'What a fair classroom costs')."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free-form notes copied into the results file."""
 
@@ -172,7 +177,7 @@ class LabConfig:
             raise ValueError(f"comparison names two different arms (a, b), compared as a - b; got {self.comparison}")
         require_positive(self, ["coldstart_trajectories", "policy_layers", "policy_hidden", "sft_epochs", "sft_lr",
                                 "sft_batch_size", "format_check_tasks", "train_pool", "eval_tasks", "heldin_tasks",
-                                "heldin_episodes", "bootstrap", "workers"])
+                                "heldin_episodes", "bootstrap", "workers", "threads_per_worker"])
         require_positive(self, ["eval_episodes", "reference_plays"])
         require_choice(self, "primary_endpoint", PRIMARY_ENDPOINTS)
         if self.power_pilot_seeds is not None and (self.power_pilot_sd is None or self.power_pilot_seeds < 2):

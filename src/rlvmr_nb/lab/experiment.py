@@ -407,16 +407,16 @@ def run_seed(config: LabConfig, out: str | os.PathLike, seed: int, log: Callable
 
 
 def _unit_in_worker(config: dict, out: str, seed: int, arm: str) -> dict:
-    torch.set_num_threads(1)  # several workers share the cores
+    torch.set_num_threads(config["threads_per_worker"])  # several workers share the cores
     return run_unit(LabConfig.from_dict(config), out, seed, arm, log=lambda _: None)
 
 
 def run_seeds(config: LabConfig, out: str | os.PathLike, log: Callable[[str], None] = print) -> dict:
     """Every seed after the cold start. With `config.workers` > 1 the pieces that do not wait on each other —
     per seed the cold start's evaluation and each arm's training and evaluation (`run_unit`) — run
-    `config.workers` at a time in spawned processes with one torch thread each, the longest (training) first, so
-    a machine with more cores than seeds keeps them all busy; 1: one after the other in this process. Returns
-    every stage's wall and CPU seconds."""
+    `config.workers` at a time in spawned processes with `config.threads_per_worker` torch threads each, the longest
+    (training) first, so a machine with more cores than seeds keeps them all busy; 1: one after the other in this
+    process. Returns every stage's wall and CPU seconds."""
     if config.workers == 1:
         stages = [run_seed(config, out, seed, log) for seed in config.seeds]
     else:
