@@ -126,8 +126,10 @@ figures: $(STAMP)
 # metalab: the classroom, 2 seeds, ~19 minutes on 2 cores from a fresh clone; a demonstration of the machinery, not a
 # fair test by the reference gate (docs/lab.md, 'What a fair classroom costs').
 # metalab-recorded: the current recorded run (configs/lab/recorded_home.json: the homes-named world, three arms,
-# seeds 780-785 from its pilot's power calculation), ~8 CPU-hours: ~4.5 h on 2 cores, ~30 min with
-# LAB_FLAGS="--workers 16"; it resumes where it stopped. The lab's earlier tests, reported as they ran (docs/lab.md):
+# seeds 780-785 from its pilot's power calculation), ~8 CPU-hours: ~4.5 h on 2 cores; it resumes where it stopped.
+# On 36+ cores LAB_FLAGS="--workers 18 --threads-per-worker 2" runs every arm-seed at once (~45 min projected, ~24
+# after LAB_FLAGS=--coldstart-only has built its cold start; not run on such a machine: docs/lab.md, 'What a fair
+# classroom costs'). The lab's earlier tests, reported as they ran (docs/lab.md):
 # metalab-recorded-first (configs/lab/recorded.json, the first recorded run, seeds 500-505, ~1.5 h) and
 # metalab-recorded-ni (its amendment: the L0 condition as non-inferiority at -5 pp, seeds 600-604, ~1.5 h).
 # Results and figures go to runs/metalab/<name>/ (git-ignored); with UPDATE=1 to the tracked

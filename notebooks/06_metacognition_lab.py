@@ -347,8 +347,11 @@ display(HTML(Path(report["paths"]["case_studies"]).read_text(encoding="utf-8")))
 # for every policy. Its report, read from the committed results file, is two cells down.
 # This notebook's classroom shows the machinery; by the reference gate it cannot be a fair test: it plays 20 of
 # the 60 L0 layouts, and with two seeds the gate's t interval passes three arms that truly clear their bars by
-# 4 pp about two times in a hundred (four to five seeds: 0.93-0.95; docs/lab.md, 'What a fair classroom costs',
-# `benchmarks/lab_gate_seeds.py`).
+# 4 pp about two times in a hundred (four to five seeds: 0.93-0.95; `benchmarks/lab_gate_seeds.py`), and below six
+# seeds the exact test cannot reach a verdict. The fair classroom is the recorded run itself: start it the day before
+# on two cores, or run it in class on 36+ cores (`make metalab-recorded LAB_FLAGS="--workers 18 --threads-per-worker
+# 2"`, ~24 min once `LAB_FLAGS=--coldstart-only` has built its cold start; projected, not yet run on such a machine:
+# docs/lab.md, 'What a fair classroom costs').
 # The next cell shows the recorded run's report and figures as the lab wrote them: the gate, the primary, the
 # co-primary, the secondaries and the exploratory comparison, then every arm seed by seed.
 
