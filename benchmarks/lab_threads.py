@@ -9,7 +9,12 @@ thread count, in alternating blocks; iteration 0 of each run is a warm-up and no
 + log-probs (reference) + update, as the trainer times them. A machine with two cores measures 1 and 2 threads
 only; more threads than cores would measure contention, not the piece.
 
+``--piece`` times instead one whole piece as a lab worker runs it (`lab.experiment.run_unit`: the RLVMR arm trained
+for the configuration's full budget, then evaluated on every level and its held-in layouts) at the largest of
+``--threads``: the slowest piece is what a many-core run waits for.
+
     PYTHONPATH=src python benchmarks/lab_threads.py --out benchmarks/results/lab_threads.json
+    PYTHONPATH=src python benchmarks/lab_threads.py --piece --threads 2 --out benchmarks/results/lab_threads_piece.json
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--iterations", type=int, default=3)
     p.add_argument("--work", default="/tmp/lab-threads")
     p.add_argument("--out", default="benchmarks/results/lab_threads.json")
+    p.add_argument("--piece", action="store_true", help="time one whole piece (train + evaluate) instead")
     args = p.parse_args(argv)
     if max(args.threads) > (os.cpu_count() or 1):
         p.error(f"--threads {max(args.threads)} is more than this machine's {os.cpu_count()} cores")
@@ -46,6 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     from rlvmr_nb.runs.machine import provenance
     from rlvmr_nb.trainer import train
 
+    if args.piece:
+        return time_piece(args.base, max(args.threads), Path(args.work), Path(args.out))
     config = load_lab_config(args.base, iterations=args.iterations)
     work = Path(args.work)
     started = time.perf_counter()
@@ -81,6 +89,29 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{t} thread(s): " + "  ".join(f"{k} {v:.1f}" for k, v in m.items())
               + f"  ({speedup[t]['iteration_s']:.2f}x)")
     print("the same samples, loss and KL at every thread count:", same_run)
+    return 0
+
+
+def time_piece(base: str, threads: int, work: Path, out: Path, seed: int = 790, arm: str = "rlvmr") -> int:
+    """One whole piece of `base` at `threads` torch threads, as a lab worker runs it; its stages' wall and CPU
+    seconds go to `out`."""
+    import torch
+
+    from rlvmr_nb.lab.config import load_lab_config
+    from rlvmr_nb.lab.experiment import run_coldstart, run_unit
+    from rlvmr_nb.runs.machine import provenance
+
+    config = load_lab_config(base)
+    run_coldstart(config, work, progress=True)
+    shutil.rmtree(work / "runs", ignore_errors=True)  # a rerun times the whole piece again, not a resume
+    shutil.rmtree(work / "eval", ignore_errors=True)
+    torch.set_num_threads(threads)
+    started = time.perf_counter()
+    stages = run_unit(config, work, seed, arm)
+    doc = {"base": base, "arm": arm, "seed": seed, "threads": threads, "iterations": config.train.run.iterations,
+           "piece_wall_s": time.perf_counter() - started, "stages": stages, "provenance": provenance()}
+    out.write_text(json.dumps(doc, indent=2) + "\n")
+    print(json.dumps({k: v for k, v in doc.items() if k != "provenance"}, indent=2))
     return 0
 
 

@@ -1028,7 +1028,7 @@ def test_docs_quote_the_threads_benchmark_as_its_results_file_holds_it():
     iteration at one and at two threads per piece, the speed-up, and that both drew the same run. Guards a projection
     of the many-core classroom resting on figures that drifted from the measurement."""
     measured = json.loads((ROOT / "benchmarks" / "results" / "lab_threads.json").read_text())
-    lab, readme = ((ROOT / name).read_text() for name in ("docs/lab.md", "README.md"))
+    lab, readme = (" ".join((ROOT / name).read_text().split()) for name in ("docs/lab.md", "README.md"))  # unwrapped
     one, two = measured["means"]["1"], measured["means"]["2"]
     speedup = measured["speedup_vs_1_thread"]["2"]["iteration_s"]
     assert f"**{one['iteration_s']:.1f} s at one thread** (rollout {one['rollout_s']:.1f}" in lab
@@ -1036,3 +1036,8 @@ def test_docs_quote_the_threads_benchmark_as_its_results_file_holds_it():
     assert f"**{speedup:.2f}×**" in lab and f"28/{speedup:.2f}" in lab and f"{speedup:.2f}× faster" in readme
     assert measured["same_run_at_every_thread_count"] and "drew the same run" in lab
     assert measured["iterations_per_thread_count"] == {"1": 4, "2": 4}
+    piece = json.loads((ROOT / "benchmarks" / "results" / "lab_threads_piece.json").read_text())
+    stages = {name.split()[0]: stage["wall_s"] / 60 for name, stage in piece["stages"].items()}
+    assert (piece["threads"], piece["iterations"]) == (2, 32)
+    assert (f"**{piece['piece_wall_s'] / 60:.1f} min** wall (training {stages['train']:.1f} min, evaluation "
+            f"{stages['eval']:.1f})") in lab
