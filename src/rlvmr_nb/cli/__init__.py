@@ -316,8 +316,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                    help="processes for the seeds' pieces after the cold start (default: the config's `workers`); "
                         "the results do not depend on it")
     p.add_argument("--threads-per-worker", type=positive_int, default=None,
-                   help="torch threads of each worker (default: the config's `threads_per_worker`, 1); on a machine "
-                        "with more cores than pieces, workers x threads up to the core count shortens the run")
+                   help="torch threads of each worker when --workers > 1 (default: the config's `threads_per_worker`, "
+                        "1); on a machine with more cores than pieces, workers x threads up to the core count shortens "
+                        "the run")
     p.add_argument("--coldstart-only", action="store_true",
                    help="build (and cache) the configuration's cold start, then stop: the run started later, e.g. "
                         "in class, begins at its arms")

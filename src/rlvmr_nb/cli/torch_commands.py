@@ -152,7 +152,7 @@ def cmd_lab(args: argparse.Namespace) -> int:
     config = load_lab_config(args.config, **{k: v for k, v in machine.items() if v})
     out = args.out or f"runs/metalab/{config.name}"
     if args.coldstart_only:  # the slowest piece nothing else can overlap, built before the run (docs/lab.md)
-        print(f"cold start: {run_coldstart(config, out, progress=True)} (cached for every run of these settings)")
+        print(f"cold start: {run_coldstart(config, out, progress=True)} (a run in {out} starts at its arms)")
         return 0
     summary = run_lab(config, out)
     report = write_lab_report(summary, out, args.figures or f"{out}/figures", args.results)
